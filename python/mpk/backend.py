@@ -1,0 +1,224 @@
+"""The torch.compile backend: torch.compile(model, backend="mpk", options={...}).
+
+Dynamo hands us an FX graph; aot_autograd turns it into an ATen inference graph
+with parameters lifted as inputs and in-place cache writes kept as aten.copy_
+nodes; export.py writes it to the wire format; the Go core compiles it."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Sequence
+
+import torch
+
+from . import core, export
+from .errors import ArgumentError, MpkError
+
+TARGETS = ("cuda", "reference")
+DEFAULT_REFERENCE_WORKERS = 132
+_PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir")
+_FRONT_OPTIONS = ("poison",)
+
+# The most recent compiled callable (for `python -m mpk check`) and how many
+# graphs this process compiled. Updated under _lock.
+last_compiled: "CompiledGraph | None" = None
+compile_count = 0
+_lock = threading.Lock()
+
+
+def resolve_options(options: dict | None) -> dict:
+    """Checks user options and fills defaults; returns the wire options plus front-end keys."""
+    opts = dict(options or {})
+    unknown = set(opts) - {"target", "num_workers", "seed", *_PASS_THROUGH, *_FRONT_OPTIONS}
+    if unknown:
+        raise MpkError(f"unknown mpk option(s): {', '.join(sorted(unknown))}",
+                       hint="known options: target, num_workers, seed, " + ", ".join(_PASS_THROUGH + _FRONT_OPTIONS),
+                       kind="bad_request")
+    target = opts.get("target", "cuda")
+    if target not in TARGETS:
+        raise MpkError(f"unknown mpk target {target!r}", hint="use target='cuda' or 'reference'",
+                       kind="bad_request")
+    workers = opts.get("num_workers")
+    if workers is None:
+        if target == "cuda":
+            if not torch.cuda.is_available():
+                raise MpkError("target 'cuda' needs a CUDA device, and none is available",
+                               hint="use options={'target': 'reference'} to run on the CPU",
+                               kind="bad_request")
+            workers = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        else:
+            workers = DEFAULT_REFERENCE_WORKERS
+    if int(workers) < 1:
+        raise MpkError(f"num_workers must be positive, got {workers}", kind="bad_request")
+    wire = {"target": target, "num_workers": int(workers), "seed": int(opts.get("seed", 0))}
+    for k in _PASS_THROUGH:
+        wire[k] = bool(opts.get(k, False))
+    return {"wire": wire, "poison": bool(opts.get("poison", True))}
+
+
+def _input_names_and_kinds(gm: torch.fx.GraphModule) -> tuple[list[str], list[str]]:
+    """Names and kinds of the flat inputs aot_module_simplified will give the
+    forward graph: module parameters, module buffers, then Dynamo's placeholders."""
+    names, kinds = [], []
+    for n, _ in gm.named_parameters(remove_duplicate=False):
+        names.append(n)
+        kinds.append("param")
+    for n, _ in gm.named_buffers(remove_duplicate=False):
+        names.append(n)
+        kinds.append("buffer")
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            names.append(node.name)
+            kinds.append(export._guess_kind(node.name))
+    return names, kinds
+
+
+def mpk_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
+                mode: str | None = None, **kwargs):
+    """Dynamo backend entry point (registered as "mpk").
+
+    torch.compile passes `options` as a keyword (torch 2.11 and later; newer
+    versions may add `name`); `mode` is accepted and ignored."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    kwargs.pop("name", None)
+    if kwargs:  # e.g. someone calling the backend by hand with flat options
+        options = {**(options or {}), **kwargs}
+    opts = resolve_options(options)
+
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
+                isinstance(s, torch.SymInt) for s in x.shape)):
+            raise export.ExportError(
+                f"graph input {i} has a dynamic shape; mpk compiles static shapes only",
+                hint="compile with torch.compile(model, backend='mpk', dynamic=False)")
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                       for x in example_inputs):
+        raise MpkError("mpk compiles inference only, but this call would need gradients",
+                       hint="run the compiled model under torch.no_grad() or torch.inference_mode()",
+                       kind="bad_request")
+
+    names, kinds = _input_names_and_kinds(gm)
+
+    def fw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]):
+        n = len([p for p in fx_gm.graph.nodes if p.op == "placeholder"])
+        k = kinds if len(kinds) == n else None
+        disp = names if len(names) == n else None
+        return compile_graph(fx_gm, fx_inputs, opts, input_kinds=k, display_names=disp)
+
+    with torch.no_grad():
+        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
+                                     keep_inference_input_mutations=True)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: dict,
+                  input_kinds: Sequence[str] | None = None,
+                  display_names: Sequence[str] | None = None) -> "CompiledGraph":
+    """Exports an ATen graph, compiles it in the core and returns the callable."""
+    global last_compiled, compile_count
+    if "wire" not in opts:
+        opts = resolve_options(opts)
+    request = export.export_graph(gm, example_inputs, input_kinds, opts["wire"])
+    dump = os.environ.get("MPK_DUMP_REQUEST")
+    if dump:
+        with open(dump, "w") as f:
+            json.dump(request, f, indent=1)
+    compiled = core.compile(request)
+    target = opts["wire"]["target"]
+    if target == "reference":
+        fn = CompiledGraph(gm, request, compiled, opts, display_names)
+    else:
+        from . import build
+        fn = build.cuda_callable(gm, request, compiled, opts, display_names)
+    with _lock:
+        compile_count += 1
+        last_compiled = fn
+    return fn
+
+
+class CompiledGraph:
+    """The callable for the reference target: checks arguments, allocates
+    outputs per the core's output specs, runs the CPU reference executor."""
+
+    def __init__(self, gm: torch.fx.GraphModule, request: dict, compiled: core.Compiled,
+                 opts: dict, display_names: Sequence[str] | None = None):
+        self.request = request
+        self.compiled = compiled
+        self.summary = compiled.summary
+        self.seed = opts["wire"]["seed"]
+        self.poison = opts.get("poison", True)
+        self.inputs = request["graph"]["inputs"]
+        self.display_names = list(display_names) if display_names else [i["name"] for i in self.inputs]
+        self.output_specs = compiled.outputs
+        self.n_outputs, self.returns_sequence = export.output_structure(gm)
+        if len(self.output_specs) != self.n_outputs:
+            raise MpkError(f"the core described {len(self.output_specs)} outputs, the graph has "
+                           f"{self.n_outputs}", kind="internal")
+        self.last_run: dict | None = None
+        self.calls = 0
+
+    def _describe(self, i: int) -> str:
+        name = self.inputs[i]["name"]
+        disp = self.display_names[i]
+        return f"argument {i} ({name}" + (f", {disp})" if disp != name else ")")
+
+    def check_args(self, args: Sequence[Any]) -> None:
+        if len(args) != len(self.inputs):
+            raise ArgumentError(f"compiled graph takes {len(self.inputs)} arguments, got {len(args)}")
+        for i, (a, spec) in enumerate(zip(args, self.inputs)):
+            meta = spec["meta"]
+            if not isinstance(a, torch.Tensor):
+                raise ArgumentError(f"{self._describe(i)} must be a tensor, got {type(a).__name__}")
+            if a.device.type != "cpu":
+                raise ArgumentError(f"{self._describe(i)} is on {a.device}, the reference target "
+                                    "runs on the cpu", hint="move the model and inputs to the cpu")
+            dt = export.DTYPE_NAMES.get(a.dtype, str(a.dtype))
+            if dt != meta["dtype"]:
+                raise ArgumentError(f"{self._describe(i)} has dtype {dt}, compiled for {meta['dtype']}")
+            if list(a.shape) != meta["shape"]:
+                raise ArgumentError(f"{self._describe(i)} has shape {list(a.shape)}, compiled for "
+                                    f"{meta['shape']}",
+                                    hint="shapes are static; a new shape needs a new compile")
+            if a.numel() > 1 and any(st != ms for st, ms, sz in zip(a.stride(), meta["strides"], a.shape)
+                                     if sz > 1):
+                raise ArgumentError(f"{self._describe(i)} has strides {list(a.stride())}, compiled for "
+                                    f"{meta['strides']}", hint="pass a tensor with the same layout "
+                                    "(e.g. .contiguous())")
+
+    def _outputs(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        outs = []
+        for j, spec in enumerate(self.output_specs):
+            shape, strides, off = spec["shape"], spec["strides"], int(spec.get("offset", 0))
+            if spec["kind"] == "input":
+                idx = int(spec.get("input", 0))
+                base = args[idx]
+                rel = off - int(self.inputs[idx]["meta"].get("offset", 0))
+                outs.append(base.as_strided(shape, strides, base.storage_offset() + rel))
+            elif spec["kind"] == "new":
+                dtype = export.DTYPES_BY_NAME[spec["dtype"]]
+                if off:
+                    span = off + 1 + sum((s - 1) * st for s, st in zip(shape, strides) if s > 0)
+                    buf = torch.empty(span, dtype=dtype)
+                    t = buf.as_strided(shape, strides, off)
+                else:
+                    t = torch.empty_strided(shape, strides, dtype=dtype)
+                if self.poison and t.is_floating_point():
+                    t.fill_(float("nan"))
+                outs.append(t)
+            else:
+                raise MpkError(f"output {j} has unknown kind {spec['kind']!r}", kind="internal")
+        return outs
+
+    def __call__(self, *args):
+        if len(args) == 1 and isinstance(args[0], list) and len(self.inputs) != 1:
+            args = tuple(args[0])  # boxed calling convention
+        self.check_args(args)
+        outs = self._outputs(args)
+        # args and outs stay referenced by this frame until the core returns.
+        self.last_run = self.compiled.run_reference(list(args) + outs, self.seed)
+        self.calls += 1
+        if self.returns_sequence:
+            return tuple(outs)
+        return outs[0]

@@ -1,0 +1,131 @@
+"""ctypes binding to the Go core (libmpkcore.so).
+
+Every result buffer the core returns is freed with mpk_free; a compiled graph
+lives in Go, named by a handle, until Compiled is garbage collected."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import errors
+
+try:  # zstd is optional: the core also accepts raw JSON.
+    import zstandard as _zstd
+except ImportError:  # pragma: no cover - exercised only without the package
+    _zstd = None
+
+LIB_NAME = "libmpkcore.so"
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def library_path() -> Path:
+    """Where the core library is loaded from: $MPK_CORE_LIB, else next to this file."""
+    env = os.environ.get("MPK_CORE_LIB")
+    return Path(env) if env else Path(__file__).with_name(LIB_NAME)
+
+
+def _load():
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        path = library_path()
+        if not path.exists():
+            raise errors.MpkError(
+                f"the mpk core library is missing: {path}",
+                hint="build it with `go build -buildmode=c-shared -o python/mpk/libmpkcore.so "
+                     "./gocore/cmd/libmpkcore` from the repository root, reinstall with "
+                     "`pip install .`, or set MPK_CORE_LIB", kind="internal")
+        lib = ctypes.CDLL(str(path))
+        out_t = ctypes.POINTER(ctypes.c_void_p)
+        lib.mpk_compile.argtypes = [ctypes.c_char_p, ctypes.c_size_t, out_t,
+                                    ctypes.POINTER(ctypes.c_size_t)]
+        lib.mpk_compile.restype = ctypes.c_int64
+        lib.mpk_run_reference.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_size_t),
+                                          ctypes.c_int, ctypes.c_int64, out_t,
+                                          ctypes.POINTER(ctypes.c_size_t)]
+        lib.mpk_run_reference.restype = None
+        lib.mpk_release.argtypes = [ctypes.c_int64]
+        lib.mpk_release.restype = None
+        lib.mpk_free.argtypes = [ctypes.c_void_p]
+        lib.mpk_free.restype = None
+        _lib = lib
+        return lib
+
+
+def _take(lib, out: ctypes.c_void_p, n: ctypes.c_size_t) -> dict:
+    """Copies a result buffer out of C memory, frees it, and parses the JSON."""
+    if not out.value:
+        raise errors.InternalError("the mpk core returned no result buffer")
+    try:
+        data = ctypes.string_at(out.value, n.value)
+    finally:
+        lib.mpk_free(out)
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise errors.InternalError(f"the mpk core returned malformed JSON: {e}") from None
+
+
+def encode_request(request: dict) -> bytes:
+    raw = json.dumps(request, separators=(",", ":")).encode()
+    if _zstd is None:
+        return raw
+    return _zstd.ZstdCompressor(level=3).compress(raw)
+
+
+@dataclass
+class Compiled:
+    """A graph compiled by the core. Released when garbage collected."""
+
+    handle: int
+    summary: dict
+    outputs: list[dict]
+    result: dict = field(repr=False)
+    _lib: Any = field(default=None, repr=False)
+
+    def run_reference(self, tensors: Sequence, seed: int = 0) -> dict:
+        """Runs the CPU reference executor on the data pointers of `tensors`
+        (graph inputs in order, then outputs). Returns the wire.RunResult dict."""
+        lib = self._lib
+        n = len(tensors)
+        ptrs = (ctypes.c_size_t * max(n, 1))(*[t.data_ptr() for t in tensors])
+        out, out_len = ctypes.c_void_p(), ctypes.c_size_t()
+        lib.mpk_run_reference(self.handle, ptrs, n, int(seed), ctypes.byref(out), ctypes.byref(out_len))
+        res = _take(lib, out, out_len)
+        if not res.get("ok"):
+            raise errors.from_wire(res.get("error"))
+        return res
+
+    def release(self) -> None:
+        if self.handle and self._lib is not None:
+            self._lib.mpk_release(self.handle)
+            self.handle = 0
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+
+def compile(request: dict) -> Compiled:
+    """Compiles a wire request (a dict per gocore/wire) and returns the handle."""
+    lib = _load()
+    data = encode_request(request)
+    out, out_len = ctypes.c_void_p(), ctypes.c_size_t()
+    handle = lib.mpk_compile(data, len(data), ctypes.byref(out), ctypes.byref(out_len))
+    res = _take(lib, out, out_len)
+    if not res.get("ok") or not handle:
+        if handle:
+            lib.mpk_release(handle)
+        raise errors.from_wire(res.get("error"))
+    return Compiled(handle=int(handle), summary=res.get("summary") or {},
+                    outputs=res.get("outputs") or [], result=res, _lib=lib)

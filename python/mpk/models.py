@@ -1,0 +1,108 @@
+"""Hugging Face models built from configs with seeded random weights.
+
+Construction skips HF's weight init (no_init_weights) and fills every weight
+with one seeded normal draw (std 0.02; norm weights 1), so even the 8B shapes
+build in seconds rather than minutes."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+_LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def _llama(**kw):
+    from transformers import LlamaConfig
+    return LlamaConfig(**kw)
+
+
+def _qwen3(**kw):
+    from transformers import Qwen3Config
+    return Qwen3Config(**kw)
+
+
+def _llama32_1b():
+    cfg = _llama(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                 num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
+                 tie_word_embeddings=True, max_position_embeddings=131072,
+                 rope_theta=500000.0, rope_scaling=dict(_LLAMA3_ROPE))
+    # transformers 5 keeps rope settings in rope_parameters; make sure both spellings agree.
+    rp = getattr(cfg, "rope_parameters", None)
+    if isinstance(rp, dict) and rp.get("rope_type") != "llama3":
+        cfg.rope_parameters = {**_LLAMA3_ROPE, "rope_theta": 500000.0}
+    return cfg
+
+
+CONFIGS: dict[str, Callable] = {
+    "tiny-llama": lambda: _llama(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=512),
+    "tiny-qwen3": lambda: _qwen3(vocab_size=256, hidden_size=64, intermediate_size=128,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 head_dim=16, max_position_embeddings=512),
+    "llama-3.2-1b": _llama32_1b,
+    "qwen3-0.6b": lambda: _qwen3(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+                                 num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                                 head_dim=128, tie_word_embeddings=True, rope_theta=1000000.0,
+                                 rms_norm_eps=1e-6, max_position_embeddings=40960),
+    "qwen3-1.7b": lambda: _qwen3(vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                                 num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                                 head_dim=128, tie_word_embeddings=True, rope_theta=1000000.0,
+                                 rms_norm_eps=1e-6, max_position_embeddings=40960),
+    "qwen3-8b": lambda: _qwen3(vocab_size=151936, hidden_size=4096, intermediate_size=12288,
+                               num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                               head_dim=128, tie_word_embeddings=False, rope_theta=1000000.0,
+                               rms_norm_eps=1e-6, max_position_embeddings=40960),
+}
+
+MODELS = tuple(CONFIGS)
+
+
+def config(name: str):
+    try:
+        cfg = CONFIGS[name]()
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+@torch.no_grad()
+def fill_random(model: torch.nn.Module, seed: int = 0, std: float = 0.02) -> None:
+    """Seeded weights: norm weights (1-D, name contains 'norm') are 1, the rest N(0, std)."""
+    gens: dict[torch.device, torch.Generator] = {}
+    seen = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:  # tied weights
+            continue
+        seen.add(id(p))
+        if p.dim() == 1 and "norm" in name:
+            p.fill_(1.0)
+        elif p.dim() == 1:
+            p.zero_()
+        else:
+            g = gens.get(p.device)
+            if g is None:
+                g = gens[p.device] = torch.Generator(device=p.device).manual_seed(seed)
+            if p.dtype in (torch.float32, torch.float64):
+                p.normal_(0.0, std, generator=g)
+            else:  # draw in float32 for the same values in every dtype
+                p.copy_(torch.empty(p.shape, dtype=torch.float32, device=p.device)
+                        .normal_(0.0, std, generator=g))
+
+
+def build(name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+          seed: int = 0):
+    """An eval-mode causal LM with seeded random weights."""
+    from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
+
+    cfg = config(name)
+    with no_init_weights(), torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+    model.to(dtype)
+    fill_random(model, seed)
+    return model.eval()
