@@ -1,0 +1,234 @@
+"""`python -m mpk check`: compile a model step with mpk and compare it with eager.
+
+The model gets a StaticCache already holding --cache-tokens tokens (so the
+cache tensors are real graph inputs); eager and mpk then run the same step(s)
+from identical cache state and their logits are compared. The last line is
+`PASS rel_err=...` or `FAIL ...`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import models
+from .errors import MpkError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+FP32_REFERENCE_TOL = 1e-4
+FP32_CUDA_TOL = 1e-3
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    line: str
+    rel_err: float = float("nan")
+    tasks: int = 0
+    events: int = 0
+    executed: int = 0
+    core_ms: float = 0.0
+    summary: dict = field(default_factory=dict)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="tiny-llama", choices=models.MODELS)
+    p.add_argument("--target", default="reference", choices=("reference", "cuda"))
+    p.add_argument("--prefill", type=int, default=1, metavar="N",
+                   help="tokens per step (1: decode; 16: a 16-token prefill chunk)")
+    p.add_argument("--seed", type=int, default=0, help="weights, tokens and executor order")
+    p.add_argument("--workers", type=int, default=None, help="num_workers (default: SM count / 132)")
+    p.add_argument("--cache-tokens", type=int, default=64, help="tokens already in the KV cache")
+    p.add_argument("--dtype", default=None, choices=tuple(DTYPES),
+                   help="model dtype (default: float32 for reference, bfloat16 for cuda)")
+    p.add_argument("--steps", type=int, default=1, help="steps run back to back")
+
+
+def ensure_backend_registered() -> None:
+    """backend="mpk" resolves through the entry point once installed; when mpk
+    runs from a source tree without installation, register it here."""
+    from torch._dynamo.backends import registry
+    try:
+        registry.lookup_backend("mpk")
+    except Exception:
+        from .backend import mpk_backend
+        registry.register_backend(name="mpk")(mpk_backend)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _layers(cache):
+    return list(getattr(cache, "layers", []))
+
+
+def snapshot(cache) -> list[dict]:
+    """Copies of everything a step mutates: each layer's keys, values and position counter."""
+    state = []
+    for layer in _layers(cache):
+        d = {}
+        for attr in ("keys", "values", "cumulative_length"):
+            v = getattr(layer, attr, None)
+            if isinstance(v, torch.Tensor):
+                d[attr] = v.detach().clone()
+        state.append(d)
+    return state
+
+
+@torch.no_grad()
+def restore(cache, state: list[dict]) -> None:
+    """Writes a snapshot back in place, so the cache keeps its addresses."""
+    for layer, d in zip(_layers(cache), state):
+        for attr, v in d.items():
+            getattr(layer, attr).copy_(v)
+
+
+def _make_cache(model, max_len, device, tokens):
+    from transformers import StaticCache
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    with torch.no_grad():
+        model(input_ids=tokens.to(device), past_key_values=cache, use_cache=True)
+    return cache
+
+
+def _steps(fn, cache, token_steps, device):
+    out = []
+    with torch.no_grad():
+        for toks in token_steps:
+            r = fn(input_ids=toks.to(device), past_key_values=cache, use_cache=True)
+            out.append(r.logits.float().cpu().clone())
+    return out
+
+
+def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int = 1, seed: int = 0,
+              workers: int | None = None, cache_tokens: int = 64, dtype: str | None = None,
+              steps: int = 1, log: Callable[[str], None] = print) -> CheckResult:
+    """Runs the check; logs the summary and the result line; returns the result."""
+    try:
+        return _run_check(model, target, prefill, seed, workers, cache_tokens, dtype, steps, log)
+    except MpkError as e:
+        log(f"mpk error ({e.kind}): {e}")
+        res = CheckResult(False, f"FAIL mpk error ({e.kind}): {e.message}")
+        log(res.line)
+        return res
+
+
+def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps, log) -> CheckResult:
+    from . import backend
+
+    ensure_backend_registered()
+    dtype = dtype or ("float32" if target == "reference" else "bfloat16")
+    device = "cpu" if target == "reference" else "cuda"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            res = CheckResult(False, "FAIL target cuda needs a CUDA device")
+            log(res.line)
+            return res
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    if prefill < 1 or steps < 1 or cache_tokens < 1:
+        raise ValueError("--prefill, --steps and --cache-tokens must be positive")
+
+    torch.manual_seed(seed)
+    m = models.build(name, dtype=DTYPES[dtype], device=device, seed=seed)
+    vocab = m.config.vocab_size
+    gen = torch.Generator().manual_seed(seed + 1)
+    fill = torch.randint(0, vocab, (1, cache_tokens), generator=gen)
+    token_steps = [torch.randint(0, vocab, (1, prefill), generator=gen) for _ in range(steps)]
+    max_len = cache_tokens + prefill * steps
+    max_len = (max_len + 63) // 64 * 64
+
+    cache = _make_cache(m, max_len, device, fill)
+    state = snapshot(cache)
+    if not state or "keys" not in state[0] or "cumulative_length" not in state[0]:
+        raise RuntimeError("this transformers version's StaticCache has no keys/values/"
+                           "cumulative_length per layer; mpk check does not know how to reset it")
+
+    eager = _steps(m, cache, token_steps, device)
+    eager_cache = snapshot(cache)
+    restore(cache, state)
+
+    opts = {"target": target, "seed": seed}
+    if workers is not None:
+        opts["num_workers"] = workers
+    torch._dynamo.reset()
+    compiled_model = torch.compile(m, backend="mpk", options=opts, fullgraph=True, dynamic=False)
+    before = backend.compile_count
+    got = _steps(compiled_model, cache, token_steps, device)
+    mpk_cache = snapshot(cache)
+    fn = backend.last_compiled
+    if backend.compile_count == before or fn is None:
+        res = CheckResult(False, "FAIL mpk backend was not called (nothing compiled)")
+        log(res.line)
+        return res
+
+    summary = getattr(fn, "summary", {}) or {}
+    if summary.get("text"):
+        log(summary["text"].rstrip("\n"))
+    err = max(rel_err(g, e) for g, e in zip(got, eager))
+    cache_err = max(rel_err(a[k].float(), b[k].float()) for a, b in zip(mpk_cache, eager_cache)
+                    for k in ("keys", "values"))
+    pos_ok = all(torch.equal(a["cumulative_length"], b["cumulative_length"])
+                 for a, b in zip(mpk_cache, eager_cache))
+    last = getattr(fn, "last_run", None) or {}
+    res = CheckResult(False, "", rel_err=err, tasks=int(summary.get("tasks", 0)),
+                      events=int(summary.get("events", 0)), executed=int(last.get("executed", 0)),
+                      core_ms=float(summary.get("core_ms", 0.0)), summary=summary)
+    stats = (f"rel_err={err:.3e} tasks={res.tasks} events={res.events} executed={res.executed} "
+             f"core_ms={res.core_ms:.1f}")
+
+    if dtype == "float32":
+        tol = FP32_REFERENCE_TOL if target == "reference" else FP32_CUDA_TOL
+        problems = []
+        if not err < tol:
+            problems.append(f"logits rel_err {err:.3e} >= {tol:.0e}")
+        if not cache_err < tol:
+            problems.append(f"KV cache rel_err {cache_err:.3e} >= {tol:.0e} (cache not written in place?)")
+        if not pos_ok:
+            problems.append("cache position counters differ from eager")
+    else:
+        problems = _bf16_rule(name, seed, device, fill, token_steps, max_len, eager, got)
+    res.ok = not problems
+    res.line = f"PASS {stats}" if res.ok else f"FAIL {'; '.join(problems)} ({stats})"
+    log(res.line)
+    return res
+
+
+def _bf16_rule(name, seed, device, fill, token_steps, max_len, eager, got) -> list[str]:
+    """DESIGN.md's bf16 rule: judge against a float32 copy of the model."""
+    ref = models.build(name, dtype=torch.float32, device=device, seed=seed)
+    cache = _make_cache(ref, max_len, device, fill)
+    judge = _steps(ref, cache, token_steps, device)
+    problems = []
+    for i, (j, e, g) in enumerate(zip(judge, eager, got)):
+        e_err, g_err = rel_err(e, j), rel_err(g, j)
+        tol = max(2e-2, 1.5 * e_err)
+        if not g_err <= tol:
+            problems.append(f"step {i}: |mpk-fp32|/|fp32| = {g_err:.3e} > {tol:.3e} (eager {e_err:.3e})")
+        ga, ja, ea = g.argmax(-1), j.argmax(-1), e.argmax(-1)
+        if not bool(((ga == ja) | (ga == ea)).all()):
+            problems.append(f"step {i}: argmax differs from both fp32 and eager")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpk check", description=__doc__)
+    add_arguments(p)
+    a = p.parse_args(argv)
+    try:
+        res = run_check(a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype, a.steps)
+    except Exception as e:  # the last line must say FAIL, whatever broke
+        import traceback
+        traceback.print_exc()
+        print(f"FAIL {type(e).__name__}: {e}".splitlines()[0])
+        return 1
+    return 0 if res.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
