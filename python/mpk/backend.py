@@ -75,12 +75,49 @@ def _input_names_and_kinds(gm: torch.fx.GraphModule) -> tuple[list[str], list[st
     return names, kinds
 
 
+_passthrough_classes: dict[type, type] = {}
+
+
+def _passthrough(e: MpkError) -> MpkError:
+    """The same error, as a class Dynamo re-raises unwrapped.
+
+    Dynamo wraps a backend's exception in BackendCompilerFailed unless it is a
+    ShortenTraceback; the user should catch mpk.UnsupportedOpError, not dig in
+    .inner_exception. The new class subclasses both, so isinstance still holds."""
+    try:
+        from torch._dynamo.exc import ShortenTraceback
+    except ImportError:  # pragma: no cover - older torch: the error arrives wrapped
+        return e
+    if isinstance(e, ShortenTraceback):
+        return e
+    cls = type(e)
+    sub = _passthrough_classes.get(cls)
+    if sub is None:
+        def __init__(self, *a, **k):  # ShortenTraceback needs first_useful_frame
+            cls.__init__(self, *a, **k)
+            self.first_useful_frame = None
+
+        sub = type(cls.__name__, (cls, ShortenTraceback), {"__init__": __init__,
+                                                           "__module__": cls.__module__})
+        _passthrough_classes[cls] = sub
+    new = sub(e.message, node=e.node, op=e.op, source=e.source, hint=e.hint, kind=e.kind)
+    return new
+
+
 def mpk_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], options: dict | None = None,
                 mode: str | None = None, **kwargs):
     """Dynamo backend entry point (registered as "mpk").
 
     torch.compile passes `options` as a keyword (torch 2.11 and later; newer
-    versions may add `name`); `mode` is accepted and ignored."""
+    versions may add `name`); `mode` is accepted and ignored. An MpkError
+    reaches the caller of the compiled model as itself, not wrapped by Dynamo."""
+    try:
+        return _mpk_backend(gm, example_inputs, options, mode, **kwargs)
+    except MpkError as e:
+        raise _passthrough(e) from None
+
+
+def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
     from torch._functorch.aot_autograd import aot_module_simplified
 
     kwargs.pop("name", None)

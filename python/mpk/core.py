@@ -75,7 +75,7 @@ def _take(lib, out: ctypes.c_void_p, n: ctypes.c_size_t) -> dict:
 
 
 def encode_request(request: dict) -> bytes:
-    raw = json.dumps(request, separators=(",", ":")).encode()
+    raw = json.dumps(request, separators=(",", ":"), allow_nan=False).encode()
     if _zstd is None:
         return raw
     return _zstd.ZstdCompressor(level=3).compress(raw)

@@ -14,7 +14,8 @@ class MpkError(RuntimeError):
         self.message, self.node, self.op, self.source, self.hint = message, node, op, source, hint
         if kind is not None:
             self.kind = kind
-        super().__init__(self._format())
+        # Not super(): backend.py mixes in Dynamo's ShortenTraceback, whose __init__ differs.
+        Exception.__init__(self, self._format())
 
     def _format(self) -> str:
         # Mirrors wire.Error.Error() on the Go side.

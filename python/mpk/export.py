@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from typing import Any, Iterable, Sequence
@@ -91,6 +92,20 @@ def _target_name(node: torch.fx.Node) -> str:
     return f"{mod}.{name}" if mod else name
 
 
+FLOAT64_MAX = 1.7976931348623157e308
+
+
+def float_arg(x: float) -> dict:
+    """A float Arg. JSON has no inf/nan: ±inf travel as ±FLOAT64_MAX (which is -inf
+    again once rounded to float32, and exp() of it is 0) plus "s": "inf"/"-inf";
+    nan travels as f=0 with "s": "nan". A core that reads "s" gets the exact value."""
+    if math.isfinite(x):
+        return {"k": "float", "f": x}
+    if math.isnan(x):
+        return {"k": "float", "f": 0.0, "s": "nan"}
+    return {"k": "float", "f": math.copysign(FLOAT64_MAX, x), "s": "inf" if x > 0 else "-inf"}
+
+
 class _Exporter:
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
@@ -115,7 +130,7 @@ class _Exporter:
         if isinstance(a, int):
             return {"k": "int", "i": a}
         if isinstance(a, float):
-            return {"k": "float", "f": a}
+            return float_arg(a)
         if isinstance(a, str):
             return {"k": "str", "s": a}
         if isinstance(a, torch.dtype):

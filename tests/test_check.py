@@ -1,0 +1,45 @@
+"""End to end on the CPU: HF models with a filled StaticCache, compiled for the
+reference target, against eager (float32: relative L2 of logits < 1e-4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpk import check
+
+
+@pytest.mark.parametrize("prefill", [1, 16], ids=["decode", "prefill16"])
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3"])
+def test_check_reference(core_lib, fresh_dynamo, model, prefill):
+    lines = []
+    res = check.run_check(model=model, target="reference", prefill=prefill, seed=0, log=lines.append)
+    assert res.ok, "\n".join(lines)
+    assert res.rel_err < 1e-4
+    assert res.tasks > 0 and res.executed > 0
+    assert lines[-1].startswith("PASS rel_err=")
+
+
+def test_check_two_steps(core_lib, fresh_dynamo):
+    lines = []
+    res = check.run_check(model="tiny-llama", target="reference", steps=2, seed=1, log=lines.append)
+    assert res.ok, "\n".join(lines)
+
+
+def test_cli_rejects_unknown_model(capsys):
+    with pytest.raises(SystemExit) as ei:
+        check.main(["--model", "no-such-model"])
+    assert ei.value.code == 2
+
+
+def test_cli_usage():
+    from mpk.__main__ import main
+    assert main(["--help"]) == 0
+    assert main(["frobnicate"]) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3"])
+def test_check_cuda(core_lib, fresh_dynamo, model):
+    lines = []
+    res = check.run_check(model=model, target="cuda", seed=0, log=lines.append)
+    assert res.ok, "\n".join(lines)

@@ -1,0 +1,99 @@
+"""Errors a user reads: unsupported ops name the op and the model line; bad call
+arguments name the argument."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mpk
+from mpk import backend, errors
+
+
+class CumsumModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16, bias=False)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return torch.cumsum(h, dim=-1)  # mpk-unsupported-line
+
+
+def test_unsupported_op_names_op_and_line(core_lib, fresh_dynamo):
+    m = CumsumModel()
+    with pytest.raises(mpk.UnsupportedOpError) as ei, torch.no_grad():
+        torch.compile(m, backend="mpk", options={"target": "reference"}, fullgraph=True,
+                      dynamic=False)(torch.randn(1, 16))
+    msg = str(ei.value)
+    assert "cumsum" in msg
+    assert "test_errors.py:" in msg and "torch.cumsum(h, dim=-1)" in msg
+    assert ei.value.kind == "unsupported_op"
+    assert isinstance(ei.value, mpk.MpkError)
+
+
+def test_from_wire_builds_subclass_and_message():
+    e = errors.from_wire({"kind": "validation", "message": "wait on event 3 is unsatisfiable",
+                          "node": "mm", "op": "aten.mm.default", "source": "m.py:4  y = x @ w",
+                          "hint": "report it"})
+    assert isinstance(e, mpk.ValidationError)
+    assert str(e) == ("wait on event 3 is unsatisfiable\n  at node mm (aten.mm.default)"
+                      "\n  model line: m.py:4  y = x @ w\n  hint: report it")
+    assert isinstance(errors.from_wire({"kind": "unsupported_op", "message": "x"}), mpk.UnsupportedOpError)
+    assert type(errors.from_wire({"kind": "something_new", "message": "x"})) is mpk.MpkError
+    assert isinstance(errors.from_wire(None), mpk.InternalError)
+
+
+class Lin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x):
+        return (x @ self.w + 1.0,)
+
+
+@pytest.fixture
+def compiled_lin(fake_core):
+    with torch.no_grad():
+        torch.compile(Lin(), backend="mpk", options={"target": "reference"}, fullgraph=True,
+                      dynamic=False)(torch.randn(2, 8))
+    fn = backend.last_compiled
+    assert isinstance(fn, backend.CompiledGraph)
+    names = [i["name"] for i in fn.inputs]
+    x_idx = next(i for i, inp in enumerate(fn.inputs) if inp["meta"]["shape"] == [2, 8])
+    return fn, names, x_idx
+
+
+def _args(fn):
+    return [torch.zeros(i["meta"]["shape"], dtype=torch.float32) for i in fn.inputs]
+
+
+def test_good_call_runs(compiled_lin):
+    fn, _, _ = compiled_lin
+    out = fn(*_args(fn))
+    assert isinstance(out, tuple) and out[0].shape == (2, 4)
+
+
+@pytest.mark.parametrize("bad,what", [
+    (lambda t: torch.zeros(3, 8), "shape"),
+    (lambda t: torch.zeros(2, 8, dtype=torch.float64), "dtype"),
+    (lambda t: torch.zeros(8, 2).t(), "strides"),
+    (lambda t: torch.zeros(2, 8, device="meta"), "meta"),
+    (lambda t: 3.0, "tensor"),
+])
+def test_bad_argument_names_it(compiled_lin, bad, what):
+    fn, names, x_idx = compiled_lin
+    args = _args(fn)
+    args[x_idx] = bad(args[x_idx])
+    with pytest.raises((mpk.MpkError, TypeError, ValueError)) as ei:
+        fn(*args)
+    msg = str(ei.value)
+    assert f"argument {x_idx} ({names[x_idx]}" in msg
+    assert what in msg
+
+
+def test_wrong_argument_count(compiled_lin):
+    fn, _, _ = compiled_lin
+    with pytest.raises(mpk.ArgumentError, match="arguments"):
+        fn(*_args(fn)[:-1])
