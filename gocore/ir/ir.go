@@ -1,0 +1,259 @@
+// Package ir is the op graph: buffers, strided views of them, and ops that
+// read views and write views. Lowering produces it from the wire graph; the
+// decompose pass turns each op into tasks.
+package ir
+
+import (
+	"fmt"
+	"strings"
+)
+
+// DType is an element type.
+type DType int
+
+const (
+	F32 DType = iota
+	BF16
+	F16
+	F64
+	I64
+	I32
+	I16
+	I8
+	U8
+	Bool
+)
+
+var dtypeNames = [...]string{"float32", "bfloat16", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+var dtypeSizes = [...]int64{4, 2, 2, 8, 8, 4, 2, 1, 1, 1}
+
+func (d DType) String() string { return dtypeNames[d] }
+
+// Size is the element size in bytes.
+func (d DType) Size() int64 { return dtypeSizes[d] }
+
+// IsFloat reports whether d is a floating-point type.
+func (d DType) IsFloat() bool { return d <= F64 }
+
+// ParseDType maps a wire dtype name to a DType.
+func ParseDType(s string) (DType, error) {
+	for i, n := range dtypeNames {
+		if n == s {
+			return DType(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown dtype %q", s)
+}
+
+// BufKind says where a buffer's memory comes from.
+type BufKind int
+
+const (
+	// Input buffers are graph inputs (parameters, the KV cache, token ids): the caller owns them.
+	Input BufKind = iota
+	// Temp buffers are intermediates the runtime allocates.
+	Temp
+	// Output buffers are graph outputs the caller allocates.
+	Output
+)
+
+// Buffer is a flat array of elements.
+type Buffer struct {
+	ID    int
+	Name  string
+	Kind  BufKind
+	DType DType
+	Numel int64
+	// Index is the graph input index (Input) or output index (Output).
+	Index int
+	// Param marks inputs that are model parameters (never written).
+	Param bool
+}
+
+// View is a strided window onto a buffer. Strides and Offset count elements.
+type View struct {
+	Buf     *Buffer
+	Offset  int64
+	Shape   []int64
+	Strides []int64
+}
+
+// DType is the element type of the viewed buffer.
+func (v View) DType() DType { return v.Buf.DType }
+
+// Rank is the number of dimensions.
+func (v View) Rank() int { return len(v.Shape) }
+
+// Numel is the number of elements in the view.
+func (v View) Numel() int64 { return Numel(v.Shape) }
+
+// Numel multiplies a shape.
+func Numel(shape []int64) int64 {
+	n := int64(1)
+	for _, s := range shape {
+		n *= s
+	}
+	return n
+}
+
+// ContiguousStrides returns row-major strides for shape.
+func ContiguousStrides(shape []int64) []int64 {
+	st := make([]int64, len(shape))
+	acc := int64(1)
+	for i := len(shape) - 1; i >= 0; i-- {
+		st[i] = acc
+		acc *= shape[i]
+	}
+	return st
+}
+
+// IsContiguous reports whether v is row-major dense (size-1 dims ignored).
+func (v View) IsContiguous() bool {
+	acc := int64(1)
+	for i := len(v.Shape) - 1; i >= 0; i-- {
+		if v.Shape[i] == 1 {
+			continue
+		}
+		if v.Strides[i] != acc {
+			return false
+		}
+		acc *= v.Shape[i]
+	}
+	return true
+}
+
+// IsWhole reports whether v covers its whole buffer densely in order.
+func (v View) IsWhole() bool {
+	return v.Offset == 0 && v.IsContiguous() && v.Numel() == v.Buf.Numel
+}
+
+// Span returns the lowest and one-past-highest element offsets v can touch.
+func (v View) Span() (lo, hi int64) {
+	lo, hi = v.Offset, v.Offset+1
+	if v.Numel() == 0 {
+		return v.Offset, v.Offset
+	}
+	for i, s := range v.Shape {
+		d := (s - 1) * v.Strides[i]
+		if d < 0 {
+			lo += d
+		} else {
+			hi += d
+		}
+	}
+	return lo, hi
+}
+
+func (v View) String() string {
+	return fmt.Sprintf("%s%v@%d/%v", v.Buf.Name, v.Shape, v.Offset, v.Strides)
+}
+
+// Clone copies the view's slices.
+func (v View) Clone() View {
+	return View{Buf: v.Buf, Offset: v.Offset, Shape: append([]int64(nil), v.Shape...), Strides: append([]int64(nil), v.Strides...)}
+}
+
+// Kind is the task-op kind an op lowers to.
+type Kind int
+
+const (
+	Elementwise Kind = iota // fused elementwise expression over same-shaped input views
+	Reduce                  // sum/mean/max/min/argmax over trailing dims
+	RMSNorm                 // x * rsqrt(mean(x²)+eps) * w over the last dim
+	RoPE                    // x*cos + rotate_half(x)*sin over the last dim
+	Linear                  // out = x @ Wᵀ (+ residual)
+	Matmul                  // batched out = a @ b
+	Attention               // scaled dot-product attention with GQA and mask
+	Embedding               // out[i] = table[idx[i]]
+	Cat                     // concatenation along one dim
+	KVWrite                 // in-place index_copy into a cache buffer
+	Copy                    // out = in (layout change or write into an input)
+	Gather                  // advanced indexing along one dim
+	Empty                   // no computation (normalization relays)
+	numKinds
+)
+
+var kindNames = [...]string{"elementwise", "reduce", "rmsnorm", "rope", "linear", "matmul", "attention", "embedding", "cat", "kv_write", "copy", "gather", "empty"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Op is one node of the op graph. Out[0] is the op's output view; ops that
+// write in place (KVWrite, Copy into an input) name the written view there.
+type Op struct {
+	ID     int
+	Kind   Kind
+	Label  string // a finer name for summaries: "rope", "silu_mul", "residual_add"
+	Node   string // FX node that produced it (the last one fused in)
+	Target string // its ATen target
+	Source string // model source line
+	In     []View
+	Out    View
+	Attr   Attrs
+}
+
+// Attrs holds the per-kind parameters of an op.
+type Attrs struct {
+	Expr      *Expr   // Elementwise
+	Reduce    string  // Reduce: sum mean amax amin argmax
+	Dims      int     // Reduce: number of trailing dims reduced
+	Eps       float64 // RMSNorm
+	Scale     float64 // Attention softmax scale
+	Causal    bool    // Attention with implicit causal mask
+	Groups    int64   // Attention: query heads per KV head
+	HasMask   bool    // Attention: In[3] is an additive or boolean mask
+	Residual  bool    // Linear: In[2] is added to the product
+	HasWeight bool    // RMSNorm: In[1] is the weight
+	Dim       int     // Cat, KVWrite, Gather: the dimension
+}
+
+// Graph is a lowered program: ops in a valid sequential order.
+type Graph struct {
+	Buffers []*Buffer
+	Ops     []*Op
+	Inputs  []*Buffer // graph inputs by index
+	// Outputs are the views Python receives, in graph output order.
+	Outputs []View
+}
+
+// NewBuffer appends a buffer to g.
+func (g *Graph) NewBuffer(name string, kind BufKind, dt DType, numel int64) *Buffer {
+	b := &Buffer{ID: len(g.Buffers), Name: name, Kind: kind, DType: dt, Numel: numel}
+	g.Buffers = append(g.Buffers, b)
+	return b
+}
+
+// NewTemp allocates a contiguous temporary of the given shape and returns a view of it.
+func (g *Graph) NewTemp(name string, dt DType, shape []int64) View {
+	b := g.NewBuffer(name, Temp, dt, Numel(shape))
+	return View{Buf: b, Shape: append([]int64(nil), shape...), Strides: ContiguousStrides(shape)}
+}
+
+// Renumber gives ops and buffers dense ids in slice order.
+func (g *Graph) Renumber() {
+	for i, op := range g.Ops {
+		op.ID = i
+	}
+	for i, b := range g.Buffers {
+		b.ID = i
+	}
+}
+
+// Dump prints the graph, one op a line, for debugging and golden files.
+func (g *Graph) Dump() string {
+	var sb strings.Builder
+	for _, op := range g.Ops {
+		fmt.Fprintf(&sb, "%3d %-11s %-12s out=%v in=[", op.ID, op.Kind, op.Label, op.Out)
+		for i, v := range op.In {
+			if i > 0 {
+				sb.WriteString(" ")
+			}
+			sb.WriteString(v.String())
+		}
+		sb.WriteString("]")
+		if op.Attr.Expr != nil {
+			sb.WriteString(" expr=" + op.Attr.Expr.String())
+		}
+		sb.WriteString("\n")
+	}
+	return sb.String()
+}

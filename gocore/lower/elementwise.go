@@ -1,0 +1,172 @@
+package lower
+
+import "mpk/gocore/ir"
+
+// ewSpec lowers one elementwise ATen op: operands are the positional
+// arguments (tensor or scalar) that feed the expression; build combines them.
+// The result is always rounded to the node's traced dtype, as eager does.
+type ewSpec struct {
+	operands []int
+	build    func(l *lowerer, x []*ir.Expr) *ir.Expr
+}
+
+func unary(op ir.ExprOp) ewSpec {
+	return ewSpec{[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(op, x[0]) }}
+}
+
+func binary(op ir.ExprOp) ewSpec {
+	return ewSpec{[]int{0, 1}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(op, x[0], x[1]) }}
+}
+
+// withAlpha builds a op alpha*b for add/sub.
+func withAlpha(op ir.ExprOp) ewSpec {
+	return ewSpec{[]int{0, 1}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		b := x[1]
+		if alpha := l.floatArg(-1, "alpha", 1); alpha != 1 {
+			b = ir.Apply(ir.EMul, b, ir.Const(alpha))
+		}
+		return ir.Apply(op, x[0], b)
+	}}
+}
+
+// constant builds a tensor filled from a scalar argument.
+func constant(arg int, name string, def float64) ewSpec {
+	return ewSpec{nil, func(l *lowerer, _ []*ir.Expr) *ir.Expr { return ir.Const(l.floatArg(arg, name, def)) }}
+}
+
+var elementwiseOps = map[string]ewSpec{
+	"add.Tensor":          withAlpha(ir.EAdd),
+	"add.Scalar":          withAlpha(ir.EAdd),
+	"sub.Tensor":          withAlpha(ir.ESub),
+	"sub.Scalar":          withAlpha(ir.ESub),
+	"rsub.Scalar":         {[]int{1, 0}, func(l *lowerer, x []*ir.Expr) *ir.Expr { return withAlpha(ir.ESub).build(l, x) }},
+	"rsub.Tensor":         {[]int{1, 0}, func(l *lowerer, x []*ir.Expr) *ir.Expr { return withAlpha(ir.ESub).build(l, x) }},
+	"mul.Tensor":          binary(ir.EMul),
+	"mul.Scalar":          binary(ir.EMul),
+	"div.Tensor":          binary(ir.EDiv),
+	"div.Scalar":          binary(ir.EDiv),
+	"pow.Tensor_Scalar":   binary(ir.EPow),
+	"pow.Tensor_Tensor":   binary(ir.EPow),
+	"pow.Scalar":          binary(ir.EPow),
+	"maximum.default":     binary(ir.EMax),
+	"minimum.default":     binary(ir.EMin),
+	"lt.Tensor":           binary(ir.ELt),
+	"lt.Scalar":           binary(ir.ELt),
+	"le.Tensor":           binary(ir.ELe),
+	"le.Scalar":           binary(ir.ELe),
+	"gt.Tensor":           binary(ir.EGt),
+	"gt.Scalar":           binary(ir.EGt),
+	"ge.Tensor":           binary(ir.EGe),
+	"ge.Scalar":           binary(ir.EGe),
+	"eq.Tensor":           binary(ir.EEq),
+	"eq.Scalar":           binary(ir.EEq),
+	"ne.Tensor":           binary(ir.ENe),
+	"ne.Scalar":           binary(ir.ENe),
+	"bitwise_and.Tensor":  binary(ir.EAnd),
+	"bitwise_and.Scalar":  binary(ir.EAnd),
+	"logical_and.default": binary(ir.EAnd),
+	"bitwise_or.Tensor":   binary(ir.EOr),
+	"bitwise_or.Scalar":   binary(ir.EOr),
+	"logical_or.default":  binary(ir.EOr),
+	"bitwise_not.default": unary(ir.ENot),
+	"logical_not.default": unary(ir.ENot),
+	"neg.default":         unary(ir.ENeg),
+	"exp.default":         unary(ir.EExp),
+	"log.default":         unary(ir.ELog),
+	"sqrt.default":        unary(ir.ESqrt),
+	"rsqrt.default":       unary(ir.ERsqrt),
+	"sin.default":         unary(ir.ESin),
+	"cos.default":         unary(ir.ECos),
+	"tanh.default":        unary(ir.ETanh),
+	"sigmoid.default":     unary(ir.ESigmoid),
+	"silu.default":        unary(ir.ESilu),
+	"relu.default":        unary(ir.ERelu),
+	"abs.default":         unary(ir.EAbs),
+	"reciprocal.default":  unary(ir.ERecip),
+	"erf.default":         unary(ir.EErf),
+	"isnan.default":       unary(ir.EIsNaN),
+	"gelu.default": {[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		if a := l.arg(-1, "approximate"); a != nil && a.S == "tanh" {
+			return ir.Apply(ir.EGeluTanh, x[0])
+		}
+		return ir.Apply(ir.EGelu, x[0])
+	}},
+	"where.self":         {[]int{0, 1, 2}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(ir.EWhere, x...) }},
+	"where.Scalar":       {[]int{0, 1, 2}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(ir.EWhere, x...) }},
+	"where.ScalarSelf":   {[]int{0, 1, 2}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(ir.EWhere, x...) }},
+	"where.ScalarOther":  {[]int{0, 1, 2}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(ir.EWhere, x...) }},
+	"masked_fill.Scalar": {[]int{1, 2, 0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(ir.EWhere, x...) }},
+	"masked_fill.Tensor": {[]int{1, 2, 0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(ir.EWhere, x...) }},
+	"clamp.default": {[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		e := x[0]
+		if a := l.arg(1, "min"); !l.isNone(a) {
+			e = ir.Apply(ir.EMax, e, ir.Const(l.floatArg(1, "min", 0)))
+		}
+		if a := l.arg(2, "max"); !l.isNone(a) {
+			e = ir.Apply(ir.EMin, e, ir.Const(l.floatArg(2, "max", 0)))
+		}
+		return e
+	}},
+	"_to_copy.default":      unary(ir.ECast), // the cast itself is the final rounding
+	"copy.default":          {[]int{1}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return x[0] }},
+	"fill.Scalar":           constant(1, "value", 0),
+	"scalar_tensor.default": constant(0, "s", 0),
+	"full.default":          constant(1, "fill_value", 0),
+	"full_like.default":     constant(1, "fill_value", 0),
+	"new_full.default":      constant(2, "fill_value", 0),
+	"zeros.default":         constant(-1, "", 0),
+	"zeros_like.default":    constant(-1, "", 0),
+	"new_zeros.default":     constant(-1, "", 0),
+	"ones.default":          constant(-1, "", 1),
+	"ones_like.default":     constant(-1, "", 1),
+	"new_ones.default":      constant(-1, "", 1),
+	"arange.default":        {nil, func(l *lowerer, _ []*ir.Expr) *ir.Expr { return ir.Index(0) }},
+	"arange.start": {nil, func(l *lowerer, _ []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.EAdd, ir.Const(l.floatArg(0, "start", 0)), ir.Index(0))
+	}},
+	"arange.start_step": {nil, func(l *lowerer, _ []*ir.Expr) *ir.Expr {
+		step := ir.Apply(ir.EMul, ir.Index(0), ir.Const(l.floatArg(2, "step", 1)))
+		return ir.Apply(ir.EAdd, ir.Const(l.floatArg(0, "start", 0)), step)
+	}},
+}
+
+// elementwise lowers the current node through spec into an Elementwise op.
+func (l *lowerer) elementwise(spec ewSpec) {
+	dt := l.outDType(0)
+	shape := l.outShape(0)
+	var ins []ir.View
+	args := make([]*ir.Expr, len(spec.operands))
+	for k, pos := range spec.operands {
+		a := l.arg(pos, "")
+		if a == nil {
+			l.failf("missing operand %d", pos)
+		}
+		switch a.K {
+		case "node":
+			ins = append(ins, broadcast(l, l.tensor(*a), shape))
+			args[k] = ir.Load(len(ins) - 1)
+		case "int":
+			args[k] = ir.Const(float64(a.I))
+		case "float":
+			args[k] = ir.Const(a.Float())
+		case "bool":
+			args[k] = ir.Const(boolf(a.B))
+		default:
+			l.failf("operand %d is a %s, want a tensor or a number", pos, a.K)
+		}
+	}
+	e := ir.Cast(dt, spec.build(l, args))
+	if e.Args[0].Op == ir.ECast { // _to_copy: one cast is enough
+		e = ir.Cast(dt, e.Args[0].Args[0])
+	}
+	out := l.temp(dt, shape)
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: ins, Out: out, Attr: ir.Attrs{Expr: e}})
+	l.set(&out)
+}
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,85 @@
+package lower
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mpk/gocore/ir"
+	"mpk/gocore/wire"
+)
+
+// loadRequest reads a request recorded from a real HF model by the Python exporter.
+func loadRequest(t testing.TB, name string) *wire.Request {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", name))
+	if err != nil {
+		t.Skipf("fixture %s: %v", name, err)
+	}
+	req, err := wire.DecodeRequest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func countKinds(g *ir.Graph) map[string]int {
+	m := map[string]int{}
+	for _, op := range g.Ops {
+		m[op.Label]++
+	}
+	return m
+}
+
+func TestLowerRealModels(t *testing.T) {
+	cases := []struct {
+		file   string
+		layers int
+	}{
+		{"tiny-llama-decode.json", 2},
+		{"tiny-llama-prefill16.json", 2},
+		{"tiny-qwen3-decode.json", 2},
+		{"tiny-qwen3-prefill16.json", 2},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			req := loadRequest(t, c.file)
+			g, err := Lower(&req.Graph)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if testing.Verbose() {
+				t.Log("\n" + g.Dump())
+			}
+			k := countKinds(g)
+			qwen := strings.Contains(c.file, "qwen3")
+			norms := 2*c.layers + 1
+			if qwen {
+				norms += 2 * c.layers // q_norm and k_norm
+			}
+			want := map[string]int{
+				"rmsnorm":         norms,
+				"rope":            2 * c.layers,
+				"attention":       c.layers,
+				"kv_write":        2 * c.layers,
+				"silu_mul":        c.layers,
+				"linear+residual": 2 * c.layers,
+				"embedding":       1,
+			}
+			for label, n := range want {
+				if k[label] != n {
+					t.Errorf("%s: %d ops, want %d (all: %v)", label, k[label], n, k)
+				}
+			}
+			for _, op := range g.Ops {
+				if op.Kind == ir.Copy && op.Out.Buf.Kind == ir.Temp {
+					t.Errorf("a copy into a temporary survived: op %d %v <- %v", op.ID, op.Out, op.In[0])
+				}
+				if op.Kind == ir.Attention && op.Attr.Groups != 2 {
+					t.Errorf("attention op %d has %d groups, want 2 (GQA not recognised)", op.ID, op.Attr.Groups)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,321 @@
+package lower
+
+import (
+	"math"
+	"strings"
+
+	"mpk/gocore/ir"
+)
+
+// computeOps lower the ATen ops that are not elementwise and not views.
+var computeOps = map[string]func(l *lowerer){
+	"mm.default":              mmOp,
+	"bmm.default":             bmmOp,
+	"addmm.default":           addmmOp,
+	"mean.dim":                reduceOp("mean"),
+	"mean.default":            reduceOp("mean"),
+	"sum.dim_IntList":         reduceOp("sum"),
+	"sum.default":             reduceOp("sum"),
+	"amax.default":            reduceOp("amax"),
+	"amin.default":            reduceOp("amin"),
+	"argmax.default":          reduceOp("argmax"),
+	"_softmax.default":        softmaxOp,
+	"embedding.default":       embeddingOp,
+	"index.Tensor":            indexOp,
+	"cat.default":             catOp,
+	"index_copy.default":      indexCopyOp(false),
+	"index_copy_.default":     indexCopyOp(true),
+	"copy_.default":           copyInPlaceOp,
+	"clone.default":           cloneOp,
+	"lift_fresh_copy.default": cloneOp,
+	"contiguous.default":      cloneOp,
+}
+
+// matmul emits out[b] = a[b] @ bm[b] for 3-d views and returns the out view.
+func (l *lowerer) matmul(a, bm ir.View) ir.View {
+	if a.Rank() != 3 || bm.Rank() != 3 || a.Shape[2] != bm.Shape[1] || a.Shape[0] != bm.Shape[0] {
+		l.failf("matmul of %v by %v", a.Shape, bm.Shape)
+	}
+	if a.DType() != bm.DType() {
+		l.failf("matmul of %s by %s: mixed dtypes", a.DType(), bm.DType())
+	}
+	out := l.temp(a.DType(), []int64{a.Shape[0], a.Shape[1], bm.Shape[2]})
+	l.emit(&ir.Op{Kind: ir.Matmul, In: []ir.View{a, bm}, Out: out})
+	return out
+}
+
+// batch1 views a 2-d tensor as a batch of one.
+func batch1(v ir.View) ir.View {
+	return ir.View{Buf: v.Buf, Offset: v.Offset, Shape: append([]int64{1}, v.Shape...), Strides: append([]int64{0}, v.Strides...)}
+}
+
+func unbatch(v ir.View) ir.View {
+	return ir.View{Buf: v.Buf, Offset: v.Offset, Shape: v.Shape[1:], Strides: v.Strides[1:]}
+}
+
+func mmOp(l *lowerer) {
+	a, b := l.tensorArg(0, "self"), l.tensorArg(1, "mat2")
+	out := unbatch(l.matmul(batch1(a), batch1(b)))
+	l.set(&out)
+}
+
+func bmmOp(l *lowerer) {
+	out := l.matmul(l.tensorArg(0, "self"), l.tensorArg(1, "mat2"))
+	l.set(&out)
+}
+
+func addmmOp(l *lowerer) {
+	bias := l.tensorArg(0, "self")
+	prod := unbatch(l.matmul(batch1(l.tensorArg(1, "mat1")), batch1(l.tensorArg(2, "mat2"))))
+	beta, alpha := l.floatArg(-1, "beta", 1), l.floatArg(-1, "alpha", 1)
+	dt := l.outDType(0)
+	out := l.temp(dt, prod.Shape)
+	e := ir.Apply(ir.EAdd, ir.Apply(ir.EMul, ir.Load(0), ir.Const(beta)), ir.Apply(ir.EMul, ir.Load(1), ir.Const(alpha)))
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{broadcast(l, bias, prod.Shape), prod}, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, e)}})
+	l.set(&out)
+}
+
+// reduceOp lowers reductions over a set of dims: the input is permuted so the
+// reduced dims trail, and the result is viewed back with keepdim if asked.
+func reduceOp(kind string) func(l *lowerer) {
+	return func(l *lowerer) {
+		x := l.tensorArg(0, "self")
+		var dims []int64
+		keep := false
+		if kind == "argmax" {
+			if a := l.arg(1, "dim"); !l.isNone(a) {
+				dims = []int64{l.intArg(1, "dim", 0)}
+			}
+			keep = l.boolArg(2, "keepdim", false)
+		} else if strings.HasPrefix(l.node.Target, "aten.sum.default") || strings.HasPrefix(l.node.Target, "aten.mean.default") {
+		} else {
+			dims = l.intsArg(1, "dim")
+			keep = l.boolArg(2, "keepdim", false)
+		}
+		v := l.reduce(kind, x, dims, l.outDType(0), keep)
+		l.set(&v)
+	}
+}
+
+func (l *lowerer) reduce(kind string, x ir.View, dims []int64, dt ir.DType, keep bool) ir.View {
+	red := make([]bool, x.Rank())
+	if len(dims) == 0 {
+		for i := range red {
+			red[i] = true
+		}
+	}
+	for _, d := range dims {
+		red[wrapDim(l, d, x.Rank())] = true
+	}
+	var perm []int
+	var keptShape, keepShape []int64
+	for d := range red {
+		if !red[d] {
+			perm = append(perm, d)
+			keptShape = append(keptShape, x.Shape[d])
+			keepShape = append(keepShape, x.Shape[d])
+		} else {
+			keepShape = append(keepShape, 1)
+		}
+	}
+	nred := 0
+	for d := range red {
+		if red[d] {
+			perm = append(perm, d)
+			nred++
+		}
+	}
+	in := x
+	if x.Rank() > 0 {
+		in = permute(x, perm)
+	}
+	out := l.temp(dt, keptShape)
+	l.emit(&ir.Op{Kind: ir.Reduce, In: []ir.View{in}, Out: out, Attr: ir.Attrs{Reduce: kind, Dims: nred}})
+	if keep {
+		return ir.View{Buf: out.Buf, Shape: keepShape, Strides: ir.ContiguousStrides(keepShape)}
+	}
+	return out
+}
+
+// softmaxOp decomposes softmax into max, exp, sum and divide ops.
+func softmaxOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	d := wrapDim(l, l.intArg(1, "dim", -1), x.Rank())
+	dt := l.outDType(0)
+	mx := l.reduce("amax", x, []int64{int64(d)}, ir.F32, true)
+	e := l.temp(ir.F32, x.Shape)
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{x, broadcast(l, mx, x.Shape)}, Out: e,
+		Attr: ir.Attrs{Expr: ir.Cast(ir.F32, ir.Apply(ir.EExp, ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))))}})
+	s := l.reduce("sum", e, []int64{int64(d)}, ir.F32, true)
+	out := l.temp(dt, x.Shape)
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{e, broadcast(l, s, x.Shape)}, Out: out,
+		Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Apply(ir.EDiv, ir.Load(0), ir.Load(1)))}})
+	l.set(&out)
+}
+
+func embeddingOp(l *lowerer) {
+	w, idx := l.tensorArg(0, "weight"), l.tensorArg(1, "indices")
+	if w.Rank() != 2 {
+		l.failf("embedding table must be 2-d, got %v", w.Shape)
+	}
+	out := l.temp(w.DType(), append(append([]int64{}, idx.Shape...), w.Shape[1]))
+	l.emit(&ir.Op{Kind: ir.Embedding, In: []ir.View{w, idx}, Out: out})
+	l.set(&out)
+}
+
+// indexOp lowers x[..., idx, ...] with one index tensor (the others None).
+func indexOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	a := l.arg(1, "indices")
+	if a == nil || a.K != "list" {
+		l.failf("index needs a list of indices")
+	}
+	dim := -1
+	var idx ir.View
+	for i, e := range a.List {
+		if e.K == "none" {
+			continue
+		}
+		if dim >= 0 {
+			l.unsupported("advanced indexing with more than one index tensor")
+		}
+		dim, idx = i, l.tensor(e)
+	}
+	if dim < 0 {
+		v := x.Clone()
+		l.set(&v)
+		return
+	}
+	if idx.DType() == ir.Bool {
+		l.unsupported("indexing with a boolean mask (its result shape depends on the data)")
+	}
+	shape := append(append(append([]int64{}, x.Shape[:dim]...), idx.Shape...), x.Shape[dim+1:]...)
+	out := l.temp(x.DType(), shape)
+	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{x, idx}, Out: out, Attr: ir.Attrs{Dim: dim}})
+	l.set(&out)
+}
+
+func catOp(l *lowerer) {
+	a := l.arg(0, "tensors")
+	if a == nil || a.K != "list" {
+		l.failf("cat needs a list of tensors")
+	}
+	shape := l.outShape(0)
+	dim := wrapDim(l, l.intArg(1, "dim", 0), len(shape))
+	var ins []ir.View
+	for _, e := range a.List {
+		v := l.tensor(e)
+		if v.Rank() == 1 && v.Shape[0] == 0 && len(shape) != 1 {
+			continue // legacy empty tensor
+		}
+		if v.Rank() != len(shape) {
+			l.failf("cat of a %d-d tensor into %d-d", v.Rank(), len(shape))
+		}
+		ins = append(ins, v)
+	}
+	out := l.temp(l.outDType(0), shape)
+	l.emit(&ir.Op{Kind: ir.Cat, In: ins, Out: out, Attr: ir.Attrs{Dim: dim}})
+	l.set(&out)
+}
+
+// indexCopyOp lowers index_copy: the functional form copies self into a
+// fresh buffer and writes the rows there; the inplace pass later makes that
+// buffer the cache itself when the graph copies the result back.
+func indexCopyOp(inPlace bool) func(l *lowerer) {
+	return func(l *lowerer) {
+		self := l.tensorArg(0, "self")
+		dim := wrapDim(l, l.intArg(1, "dim", 0), self.Rank())
+		idx, src := l.tensorArg(2, "index"), l.tensorArg(3, "source")
+		if idx.Rank() > 1 {
+			l.failf("index_copy index must be 0-d or 1-d, got %v", idx.Shape)
+		}
+		dst := self
+		if !inPlace {
+			dst = l.temp(self.DType(), self.Shape)
+			l.emit(&ir.Op{Kind: ir.Copy, In: []ir.View{self}, Out: dst})
+		}
+		if idx.Rank() == 0 {
+			idx = ir.View{Buf: idx.Buf, Offset: idx.Offset, Shape: []int64{1}, Strides: []int64{1}}
+			src = ir.View{Buf: src.Buf, Offset: src.Offset,
+				Shape:   append(append(append([]int64{}, src.Shape[:dim]...), 1), src.Shape[dim:]...),
+				Strides: append(append(append([]int64{}, src.Strides[:dim]...), 0), src.Strides[dim:]...)}
+		}
+		if src.Rank() != dst.Rank() || src.Shape[dim] != idx.Shape[0] {
+			l.failf("index_copy of source %v with %d indices into %v along dim %d", src.Shape, idx.Shape[0], dst.Shape, dim)
+		}
+		l.emit(&ir.Op{Kind: ir.KVWrite, In: []ir.View{idx, src}, Out: dst, Attr: ir.Attrs{Dim: dim}})
+		v := dst.Clone()
+		l.set(&v)
+	}
+}
+
+func copyInPlaceOp(l *lowerer) {
+	dst, src := l.tensorArg(0, "self"), l.tensorArg(1, "src")
+	if dst.Buf.Kind == ir.Input && dst.Buf.Param {
+		l.failf("the graph writes into parameter %s", dst.Buf.Name)
+	}
+	l.emit(&ir.Op{Kind: ir.Copy, In: []ir.View{broadcast(l, src, dst.Shape)}, Out: dst})
+	v := dst.Clone()
+	l.set(&v)
+}
+
+func cloneOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	out := l.temp(x.DType(), x.Shape)
+	l.emit(&ir.Op{Kind: ir.Copy, In: []ir.View{x}, Out: out})
+	l.set(&out)
+}
+
+func isAttention(name string) bool {
+	return strings.Contains(name, "scaled_dot_product") && strings.Contains(name, "attention")
+}
+
+// attention lowers every SDPA variant: q, k, v come first; the mask is the
+// attn_mask keyword or, for the cuDNN/efficient variants, the 4th positional.
+func (l *lowerer) attention(name string) {
+	q, k, v := l.tensorArg(0, "query"), l.tensorArg(1, "key"), l.tensorArg(2, "value")
+	var mask *ir.View
+	causal := false
+	dropout := 0.0
+	pos := func(n string) int { return -1 }
+	switch {
+	case strings.HasPrefix(name, "scaled_dot_product_attention"):
+		pos = func(n string) int { return map[string]int{"attn_mask": 3, "dropout_p": 4, "is_causal": 5}[n] }
+	case strings.Contains(name, "cudnn") || strings.Contains(name, "efficient"):
+		pos = func(n string) int { return map[string]int{"attn_mask": 3, "dropout_p": 5, "is_causal": 6}[n] }
+	case strings.Contains(name, "flash"):
+		pos = func(n string) int { return map[string]int{"attn_mask": -1, "dropout_p": 3, "is_causal": 4}[n] }
+	}
+	mname := "attn_mask"
+	if _, ok := l.node.Kwargs["attn_bias"]; ok {
+		mname = "attn_bias"
+	}
+	if a := l.arg(pos("attn_mask"), mname); !l.isNone(a) {
+		m := l.tensor(*a)
+		mask = &m
+	}
+	dropout = l.floatArg(pos("dropout_p"), "dropout_p", 0)
+	causal = l.boolArg(pos("is_causal"), "is_causal", false)
+	if dropout != 0 {
+		l.unsupported("attention with dropout")
+	}
+	if q.Rank() != 4 || k.Rank() != 4 || v.Rank() != 4 {
+		l.unsupported("attention on tensors that are not [batch, heads, seq, dim]")
+	}
+	B, H, Sq, D := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
+	Hkv, Skv := k.Shape[1], k.Shape[2]
+	if k.Shape[0] != B || v.Shape[0] != B || v.Shape[1] != Hkv || v.Shape[2] != Skv || k.Shape[3] != D || H%Hkv != 0 {
+		l.failf("attention shapes q%v k%v v%v do not match", q.Shape, k.Shape, v.Shape)
+	}
+	scale := l.floatArg(-1, "scale", 1/math.Sqrt(float64(D)))
+	out := l.temp(q.DType(), []int64{B, H, Sq, v.Shape[3]})
+	ins := []ir.View{q, k, v}
+	if mask != nil {
+		ins = append(ins, broadcast(l, *mask, []int64{B, H, Sq, Skv}))
+	}
+	l.emit(&ir.Op{Kind: ir.Attention, In: ins, Out: out,
+		Attr: ir.Attrs{Scale: scale, Causal: causal, Groups: H / Hkv, HasMask: mask != nil}})
+	vals := make([]*ir.View, len(l.outs))
+	vals[0] = &out
+	l.env[l.node.Name] = value(vals)
+}

@@ -1,0 +1,173 @@
+package lower
+
+import (
+	"mpk/gocore/ir"
+)
+
+// Rewrite runs the op-graph rewrite passes in order. Each pass is one file.
+func Rewrite(g *ir.Graph) {
+	for _, p := range rewrites {
+		p.fn(g)
+		g.Renumber()
+	}
+}
+
+// rewrites is the pass table of the op graph; the order matters: aliasing
+// must see the copies lowering made, fusion must see aliased buffers, and the
+// pattern passes match fused expressions.
+var rewrites = []struct {
+	name string
+	fn   func(*ir.Graph)
+}{
+	{"dce", deadCode},
+	{"inplace", inPlace},
+	{"gqa", groupedQueryAttention},
+	{"fold_copies", foldCopies},
+	{"fuse_elementwise", fuseElementwise},
+	{"rmsnorm", rmsNorm},
+	{"rope", rope},
+	{"linear", linear},
+	{"fuse_residual", fuseResidual},
+	{"dce", deadCode},
+	{"bind_outputs", bindOutputs},
+	{"label", label},
+}
+
+// uses indexes which ops read and write each buffer.
+type uses struct {
+	readers map[*ir.Buffer][]*ir.Op
+	writers map[*ir.Buffer][]*ir.Op
+	outputs map[*ir.Buffer]bool
+}
+
+func analyze(g *ir.Graph) uses {
+	u := uses{readers: map[*ir.Buffer][]*ir.Op{}, writers: map[*ir.Buffer][]*ir.Op{}, outputs: map[*ir.Buffer]bool{}}
+	for _, op := range g.Ops {
+		seen := map[*ir.Buffer]bool{}
+		for _, v := range op.In {
+			if !seen[v.Buf] {
+				u.readers[v.Buf] = append(u.readers[v.Buf], op)
+				seen[v.Buf] = true
+			}
+		}
+		u.writers[op.Out.Buf] = append(u.writers[op.Out.Buf], op)
+	}
+	for _, v := range g.Outputs {
+		u.outputs[v.Buf] = true
+	}
+	return u
+}
+
+// onlyReader reports whether op is the single reader of b and b is no output.
+func (u uses) onlyReader(b *ir.Buffer, op *ir.Op) bool {
+	r := u.readers[b]
+	return len(r) == 1 && r[0] == op && !u.outputs[b]
+}
+
+// soleWriter returns the single op writing b with a whole-buffer output, or nil.
+func (u uses) soleWriter(b *ir.Buffer) *ir.Op {
+	w := u.writers[b]
+	if len(w) != 1 || !w[0].Out.IsWhole() {
+		return nil
+	}
+	return w[0]
+}
+
+// removeOps drops the ops in dead, keeping order.
+func removeOps(g *ir.Graph, dead map[*ir.Op]bool) {
+	if len(dead) == 0 {
+		return
+	}
+	out := g.Ops[:0]
+	for _, op := range g.Ops {
+		if !dead[op] {
+			out = append(out, op)
+		}
+	}
+	g.Ops = out
+}
+
+// sameLayout reports whether two views address the same elements in the same order.
+func sameLayout(a, b ir.View) bool {
+	if a.Buf != b.Buf || a.Offset != b.Offset || len(a.Shape) != len(b.Shape) {
+		return false
+	}
+	for i := range a.Shape {
+		if a.Shape[i] != b.Shape[i] || (a.Shape[i] != 1 && a.Strides[i] != b.Strides[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// deadCode removes ops whose results nothing needs. Writes into graph inputs
+// (the KV cache, counters) are always needed.
+func deadCode(g *ir.Graph) {
+	needed := map[*ir.Buffer]bool{}
+	for _, v := range g.Outputs {
+		needed[v.Buf] = true
+	}
+	live := map[*ir.Op]bool{}
+	for i := len(g.Ops) - 1; i >= 0; i-- {
+		op := g.Ops[i]
+		if op.Out.Buf.Kind == ir.Input || needed[op.Out.Buf] {
+			live[op] = true
+			for _, v := range op.In {
+				needed[v.Buf] = true
+			}
+		}
+	}
+	// A buffer is needed as a whole: every writer of a needed buffer lives.
+	for changed := true; changed; {
+		changed = false
+		for i := len(g.Ops) - 1; i >= 0; i-- {
+			op := g.Ops[i]
+			if !live[op] && needed[op.Out.Buf] {
+				live[op] = true
+				changed = true
+				for _, v := range op.In {
+					needed[v.Buf] = true
+				}
+			}
+		}
+	}
+	dead := map[*ir.Op]bool{}
+	for _, op := range g.Ops {
+		if !live[op] {
+			dead[op] = true
+		}
+	}
+	removeOps(g, dead)
+}
+
+// touches reports whether op reads or writes b.
+func touches(op *ir.Op, b *ir.Buffer) bool {
+	if op.Out.Buf == b {
+		return true
+	}
+	for _, v := range op.In {
+		if v.Buf == b {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceBuffer points every view of from at to.
+func replaceBuffer(g *ir.Graph, from, to *ir.Buffer) {
+	for _, op := range g.Ops {
+		for i := range op.In {
+			if op.In[i].Buf == from {
+				op.In[i].Buf = to
+			}
+		}
+		if op.Out.Buf == from {
+			op.Out.Buf = to
+		}
+	}
+	for i := range g.Outputs {
+		if g.Outputs[i].Buf == from {
+			g.Outputs[i].Buf = to
+		}
+	}
+}

@@ -1,0 +1,251 @@
+// Package wire defines the bytes that cross the boundary between the Python
+// front end and the Go core. Wire types stay separate from the compiler's IR;
+// package lower converts them in one place.
+//
+// # Request (Python → Go)
+//
+// A compile request is one JSON document, zstd-compressed (a frame starting
+// with the zstd magic 28 B5 2F FD); an uncompressed document starting with '{'
+// is also accepted, for debugging. Its shape, version 1:
+//
+//	{"version": 1,
+//	 "options": {"target": "reference"|"cuda", "num_workers": 132, "seed": 0,
+//	             "skip_validate": false, "drop_dependency": false, "check_ir": false},
+//	 "graph": {
+//	   "inputs":  [{"name": "arg0_1", "kind": "param"|"buffer"|"input",
+//	                "meta": Meta}],
+//	   "nodes":   [{"name": "mm", "target": "aten.mm.default",
+//	                "args": [Arg], "kwargs": {"name": Arg},
+//	                "outs": [Meta|null], "source": "model.py:12  x = self.proj(h)"}],
+//	   "outputs": [Arg]}}
+//
+// Meta describes one tensor: {"dtype": "float32", "shape": [1, 64],
+// "strides": [64, 1], "offset": 0}. Strides and offset count elements.
+// dtype is one of float32 bfloat16 float16 float64 int64 int32 int16 int8
+// uint8 bool.
+//
+// Arg is a tagged value:
+//
+//	{"k": "node", "node": "mm", "index": 0}   output `index` of node or input `node`
+//	{"k": "int", "i": 3}    {"k": "float", "f": 0.5}   {"k": "bool", "b": true}
+//	{"k": "float", "s": "inf"|"-inf"|"nan"}   non-finite floats (JSON has none)
+//	{"k": "none"}           {"k": "str", "s": "..."}   {"k": "dtype", "s": "float32"}
+//	{"k": "list", "list": [Arg, ...]}
+//
+// Python resolves operator.getitem nodes into node Args with an index, so no
+// getitem node ever appears. In-place writes to inputs (the KV cache, the
+// cache's position counter) appear as aten.copy_.default nodes whose first
+// argument is the input.
+//
+// # Results (Go → Python)
+//
+// Every entry point answers with uncompressed JSON: a Result. On failure
+// "ok" is false and "error" says what went wrong and where.
+package wire
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+
+	json "github.com/goccy/go-json"
+	"github.com/klauspost/compress/zstd"
+)
+
+// Version is the only request version this core understands.
+const Version = 1
+
+// MaxRequestBytes bounds the decompressed size of a request.
+const MaxRequestBytes = 1 << 30
+
+type Request struct {
+	Version int     `json:"version"`
+	Options Options `json:"options"`
+	Graph   Graph   `json:"graph"`
+}
+
+type Options struct {
+	Target         string `json:"target"`
+	NumWorkers     int    `json:"num_workers"`
+	Seed           int64  `json:"seed"`
+	SkipValidate   bool   `json:"skip_validate"`
+	DropDependency bool   `json:"drop_dependency"`
+	CheckIR        bool   `json:"check_ir"`
+}
+
+type Graph struct {
+	Inputs  []Input `json:"inputs"`
+	Nodes   []Node  `json:"nodes"`
+	Outputs []Arg   `json:"outputs"`
+}
+
+type Input struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	Meta Meta   `json:"meta"`
+}
+
+type Node struct {
+	Name   string         `json:"name"`
+	Target string         `json:"target"`
+	Args   []Arg          `json:"args"`
+	Kwargs map[string]Arg `json:"kwargs"`
+	Outs   []*Meta        `json:"outs"`
+	Source string         `json:"source"`
+}
+
+type Meta struct {
+	DType   string  `json:"dtype"`
+	Shape   []int64 `json:"shape"`
+	Strides []int64 `json:"strides"`
+	Offset  int64   `json:"offset"`
+}
+
+type Arg struct {
+	K     string  `json:"k"`
+	Node  string  `json:"node,omitempty"`
+	Index int     `json:"index,omitempty"`
+	I     int64   `json:"i,omitempty"`
+	F     float64 `json:"f,omitempty"`
+	B     bool    `json:"b,omitempty"`
+	S     string  `json:"s,omitempty"`
+	List  []Arg   `json:"list,omitempty"`
+}
+
+// Float is the value of a float Arg, non-finite ones included.
+func (a Arg) Float() float64 {
+	switch a.S {
+	case "inf":
+		return math.Inf(1)
+	case "-inf":
+		return math.Inf(-1)
+	case "nan":
+		return math.NaN()
+	}
+	return a.F
+}
+
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// DecodeRequest decompresses and parses a request, rejecting unknown versions.
+func DecodeRequest(data []byte) (*Request, error) {
+	raw := data
+	if bytes.HasPrefix(data, zstdMagic) {
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderMaxMemory(MaxRequestBytes), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, err
+		}
+		defer dec.Close()
+		raw, err = dec.DecodeAll(data, nil)
+		if err != nil {
+			return nil, fmt.Errorf("wire: corrupt zstd request: %v", err)
+		}
+	} else if len(bytes.TrimSpace(data)) == 0 || bytes.TrimSpace(data)[0] != '{' {
+		return nil, fmt.Errorf("wire: request is neither zstd nor JSON (%d bytes)", len(data))
+	}
+	var probe struct {
+		Version *int `json:"version"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("wire: malformed request JSON: %v", err)
+	}
+	if probe.Version == nil {
+		return nil, fmt.Errorf("wire: request has no version")
+	}
+	if *probe.Version != Version {
+		return nil, fmt.Errorf("wire: request version %d is not supported (this core reads version %d)", *probe.Version, Version)
+	}
+	req := &Request{}
+	if err := json.Unmarshal(raw, req); err != nil {
+		return nil, fmt.Errorf("wire: malformed request JSON: %v", err)
+	}
+	return req, nil
+}
+
+// EncodeRequest is the inverse of DecodeRequest; Go tests use it to build requests.
+func EncodeRequest(req *Request) ([]byte, error) {
+	raw, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, err
+	}
+	defer enc.Close()
+	return enc.EncodeAll(raw, nil), nil
+}
+
+// Error is a failure a user reads: what, which rule or op, and where in the model.
+type Error struct {
+	Kind    string `json:"kind"` // "unsupported_op", "invalid_graph", "validation", "bad_request", "runtime", "internal"
+	Message string `json:"message"`
+	Op      string `json:"op,omitempty"`
+	Node    string `json:"node,omitempty"`
+	Source  string `json:"source,omitempty"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+func (e *Error) Error() string {
+	s := e.Message
+	if e.Node != "" {
+		s += fmt.Sprintf("\n  at node %s (%s)", e.Node, e.Op)
+	}
+	if e.Source != "" {
+		s += "\n  model line: " + e.Source
+	}
+	if e.Hint != "" {
+		s += "\n  hint: " + e.Hint
+	}
+	return s
+}
+
+// OutputSpec tells Python how to materialise one graph output: a fresh tensor
+// it allocates ("new"), or a view of one of the call's inputs ("input").
+type OutputSpec struct {
+	Kind    string  `json:"kind"`
+	Input   int     `json:"input,omitempty"`
+	DType   string  `json:"dtype"`
+	Shape   []int64 `json:"shape"`
+	Strides []int64 `json:"strides"`
+	Offset  int64   `json:"offset"`
+}
+
+// PassTime is one compiler pass and how long it took.
+type PassTime struct {
+	Name string  `json:"name"`
+	Ms   float64 `json:"ms"`
+}
+
+// Summary is the task-graph summary a user can print.
+type Summary struct {
+	Ops        int            `json:"ops"`
+	Tasks      int            `json:"tasks"`
+	Events     int            `json:"events"`
+	Workers    int            `json:"workers"`
+	TasksByOp  map[string]int `json:"tasks_by_op"`
+	OpsByKind  map[string]int `json:"ops_by_kind"`
+	EmptyTasks int            `json:"empty_tasks"`
+	Passes     []PassTime     `json:"passes"`
+	CoreMs     float64        `json:"core_ms"`
+	Text       string         `json:"text"`
+}
+
+// CompileResult answers mpk_compile.
+type CompileResult struct {
+	OK      bool         `json:"ok"`
+	Handle  int64        `json:"handle,omitempty"`
+	Error   *Error       `json:"error,omitempty"`
+	Summary *Summary     `json:"summary,omitempty"`
+	Outputs []OutputSpec `json:"outputs,omitempty"`
+	// CUDA holds generated files by name (source, tables) for the cuda target.
+	CUDA map[string]string `json:"cuda,omitempty"`
+}
+
+// RunResult answers mpk_run_reference.
+type RunResult struct {
+	OK       bool    `json:"ok"`
+	Error    *Error  `json:"error,omitempty"`
+	Executed int     `json:"executed"`
+	Ms       float64 `json:"ms"`
+}
