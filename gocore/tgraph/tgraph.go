@@ -153,8 +153,8 @@ func Overlaps(a, b []Interval) bool {
 	return false
 }
 
-// Normalize sorts and merges intervals in place, dropping empty ones.
-func Normalize(ivs []Interval) []Interval {
+// NormalizeIntervals sorts and merges intervals in place, dropping empty ones.
+func NormalizeIntervals(ivs []Interval) []Interval {
 	out := ivs[:0]
 	sort.Slice(ivs, func(i, j int) bool { return ivs[i].Lo < ivs[j].Lo })
 	for _, iv := range ivs {

@@ -524,7 +524,7 @@ func (c *checker) outputs() *Error {
 		if !info.Output || info.Numel == 0 {
 			continue
 		}
-		ivs := tgraph.Normalize(cover[b])
+		ivs := tgraph.NormalizeIntervals(cover[b])
 		gap := tgraph.Interval{Lo: 0, Hi: info.Numel}
 		switch {
 		case len(ivs) == 0:

@@ -1,0 +1,287 @@
+// Package decompose splits each op of the op graph into tasks by output
+// tiles, records the element ranges every task reads and writes, and finds
+// the dependencies between tasks by region overlap.
+package decompose
+
+import (
+	"fmt"
+
+	"mpk/gocore/ir"
+	"mpk/gocore/tgraph"
+)
+
+// Decompose builds the tasks of g for the given worker count. Task counts per
+// op come from the op's size and the worker count, never from constants.
+func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
+	tg := &tgraph.Graph{Workers: workers}
+	for _, b := range g.Buffers {
+		tg.Buffers = append(tg.Buffers, tgraph.BufInfo{Name: b.Name, Numel: b.Numel, Output: b.Kind == ir.Output, Input: b.Kind == ir.Input})
+	}
+	for _, op := range g.Ops {
+		tg.OpNames = append(tg.OpNames, fmt.Sprintf("%s#%d (%s)", op.Label, op.ID, op.Node))
+		for _, box := range tiles(op, workers) {
+			t := &tgraph.Task{ID: len(tg.Tasks), Op: op.ID, Box: box, Wait: tgraph.None, Trigger: tgraph.None, Order: op.ID}
+			t.Reads, t.Writes = accesses(op, box)
+			tg.Tasks = append(tg.Tasks, t)
+		}
+	}
+	return tg
+}
+
+// ceilDiv is ⌈a/b⌉ for positive b.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// split cuts the full box of shape into parts near-equal chunks along dim,
+// keeping chunk sizes multiples of unit.
+func split(shape []int64, dim int, parts, unit int64) []tgraph.Box {
+	full := tgraph.Box{Lo: make([]int64, len(shape)), Hi: append([]int64(nil), shape...)}
+	if len(shape) == 0 || parts <= 1 || shape[dim] <= unit {
+		return []tgraph.Box{full}
+	}
+	units := ceilDiv(shape[dim], unit)
+	if parts > units {
+		parts = units
+	}
+	var out []tgraph.Box
+	for p := int64(0); p < parts; p++ {
+		lo, hi := p*units/parts*unit, (p+1)*units/parts*unit
+		if hi > shape[dim] {
+			hi = shape[dim]
+		}
+		if lo >= hi {
+			continue
+		}
+		b := tgraph.Box{Lo: append([]int64(nil), full.Lo...), Hi: append([]int64(nil), full.Hi...)}
+		b.Lo[dim], b.Hi[dim] = lo, hi
+		out = append(out, b)
+	}
+	return out
+}
+
+// largestDim returns the dim with the largest extent among dims (ties: first).
+func largestDim(shape []int64, dims []int) int {
+	best := dims[0]
+	for _, d := range dims {
+		if shape[d] > shape[best] {
+			best = d
+		}
+	}
+	return best
+}
+
+func allDims(n int) []int {
+	d := make([]int, n)
+	for i := range d {
+		d[i] = i
+	}
+	return d
+}
+
+// Elements per task below which splitting an elementwise-like op costs more
+// in synchronisation than it saves.
+const minElemsPerTask = 4096
+
+// tiles chooses the output tiles of op.
+func tiles(op *ir.Op, workers int) []tgraph.Box {
+	W := int64(workers)
+	out := op.Out.Shape
+	n := op.Out.Numel()
+	small := func(d int) int64 { // parts for a cheap op split along d
+		return min(W, out[d], max(1, n/minElemsPerTask))
+	}
+	switch op.Kind {
+	case ir.Linear: // [M, N]: every task streams N/parts weight rows
+		return split(out, 1, min(W, ceilDiv(out[1], 8)), 1)
+	case ir.Matmul: // [B, M, N]
+		d := largestDim(out, []int{0, 2})
+		return split(out, d, min(W, out[d]), 1)
+	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
+		G := op.Attr.Groups
+		return split(out, 1, min(W, out[1]/G), G)
+	case ir.RMSNorm, ir.RoPE: // the last dim stays whole
+		if len(out) < 2 {
+			return split(out, 0, 1, 1)
+		}
+		d := largestDim(out, allDims(len(out)-1))
+		return split(out, d, small(d), 1)
+	case ir.KVWrite: // iterate over the source rows
+		src := op.In[1].Shape
+		return split(src, largestDim(src, allDims(len(src))), 1, 1)
+	case ir.Cat:
+		var dims []int
+		for d := range out {
+			if d != op.Attr.Dim {
+				dims = append(dims, d)
+			}
+		}
+		if len(dims) == 0 {
+			return split(out, 0, 1, 1)
+		}
+		d := largestDim(out, dims)
+		return split(out, d, small(d), 1)
+	default: // elementwise, copy, reduce, embedding, gather
+		if len(out) == 0 {
+			return split(out, 0, 1, 1)
+		}
+		d := largestDim(out, allDims(len(out)))
+		return split(out, d, small(d), 1)
+	}
+}
+
+// fullBox covers a whole view.
+func fullBox(v ir.View) tgraph.Box {
+	return tgraph.Box{Lo: make([]int64, v.Rank()), Hi: append([]int64(nil), v.Shape...)}
+}
+
+// accesses returns what a task computing box of op reads and writes.
+func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
+	read := func(v ir.View, box tgraph.Box) {
+		reads = append(reads, tgraph.Access{Buf: v.Buf.ID, Ivs: Region(v, box)})
+	}
+	writeBox := b
+	switch op.Kind {
+	case ir.Elementwise, ir.Copy, ir.RMSNorm, ir.RoPE:
+		for _, v := range op.In {
+			read(v, b)
+		}
+	case ir.Reduce:
+		in := op.In[0]
+		box := tgraph.Box{Lo: append(append([]int64{}, b.Lo...), make([]int64, op.Attr.Dims)...),
+			Hi: append(append([]int64{}, b.Hi...), in.Shape[len(b.Hi):]...)}
+		read(in, box)
+	case ir.Linear:
+		x, w := op.In[0], op.In[1]
+		K := x.Shape[1]
+		read(x, tgraph.Box{Lo: []int64{b.Lo[0], 0}, Hi: []int64{b.Hi[0], K}})
+		read(w, tgraph.Box{Lo: []int64{b.Lo[1], 0}, Hi: []int64{b.Hi[1], K}})
+		if op.Attr.Residual {
+			read(op.In[2], b)
+		}
+	case ir.Matmul:
+		a, m := op.In[0], op.In[1]
+		K := a.Shape[2]
+		read(a, tgraph.Box{Lo: []int64{b.Lo[0], b.Lo[1], 0}, Hi: []int64{b.Hi[0], b.Hi[1], K}})
+		read(m, tgraph.Box{Lo: []int64{b.Lo[0], 0, b.Lo[2]}, Hi: []int64{b.Hi[0], K, b.Hi[2]}})
+	case ir.Attention:
+		G := op.Attr.Groups
+		read(op.In[0], b)
+		for _, kv := range op.In[1:3] {
+			read(kv, tgraph.Box{Lo: []int64{b.Lo[0], b.Lo[1] / G, 0, 0},
+				Hi: []int64{b.Hi[0], (b.Hi[1]-1)/G + 1, kv.Shape[2], kv.Shape[3]}})
+		}
+		if op.Attr.HasMask {
+			m := op.In[3]
+			read(m, tgraph.Box{Lo: []int64{b.Lo[0], b.Lo[1], b.Lo[2], 0}, Hi: []int64{b.Hi[0], b.Hi[1], b.Hi[2], m.Shape[3]}})
+		}
+	case ir.Embedding:
+		read(op.In[0], fullBox(op.In[0])) // rows chosen at run time
+		r := len(b.Lo) - 1
+		read(op.In[1], tgraph.Box{Lo: b.Lo[:r], Hi: b.Hi[:r]})
+	case ir.Gather:
+		d, idx := op.Attr.Dim, op.In[1]
+		read(op.In[0], fullBox(op.In[0]))
+		read(idx, tgraph.Box{Lo: b.Lo[d : d+idx.Rank()], Hi: b.Hi[d : d+idx.Rank()]})
+	case ir.Cat:
+		d, off := op.Attr.Dim, int64(0)
+		for _, v := range op.In {
+			lo, hi := max(b.Lo[d], off), min(b.Hi[d], off+v.Shape[d])
+			if lo < hi {
+				box := tgraph.Box{Lo: append([]int64(nil), b.Lo...), Hi: append([]int64(nil), b.Hi...)}
+				box.Lo[d], box.Hi[d] = lo-off, hi-off
+				read(v, box)
+			}
+			off += v.Shape[d]
+		}
+	case ir.KVWrite: // b is a box over the source; rows land at run-time positions
+		read(op.In[0], fullBox(op.In[0]))
+		read(op.In[1], b)
+		writeBox = tgraph.Box{Lo: append([]int64(nil), b.Lo...), Hi: append([]int64(nil), b.Hi...)}
+		writeBox.Lo[op.Attr.Dim], writeBox.Hi[op.Attr.Dim] = 0, op.Out.Shape[op.Attr.Dim]
+	}
+	writes = []tgraph.Access{{Buf: op.Out.Buf.ID, Ivs: Region(op.Out, writeBox)}}
+	return mergeAccesses(reads), writes
+}
+
+// mergeAccesses joins accesses to the same buffer.
+func mergeAccesses(as []tgraph.Access) []tgraph.Access {
+	var out []tgraph.Access
+	for _, a := range as {
+		merged := false
+		for i := range out {
+			if out[i].Buf == a.Buf {
+				out[i].Ivs = tgraph.NormalizeIntervals(append(out[i].Ivs, a.Ivs...))
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// maxIntervals bounds the exact description of a region; beyond it the
+// region is over-approximated by its bounding interval, which only adds
+// dependencies, never drops one.
+const maxIntervals = 256
+
+// Region returns the element ranges of view v inside box.
+func Region(v ir.View, b tgraph.Box) []tgraph.Interval {
+	base := v.Offset
+	type dim struct{ n, s int64 }
+	var dims []dim
+	for d := range v.Shape {
+		ext := b.Hi[d] - b.Lo[d]
+		if ext <= 0 {
+			return nil
+		}
+		base += b.Lo[d] * v.Strides[d]
+		if ext > 1 && v.Strides[d] != 0 {
+			dims = append(dims, dim{ext, v.Strides[d]})
+		}
+	}
+	// Innermost first; fold dims that continue a contiguous run.
+	for i := 1; i < len(dims); i++ {
+		for j := i; j > 0 && dims[j].s < dims[j-1].s; j-- {
+			dims[j], dims[j-1] = dims[j-1], dims[j]
+		}
+	}
+	run := int64(1)
+	k := 0
+	for k < len(dims) && dims[k].s <= run {
+		run = max(run, (dims[k].n-1)*dims[k].s+run)
+		k++
+	}
+	outer := dims[k:]
+	count := int64(1)
+	span := run
+	for _, d := range outer {
+		count *= d.n
+		span += (d.n - 1) * d.s
+	}
+	if count > maxIntervals {
+		return []tgraph.Interval{{Lo: base, Hi: base + span}}
+	}
+	ivs := make([]tgraph.Interval, 0, count)
+	idx := make([]int64, len(outer))
+	for {
+		off := base
+		for i, d := range outer {
+			off += idx[i] * d.s
+		}
+		ivs = append(ivs, tgraph.Interval{Lo: off, Hi: off + run})
+		i := 0
+		for ; i < len(outer); i++ {
+			idx[i]++
+			if idx[i] < outer[i].n {
+				break
+			}
+			idx[i] = 0
+		}
+		if i == len(outer) {
+			break
+		}
+	}
+	return tgraph.NormalizeIntervals(ivs)
+}
