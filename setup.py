@@ -33,20 +33,30 @@ def _newest_go_source() -> float:
     return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
 
 
-def build_core(force: bool = False) -> Path:
-    """Puts libmpkcore.so into python/mpk (from MPK_PREBUILT_CORE or go build)."""
+def build_core(dest: Path = CORE, force: bool = False) -> Path:
+    """Puts libmpkcore.so at dest: a copy of $MPK_PREBUILT_CORE, else go build
+    (into python/mpk, skipped when up to date, then copied to dest)."""
     prebuilt = os.environ.get("MPK_PREBUILT_CORE")
     if prebuilt:
         src = Path(prebuilt)
         if not src.is_file():
             sys.exit(f"mpk: MPK_PREBUILT_CORE={prebuilt} is not a file")
-        if src.resolve() != CORE.resolve():
-            shutil.copyfile(src, CORE)
-        print(f"mpk: using prebuilt core {src}")
-        return CORE
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not dest.exists() or src.resolve() != dest.resolve():
+            shutil.copyfile(src, dest)
+        print(f"mpk: using prebuilt core {src} -> {dest}")
+        return dest
+    _go_build(force)
+    if dest.resolve() != CORE.resolve():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CORE, dest)
+    return dest
+
+
+def _go_build(force: bool) -> None:
     if not force and CORE.exists() and CORE.stat().st_mtime >= _newest_go_source():
         print(f"mpk: core is up to date: {CORE}")
-        return CORE
+        return
     go = shutil.which("go")
     if go is None:
         sys.exit("mpk: building the core needs Go (https://go.dev/dl/), or set "
@@ -57,7 +67,6 @@ def build_core(force: bool = False) -> Path:
     header = CORE.with_suffix(".h")
     if header.exists():  # cgo writes a header we do not ship
         header.unlink()
-    return CORE
 
 
 # ---------------------------------------------------------------------------
@@ -77,9 +86,13 @@ def launcher_extensions() -> list:
 
 
 class BuildPy(build_py):
+    """Regular installs and wheels: the core goes into build_lib only, so a
+    prebuilt core never replaces the one in the source tree."""
+
     def run(self):
-        build_core()
         super().run()
+        if not self.editable_mode:
+            build_core(Path(self.build_lib) / "mpk" / CORE.name)
 
 
 class Develop(develop):
