@@ -53,8 +53,13 @@ class Lin(torch.nn.Module):
         return (x @ self.w + 1.0,)
 
 
-@pytest.fixture
-def compiled_lin(fake_core):
+@pytest.fixture(params=["fake_core", "real_core"])
+def compiled_lin(request, fresh_dynamo):
+    """The Lin model compiled by a fake core (no Go) and by the real one."""
+    if request.param == "fake_core":
+        request.getfixturevalue("fake_core")
+    else:
+        request.getfixturevalue("core_lib")
     with torch.no_grad():
         torch.compile(Lin(), backend="mpk", options={"target": "reference"}, fullgraph=True,
                       dynamic=False)(torch.randn(2, 8))
@@ -71,7 +76,12 @@ def _args(fn):
 
 def test_good_call_runs(compiled_lin):
     fn, _, _ = compiled_lin
-    out = fn(*_args(fn))
+    try:
+        out = fn(*_args(fn))
+    except mpk.MpkError as e:
+        if "not implemented" in str(e):
+            pytest.xfail(f"core: {e.message}")
+        raise
     assert isinstance(out, tuple) and out[0].shape == (2, 4)
 
 

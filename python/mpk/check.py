@@ -109,9 +109,15 @@ def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int
               workers: int | None = None, cache_tokens: int = 64, dtype: str | None = None,
               steps: int = 1, log: Callable[[str], None] = print) -> CheckResult:
     """Runs the check; logs the summary and the result line; returns the result."""
+    from . import backend
+    before = backend.compile_count
     try:
         return _run_check(model, target, prefill, seed, workers, cache_tokens, dtype, steps, log)
     except MpkError as e:
+        from . import backend
+        fn = backend.last_compiled
+        if fn is not None and backend.compile_count > before and (fn.summary or {}).get("text"):
+            log(fn.summary["text"].rstrip("\n"))
         log(f"mpk error ({e.kind}): {e}")
         res = CheckResult(False, f"FAIL mpk error ({e.kind}): {e.message}")
         log(res.line)
