@@ -2,6 +2,8 @@ package safety
 
 import (
 	"math/rand"
+	"os"
+	"strconv"
 	"testing"
 )
 
@@ -12,7 +14,8 @@ func TestSuiteFast(t *testing.T) {
 	if testing.Short() {
 		n = 120
 	}
-	rep := Suite(n, 1, realGraphs(t))
+	real, names := realGraphs(t)
+	rep := SuiteNamed(n, 1, real, names)
 	t.Log("\n" + rep.String())
 	if rep.FalseAccepts != 0 {
 		t.Errorf("%d false accepts", rep.FalseAccepts)
@@ -41,5 +44,19 @@ func TestGeneratedGraphsAreSafe(t *testing.T) {
 		if err := check(m.g); err != nil {
 			t.Fatalf("seed %d: %v", i, err)
 		}
+	}
+}
+
+// TestSuiteFull is the n=5000 run, on request: MPK_SUITE_N=5000 go test -run SuiteFull -v.
+func TestSuiteFull(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("MPK_SUITE_N"))
+	if n == 0 {
+		t.Skip("set MPK_SUITE_N")
+	}
+	real, names := realGraphs(t)
+	rep := SuiteNamed(n, 7, real, names)
+	t.Log("\n" + rep.String())
+	if rep.FalseAccepts != 0 || rep.RealAccepted != len(rep.Real) {
+		t.Fail()
 	}
 }
