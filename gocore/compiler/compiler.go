@@ -18,6 +18,9 @@ type Compiled struct {
 	Ops     *ir.Graph
 	Tasks   *tgraph.Graph
 	Result  *wire.CompileResult
+
+	preds [][]int       // task dependencies, between depend and fuse_events
+	fused *tgraph.Fused // events before normalization
 }
 
 // CompileBytes decodes a wire request and compiles it.

@@ -1,7 +1,14 @@
 package compiler
 
 import (
+	"fmt"
+	"sort"
+
+	"mpk/gocore/decompose"
+	"mpk/gocore/ir"
 	"mpk/gocore/lower"
+	"mpk/gocore/tgraph"
+	"mpk/gocore/validate"
 	"mpk/gocore/wire"
 )
 
@@ -10,11 +17,111 @@ type pass struct {
 	fn   func(c *Compiled, req *wire.Request) *wire.Error
 }
 
-// passes is the pipeline, in order.
+// passes is the pipeline, in order. The task-graph passes between decompose
+// and schedule follow MPK's compiler (dependency analysis, event fusion,
+// normalization, linearization); validate guards every launch.
 var passes = []pass{
 	{"lower", func(c *Compiled, req *wire.Request) *wire.Error {
 		g, err := lower.Lower(&req.Graph)
 		c.Ops = g
 		return err
 	}},
+	{"decompose", func(c *Compiled, _ *wire.Request) *wire.Error {
+		c.Tasks = decompose.Decompose(c.Ops, c.Options.NumWorkers)
+		return nil
+	}},
+	{"depend", func(c *Compiled, _ *wire.Request) *wire.Error {
+		c.preds = decompose.Depend(c.Tasks)
+		return nil
+	}},
+	{"reduce", func(c *Compiled, _ *wire.Request) *wire.Error {
+		c.preds = decompose.Reduce(c.Tasks, c.preds)
+		return nil
+	}},
+	{"fuse_events", func(c *Compiled, _ *wire.Request) *wire.Error {
+		c.fused = tgraph.FuseEvents(c.Tasks, c.preds)
+		return nil
+	}},
+	{"normalize", func(c *Compiled, _ *wire.Request) *wire.Error {
+		tgraph.Normalize(c.Tasks, c.fused)
+		return nil
+	}},
+	{"linearize", func(c *Compiled, _ *wire.Request) *wire.Error {
+		if err := tgraph.Linearize(c.Tasks); err != nil {
+			return &wire.Error{Kind: "internal", Message: err.Error()}
+		}
+		return nil
+	}},
+	{"schedule", func(c *Compiled, _ *wire.Request) *wire.Error {
+		tgraph.Schedule(c.Tasks)
+		return nil
+	}},
+	{"debug_drop_dependency", func(c *Compiled, _ *wire.Request) *wire.Error {
+		if c.Options.DropDependency {
+			dropDependency(c.Tasks)
+		}
+		return nil
+	}},
+	{"validate", func(c *Compiled, _ *wire.Request) *wire.Error {
+		if c.Options.SkipValidate {
+			return nil
+		}
+		if err := validate.Check(c.Tasks); err != nil {
+			return &wire.Error{Kind: "validation", Message: err.Error(),
+				Hint: "the compiler built a task graph that could deadlock or race; this is a bug in mpk"}
+		}
+		return nil
+	}},
+	{"summarize", func(c *Compiled, _ *wire.Request) *wire.Error {
+		summarize(c)
+		return nil
+	}},
+}
+
+// dropDependency is a debug fault: the first event with consumers asks for one
+// more trigger than it will ever get, so its consumers wait forever. It exists
+// to prove that the runtime turns a hang into an error.
+func dropDependency(g *tgraph.Graph) {
+	for _, e := range g.Events {
+		if e.Last > e.First {
+			e.Needed++
+			return
+		}
+	}
+}
+
+func summarize(c *Compiled) {
+	s := c.Result.Summary
+	s.Ops, s.Tasks, s.Events, s.Workers = len(c.Ops.Ops), len(c.Tasks.Tasks), len(c.Tasks.Events), c.Tasks.Workers
+	s.TasksByOp, s.OpsByKind = map[string]int{}, map[string]int{}
+	labels := make([]string, len(c.Ops.Ops))
+	for i, op := range c.Ops.Ops {
+		labels[i] = op.Label
+		s.OpsByKind[op.Label]++
+	}
+	for _, t := range c.Tasks.Tasks {
+		if t.Op < 0 {
+			s.EmptyTasks++
+			continue
+		}
+		s.TasksByOp[labels[t.Op]]++
+	}
+	kinds := make([]string, 0, len(s.OpsByKind))
+	for k := range s.OpsByKind {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	text := fmt.Sprintf("mpk task graph: %d ops, %d tasks (%d empty relays), %d events, %d workers, target %s\n",
+		s.Ops, s.Tasks, s.EmptyTasks, s.Events, s.Workers, c.Options.Target)
+	for _, k := range kinds {
+		text += fmt.Sprintf("  %-16s %4d ops %7d tasks\n", k, s.OpsByKind[k], s.TasksByOp[k])
+	}
+	s.Text = text
+	for _, v := range c.Ops.Outputs {
+		spec := wire.OutputSpec{Kind: "new", DType: v.DType().String(), Shape: v.Shape, Strides: v.Strides, Offset: v.Offset}
+		if v.Buf.Kind == ir.Input {
+			spec.Kind, spec.Input = "input", v.Buf.Index
+		}
+		c.Result.Outputs = append(c.Result.Outputs, spec)
+	}
 }

@@ -1,15 +1,170 @@
 // Package refexec runs a task graph on the CPU with a float reference
-// implementation of every task op, in a random order the events allow.
+// implementation of every task op, in a random order the events allow. It
+// reads and writes the caller's tensor memory, so it tests the whole compile
+// path on machines without a GPU and debugs wrong results on ones with one.
 package refexec
 
 import (
 	"fmt"
+	"math/rand"
+	"unsafe"
 
 	"mpk/gocore/ir"
 	"mpk/gocore/tgraph"
 )
 
-// Run executes every task of tg over caller memory and returns how many ran.
+// Run executes every task of tg over caller memory (ptrs: inputs in order,
+// then outputs) and returns how many tasks ran.
 func Run(g *ir.Graph, tg *tgraph.Graph, ptrs []uintptr, seed int64) (int, error) {
-	return 0, fmt.Errorf("refexec: not implemented")
+	if want := len(g.Inputs) + len(g.Outputs); len(ptrs) != want {
+		return 0, fmt.Errorf("refexec: got %d pointers, want %d (%d inputs, %d outputs)", len(ptrs), want, len(g.Inputs), len(g.Outputs))
+	}
+	mems := make([]mem, len(g.Buffers))
+	keep := make([][]byte, 0)
+	for _, b := range g.Buffers {
+		var p unsafe.Pointer
+		switch b.Kind {
+		case ir.Input:
+			p = callerMemory(ptrs[b.Index])
+		case ir.Output:
+			p = callerMemory(ptrs[len(g.Inputs)+b.Index])
+		case ir.Temp:
+			buf := make([]byte, b.Numel*b.DType.Size()+8)
+			keep = append(keep, buf)
+			p = unsafe.Pointer(&buf[0])
+		}
+		if p == nil && b.Numel > 0 {
+			return 0, fmt.Errorf("refexec: buffer %s has a null pointer", b.Name)
+		}
+		mems[b.ID] = mem{base: p, dt: b.DType, n: b.Numel}
+	}
+	x := &exec{g: g, mems: mems}
+	n, err := x.run(tg, rand.New(rand.NewSource(seed)))
+	_ = keep
+	return n, err
+}
+
+// callerMemory turns an address the caller (Python, through C) owns into a
+// pointer; that memory is not Go's, so the garbage collector never moves it.
+func callerMemory(addr uintptr) unsafe.Pointer {
+	return *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+}
+
+type exec struct {
+	g    *ir.Graph
+	mems []mem
+}
+
+// run picks ready tasks at random until none is left.
+func (x *exec) run(tg *tgraph.Graph, rng *rand.Rand) (int, error) {
+	fired := make([]int, len(tg.Events))
+	var ready []int
+	for _, t := range tg.Tasks {
+		if t.Wait == tgraph.None {
+			ready = append(ready, t.ID)
+		}
+	}
+	done := 0
+	for len(ready) > 0 {
+		i := rng.Intn(len(ready))
+		t := tg.Tasks[ready[i]]
+		ready[i] = ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		if t.Op >= 0 {
+			if err := x.task(x.g.Ops[t.Op], t.Box); err != nil {
+				return done, fmt.Errorf("%s: %v", tg.Name(t.ID), err)
+			}
+		}
+		done++
+		if e := t.Trigger; e != tgraph.None {
+			fired[e]++
+			if fired[e] == tg.Events[e].Needed {
+				ev := tg.Events[e]
+				for c := ev.First; c < ev.Last; c++ {
+					ready = append(ready, c)
+				}
+			}
+		}
+	}
+	if done != len(tg.Tasks) {
+		return done, fmt.Errorf("refexec: deadlock: %d of %d tasks never became ready", len(tg.Tasks)-done, len(tg.Tasks))
+	}
+	return done, nil
+}
+
+// at returns the element offset of index idx in v.
+func at(v ir.View, idx []int64) int64 {
+	off := v.Offset
+	for d, i := range idx {
+		off += i * v.Strides[d]
+	}
+	return off
+}
+
+func (x *exec) load(v ir.View, idx []int64) float64 { return x.mems[v.Buf.ID].load(at(v, idx)) }
+
+func (x *exec) store(v ir.View, idx []int64, val float64) { x.mems[v.Buf.ID].store(at(v, idx), val) }
+
+// each calls f for every index of box, in row-major order.
+func each(b tgraph.Box, f func(idx []int64) error) error {
+	idx := append([]int64(nil), b.Lo...)
+	for d := range idx {
+		if b.Lo[d] >= b.Hi[d] {
+			return nil
+		}
+	}
+	for {
+		if err := f(idx); err != nil {
+			return err
+		}
+		d := len(idx) - 1
+		for ; d >= 0; d-- {
+			idx[d]++
+			if idx[d] < b.Hi[d] {
+				break
+			}
+			idx[d] = b.Lo[d]
+		}
+		if d < 0 {
+			return nil
+		}
+	}
+}
+
+func (x *exec) task(op *ir.Op, b tgraph.Box) error {
+	switch op.Kind {
+	case ir.Elementwise:
+		return each(b, func(idx []int64) error {
+			x.store(op.Out, idx, x.eval(op, op.Attr.Expr, idx))
+			return nil
+		})
+	case ir.Copy:
+		return each(b, func(idx []int64) error {
+			x.store(op.Out, idx, x.load(op.In[0], idx))
+			return nil
+		})
+	case ir.Reduce:
+		return x.reduce(op, b)
+	case ir.RMSNorm:
+		return x.rmsNorm(op, b)
+	case ir.RoPE:
+		return x.rope(op, b)
+	case ir.Linear:
+		return x.linear(op, b)
+	case ir.Matmul:
+		return x.matmul(op, b)
+	case ir.Attention:
+		return x.attention(op, b)
+	case ir.Embedding:
+		return x.embedding(op, b)
+	case ir.Gather:
+		return x.gather(op, b)
+	case ir.Cat:
+		return x.cat(op, b)
+	case ir.KVWrite:
+		return x.kvWrite(op, b)
+	case ir.Empty:
+		return nil
+	}
+	return fmt.Errorf("refexec: no reference for op kind %s", op.Kind)
 }

@@ -1,0 +1,47 @@
+package compiler
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"mpk/gocore/wire"
+)
+
+func loadRequest(t testing.TB, name string) *wire.Request {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "testdata", name))
+	if err != nil {
+		t.Skipf("fixture %s: %v", name, err)
+	}
+	req, err := wire.DecodeRequest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+var fixtures = []string{"tiny-llama-decode.json", "tiny-llama-prefill16.json", "tiny-qwen3-decode.json", "tiny-qwen3-prefill16.json"}
+
+// TestCompileRealLowerings compiles recorded HF graphs at several worker
+// counts; every one must pass the validator.
+func TestCompileRealLowerings(t *testing.T) {
+	for _, f := range fixtures {
+		for _, workers := range []int{1, 8, 132} {
+			req := loadRequest(t, f)
+			req.Options.NumWorkers = workers
+			req.Options.Target = "reference"
+			c, err := Compile(req)
+			if err != nil {
+				t.Fatalf("%s workers=%d: %v", f, workers, err)
+			}
+			s := c.Result.Summary
+			if s.Tasks < s.Ops {
+				t.Errorf("%s: %d tasks for %d ops", f, s.Tasks, s.Ops)
+			}
+			if testing.Verbose() && workers == 132 {
+				t.Logf("%s\n%s", f, s.Text)
+			}
+		}
+	}
+}

@@ -1,0 +1,391 @@
+package refexec
+
+import (
+	"fmt"
+	"math"
+
+	"mpk/gocore/ir"
+	"mpk/gocore/tgraph"
+)
+
+// eval computes an elementwise expression at output index idx.
+func (x *exec) eval(op *ir.Op, e *ir.Expr, idx []int64) float64 {
+	arg := func(i int) float64 { return x.eval(op, e.Args[i], idx) }
+	switch e.Op {
+	case ir.ELoad:
+		return x.load(op.In[e.Input], idx)
+	case ir.EConst:
+		return e.Const
+	case ir.EIndex:
+		return float64(idx[e.Dim])
+	case ir.ECast:
+		return round(e.DType, arg(0))
+	case ir.EWhere:
+		if arg(0) != 0 {
+			return arg(1)
+		}
+		return arg(2)
+	}
+	a := arg(0)
+	switch e.Op {
+	case ir.ENeg:
+		return -a
+	case ir.EExp:
+		return math.Exp(a)
+	case ir.ELog:
+		return math.Log(a)
+	case ir.ESqrt:
+		return math.Sqrt(a)
+	case ir.ERsqrt:
+		return 1 / math.Sqrt(a)
+	case ir.ESin:
+		return math.Sin(a)
+	case ir.ECos:
+		return math.Cos(a)
+	case ir.ETanh:
+		return math.Tanh(a)
+	case ir.ESigmoid:
+		return 1 / (1 + math.Exp(-a))
+	case ir.ESilu:
+		return a / (1 + math.Exp(-a))
+	case ir.EGelu:
+		return 0.5 * a * (1 + math.Erf(a/math.Sqrt2))
+	case ir.EGeluTanh:
+		return 0.5 * a * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(a+0.044715*a*a*a)))
+	case ir.EAbs:
+		return math.Abs(a)
+	case ir.ERecip:
+		return 1 / a
+	case ir.ERelu:
+		return math.Max(a, 0)
+	case ir.EErf:
+		return math.Erf(a)
+	case ir.ENot:
+		return b2f(a == 0)
+	case ir.EIsNaN:
+		return b2f(math.IsNaN(a))
+	}
+	c := arg(1)
+	switch e.Op {
+	case ir.EAdd:
+		return a + c
+	case ir.ESub:
+		return a - c
+	case ir.EMul:
+		return a * c
+	case ir.EDiv:
+		return a / c
+	case ir.EPow:
+		if c == 2 {
+			return a * a
+		}
+		return math.Pow(a, c)
+	case ir.EMax:
+		return math.Max(a, c)
+	case ir.EMin:
+		return math.Min(a, c)
+	case ir.ELt:
+		return b2f(a < c)
+	case ir.ELe:
+		return b2f(a <= c)
+	case ir.EGt:
+		return b2f(a > c)
+	case ir.EGe:
+		return b2f(a >= c)
+	case ir.EEq:
+		return b2f(a == c)
+	case ir.ENe:
+		return b2f(a != c)
+	case ir.EAnd:
+		return float64(int64(a) & int64(c))
+	case ir.EOr:
+		return float64(int64(a) | int64(c))
+	}
+	panic(fmt.Sprintf("refexec: no reference for expression op %s", e.Op))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// row loads the last dim of v at the leading index lead into dst.
+func (x *exec) row(v ir.View, lead []int64, dst []float64) []float64 {
+	m := x.mems[v.Buf.ID]
+	off := at(ir.View{Offset: v.Offset, Strides: v.Strides}, lead)
+	s := v.Strides[v.Rank()-1]
+	n := v.Shape[v.Rank()-1]
+	dst = dst[:0]
+	for i := int64(0); i < n; i++ {
+		dst = append(dst, m.load(off+i*s))
+	}
+	return dst
+}
+
+func (x *exec) reduce(op *ir.Op, b tgraph.Box) error {
+	in := op.In[0]
+	k := in.Rank() - op.Attr.Dims
+	red := tgraph.Box{Lo: make([]int64, op.Attr.Dims), Hi: in.Shape[k:]}
+	n := ir.Numel(in.Shape[k:])
+	full := make([]int64, in.Rank())
+	return each(b, func(idx []int64) error {
+		copy(full, idx)
+		acc, best, arg, pos := 0.0, math.Inf(-1), 0.0, 0.0
+		if op.Attr.Reduce == "amin" {
+			best = math.Inf(1)
+		}
+		each(red, func(r []int64) error {
+			copy(full[k:], r)
+			v := x.load(in, full)
+			switch op.Attr.Reduce {
+			case "sum", "mean":
+				acc += v
+			case "amax", "argmax":
+				if v > best || math.IsNaN(v) {
+					best, arg = v, pos
+				}
+			case "amin":
+				if v < best || math.IsNaN(v) {
+					best = v
+				}
+			}
+			pos++
+			return nil
+		})
+		switch op.Attr.Reduce {
+		case "mean":
+			acc /= float64(n)
+		case "amax", "amin":
+			acc = best
+		case "argmax":
+			acc = arg
+		}
+		x.store(op.Out, idx, acc)
+		return nil
+	})
+}
+
+// rmsNorm follows HF: y = x·rsqrt(mean(x²)+eps) in fp32, rounded to x's
+// dtype, then times the weight.
+func (x *exec) rmsNorm(op *ir.Op, b tgraph.Box) error {
+	in := op.In[0]
+	r := in.Rank() - 1
+	lead := tgraph.Box{Lo: b.Lo[:r], Hi: b.Hi[:r]}
+	var xs, ws []float64
+	out := make([]int64, in.Rank())
+	return each(lead, func(idx []int64) error {
+		xs = x.row(in, idx, xs)
+		if op.Attr.HasWeight {
+			ws = x.row(op.In[1], idx, ws)
+		}
+		ss := 0.0
+		for _, v := range xs {
+			ss += v * v
+		}
+		inv := 1 / math.Sqrt(float64(float32(ss/float64(len(xs))))+op.Attr.Eps)
+		copy(out, idx)
+		for i, v := range xs {
+			y := round(in.DType(), round(ir.F32, v*inv))
+			if op.Attr.HasWeight {
+				y *= ws[i]
+			}
+			out[r] = int64(i)
+			x.store(op.Out, out, y)
+		}
+		return nil
+	})
+}
+
+// rope computes x·cos + rotate_half(x)·sin, rotate_half(x) = cat(-x₂, x₁).
+func (x *exec) rope(op *ir.Op, b tgraph.Box) error {
+	in := op.In[0]
+	r := in.Rank() - 1
+	dt := op.Out.DType()
+	lead := tgraph.Box{Lo: b.Lo[:r], Hi: b.Hi[:r]}
+	var xs, cs, ss []float64
+	out := make([]int64, in.Rank())
+	return each(lead, func(idx []int64) error {
+		xs, cs, ss = x.row(in, idx, xs), x.row(op.In[1], idx, cs), x.row(op.In[2], idx, ss)
+		h := len(xs) / 2
+		copy(out, idx)
+		for j := range xs {
+			var rot float64
+			if j < h {
+				rot = -xs[j+h]
+			} else {
+				rot = xs[j-h]
+			}
+			out[r] = int64(j)
+			x.store(op.Out, out, round(dt, round(dt, xs[j]*cs[j])+round(dt, round(dt, rot)*ss[j])))
+		}
+		return nil
+	})
+}
+
+func (x *exec) linear(op *ir.Op, b tgraph.Box) error {
+	xv, w := op.In[0], op.In[1]
+	dt := op.Out.DType()
+	var xs, ws []float64
+	for m := b.Lo[0]; m < b.Hi[0]; m++ {
+		xs = x.row(xv, []int64{m}, xs)
+		for n := b.Lo[1]; n < b.Hi[1]; n++ {
+			ws = x.row(w, []int64{n}, ws)
+			acc := 0.0
+			for k, v := range xs {
+				acc += v * ws[k]
+			}
+			idx := []int64{m, n}
+			if op.Attr.Residual {
+				acc = round(dt, acc) + x.load(op.In[2], idx)
+			}
+			x.store(op.Out, idx, acc)
+		}
+	}
+	return nil
+}
+
+func (x *exec) matmul(op *ir.Op, b tgraph.Box) error {
+	a, m := op.In[0], op.In[1]
+	K := a.Shape[2]
+	return each(b, func(idx []int64) error {
+		acc := 0.0
+		for k := int64(0); k < K; k++ {
+			acc += x.load(a, []int64{idx[0], idx[1], k}) * x.load(m, []int64{idx[0], k, idx[2]})
+		}
+		x.store(op.Out, idx, acc)
+		return nil
+	})
+}
+
+// attention computes softmax(q·kᵀ·scale + mask)·v per query row; query head
+// h reads KV head h/G.
+func (x *exec) attention(op *ir.Op, b tgraph.Box) error {
+	q, k, v := op.In[0], op.In[1], op.In[2]
+	G := op.Attr.Groups
+	Skv, D, Dv := k.Shape[2], q.Shape[3], v.Shape[3]
+	scores := make([]float64, Skv)
+	var qs, ks []float64
+	lead := tgraph.Box{Lo: b.Lo[:3], Hi: b.Hi[:3]}
+	return each(lead, func(idx []int64) error {
+		bi, h, i := idx[0], idx[1], idx[2]
+		qs = x.row(q, idx, qs)
+		mx := math.Inf(-1)
+		for j := int64(0); j < Skv; j++ {
+			s := math.Inf(-1)
+			if !op.Attr.Causal || j <= i {
+				ks = x.row(k, []int64{bi, h / G, j}, ks)
+				dot := 0.0
+				for d := int64(0); d < D; d++ {
+					dot += qs[d] * ks[d]
+				}
+				s = dot * op.Attr.Scale
+				if op.Attr.HasMask {
+					m := x.load(op.In[3], []int64{bi, h, i, j})
+					if op.In[3].DType() == ir.Bool {
+						if m == 0 {
+							s = math.Inf(-1)
+						}
+					} else {
+						s += m
+					}
+				}
+			}
+			scores[j] = s
+			mx = math.Max(mx, s)
+		}
+		sum := 0.0
+		for j := range scores {
+			scores[j] = math.Exp(scores[j] - mx)
+			sum += scores[j]
+		}
+		for d := int64(0); d < Dv; d++ {
+			acc := 0.0
+			for j := int64(0); j < Skv; j++ {
+				if scores[j] != 0 {
+					acc += scores[j] * x.load(v, []int64{bi, h / G, j, d})
+				}
+			}
+			x.store(op.Out, []int64{bi, h, i, d}, acc/sum)
+		}
+		return nil
+	})
+}
+
+// index reads an index tensor element and checks it against size.
+func (x *exec) index(v ir.View, idx []int64, size int64) (int64, error) {
+	i := int64(x.load(v, idx))
+	if i < 0 {
+		i += size
+	}
+	if i < 0 || i >= size {
+		return 0, fmt.Errorf("index %d out of range for size %d", int64(x.load(v, idx)), size)
+	}
+	return i, nil
+}
+
+func (x *exec) embedding(op *ir.Op, b tgraph.Box) error {
+	w, ids := op.In[0], op.In[1]
+	r := len(b.Lo) - 1
+	return each(b, func(idx []int64) error {
+		row, err := x.index(ids, idx[:r], w.Shape[0])
+		if err != nil {
+			return fmt.Errorf("embedding: %v", err)
+		}
+		x.store(op.Out, idx, x.load(w, []int64{row, idx[r]}))
+		return nil
+	})
+}
+
+func (x *exec) gather(op *ir.Op, b tgraph.Box) error {
+	src, ids := op.In[0], op.In[1]
+	d, n := op.Attr.Dim, ids.Rank()
+	sidx := make([]int64, src.Rank())
+	return each(b, func(idx []int64) error {
+		i, err := x.index(ids, idx[d:d+n], src.Shape[d])
+		if err != nil {
+			return fmt.Errorf("index: %v", err)
+		}
+		copy(sidx, idx[:d])
+		sidx[d] = i
+		copy(sidx[d+1:], idx[d+n:])
+		x.store(op.Out, idx, x.load(src, sidx))
+		return nil
+	})
+}
+
+func (x *exec) cat(op *ir.Op, b tgraph.Box) error {
+	d := op.Attr.Dim
+	in := make([]int64, len(b.Lo))
+	return each(b, func(idx []int64) error {
+		off := idx[d]
+		for _, v := range op.In {
+			if off < v.Shape[d] {
+				copy(in, idx)
+				in[d] = off
+				x.store(op.Out, idx, x.load(v, in))
+				return nil
+			}
+			off -= v.Shape[d]
+		}
+		return fmt.Errorf("cat: index %d past the inputs", idx[d])
+	})
+}
+
+// kvWrite is index_copy in place: dst.select(dim, index[i]) = src.select(dim, i).
+func (x *exec) kvWrite(op *ir.Op, b tgraph.Box) error {
+	ids, src, dst := op.In[0], op.In[1], op.Out
+	d := op.Attr.Dim
+	out := make([]int64, len(b.Lo))
+	return each(b, func(idx []int64) error {
+		pos, err := x.index(ids, []int64{idx[d]}, dst.Shape[d])
+		if err != nil {
+			return fmt.Errorf("KV-cache write: position %v", err)
+		}
+		copy(out, idx)
+		out[d] = pos
+		x.store(dst, out, x.load(src, idx))
+		return nil
+	})
+}
