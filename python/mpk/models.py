@@ -104,5 +104,8 @@ def build(name: str, dtype: torch.dtype = torch.float32, device: str | torch.dev
     with no_init_weights(), torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
     model.to(dtype)
+    # no_init_weights also skips init_weights' tie_weights(): tie here, before filling.
+    if getattr(cfg, "tie_word_embeddings", False):
+        model.tie_weights()
     fill_random(model, seed)
     return model.eval()
