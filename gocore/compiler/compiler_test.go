@@ -45,3 +45,25 @@ func TestCompileRealLowerings(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateCUDA emits the CUDA module for each recorded graph; with
+// MPK_DUMP_CUDA=dir it also writes module.cu files for compile checks.
+func TestGenerateCUDA(t *testing.T) {
+	for _, f := range fixtures {
+		req := loadRequest(t, f)
+		req.Options.Target = "cuda"
+		req.Options.NumWorkers = 132
+		c, err := Compile(req)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		src := c.Result.CUDA["module.cu"]
+		if len(src) == 0 {
+			t.Fatalf("%s: no module.cu", f)
+		}
+		if dir := os.Getenv("MPK_DUMP_CUDA"); dir != "" {
+			os.MkdirAll(filepath.Join(dir, f), 0o755)
+			os.WriteFile(filepath.Join(dir, f, "module.cu"), []byte(src), 0o644)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"mpk/gocore/codegen"
 	"mpk/gocore/decompose"
 	"mpk/gocore/ir"
 	"mpk/gocore/lower"
@@ -70,6 +71,17 @@ var passes = []pass{
 			return &wire.Error{Kind: "validation", Message: err.Error(),
 				Hint: "the compiler built a task graph that could deadlock or race; this is a bug in mpk"}
 		}
+		return nil
+	}},
+	{"codegen", func(c *Compiled, _ *wire.Request) *wire.Error {
+		if c.Options.Target != "cuda" {
+			return nil
+		}
+		m, err := codegen.Generate(c.Ops, c.Tasks)
+		if err != nil {
+			return &wire.Error{Kind: "unsupported_op", Message: err.Error()}
+		}
+		c.Result.CUDA = m.Files
 		return nil
 	}},
 	{"summarize", func(c *Compiled, _ *wire.Request) *wire.Error {

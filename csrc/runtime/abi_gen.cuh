@@ -1,0 +1,53 @@
+// Generated from gocore/codegen/abi.go by TestABIHeaderUpToDate (UPDATE_GOLDEN=1). Do not edit.
+#pragma once
+#include <stdint.h>
+
+#define MPK_MAX_RANK 6
+#define MPK_MAX_INPUTS 8
+#define MPK_THREADS 512
+#define MPK_MAX_SHARED_BYTES 204800
+
+namespace mpk {
+
+enum DType : int32_t { DT_FLOAT32 = 0, DT_BFLOAT16 = 1, DT_FLOAT16 = 2, DT_FLOAT64 = 3, DT_INT64 = 4, DT_INT32 = 5, DT_INT16 = 6, DT_INT8 = 7, DT_UINT8 = 8, DT_BOOL = 9, };
+
+enum OpKind : int32_t { OP_ELEMENTWISE = 0, OP_REDUCE = 1, OP_RMSNORM = 2, OP_ROPE = 3, OP_LINEAR = 4, OP_MATMUL = 5, OP_ATTENTION = 6, OP_EMBEDDING = 7, OP_CAT = 8, OP_KV_WRITE = 9, OP_COPY = 10, OP_GATHER = 11, OP_EMPTY = 12, };
+
+enum ReduceKind : int32_t { RED_SUM = 0, RED_MEAN = 1, RED_AMAX = 2, RED_AMIN = 3, RED_ARGMAX = 4, };
+
+enum OpFlags : int32_t { FLAG_RESIDUAL = 1, FLAG_WEIGHT = 2, FLAG_MASK = 4, FLAG_CAUSAL = 8 };
+
+struct View {
+  int32_t slot;  // pointer slot: input, output or the arena
+  int32_t dtype;  // DType code
+  int32_t rank;
+  int32_t pad;
+  int64_t offset;  // in elements from the slot's base
+  int64_t shape[MPK_MAX_RANK];
+  int64_t stride[MPK_MAX_RANK];  // in elements
+};
+
+struct Op {
+  int32_t kind;  // OpKind
+  int32_t variant;  // index into the generated dispatch
+  int32_t num_in;
+  int32_t split_dim;  // the output dim tasks split; tasks carry [lo, hi)
+  int32_t dim;  // cat / gather / kv_write dim
+  int32_t groups;  // attention: query heads per KV head
+  int32_t flags;  // bit 0: residual; bit 1: weight; bit 2: mask; bit 3: causal
+  int32_t reduce;  // ReduceKind
+  float eps;
+  float scale;
+  mpk::View out;
+  mpk::View in[MPK_MAX_INPUTS];
+};
+
+struct Task {
+  int32_t op;  // -1 for an empty relay task
+  int32_t lo;  // tile along the op's split dim
+  int32_t hi;
+  int32_t wait;  // event, or -1
+  int32_t trigger;  // event, or -1
+};
+
+}  // namespace mpk

@@ -1,0 +1,193 @@
+// Device runtime of an mpk megakernel: element access through the view
+// descriptors of the op table, the event-counter protocol (DESIGN.md contract
+// 4), and small math helpers shared by the task library.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "runtime/abi_gen.cuh"
+#include "runtime/module_abi.h"
+
+namespace mpk {
+
+// The pointer of every slot, passed by value as a __grid_constant__ kernel
+// parameter: inputs, outputs, then the arena of temporaries.
+template <int N>
+struct Slots {
+  void* p[N];
+};
+
+template <int N>
+__device__ __forceinline__ char* base(const Slots<N>& s, const View& v) {
+  return static_cast<char*>(s.p[v.slot]);
+}
+
+__device__ __forceinline__ int64_t dtype_size(int32_t dt) {
+  switch (dt) {
+    case DT_FLOAT32: case DT_INT32: return 4;
+    case DT_BFLOAT16: case DT_FLOAT16: case DT_INT16: return 2;
+    case DT_FLOAT64: case DT_INT64: return 8;
+    default: return 1;
+  }
+}
+
+// Element loads of activations go through L2 only (ld.cg): another SM may
+// have written them during this launch, and L1 is not coherent.
+__device__ __forceinline__ double load_elem(const char* p, int32_t dt, int64_t i) {
+  switch (dt) {
+    case DT_FLOAT32: return __ldcg(reinterpret_cast<const float*>(p) + i);
+    case DT_BFLOAT16: {
+      unsigned short b = __ldcg(reinterpret_cast<const unsigned short*>(p) + i);
+      return __uint_as_float(static_cast<unsigned>(b) << 16);
+    }
+    case DT_FLOAT16: {
+      unsigned short b = __ldcg(reinterpret_cast<const unsigned short*>(p) + i);
+      return __half2float(__ushort_as_half(b));
+    }
+    case DT_FLOAT64: return __ldcg(reinterpret_cast<const double*>(p) + i);
+    case DT_INT64: return (double)__ldcg(reinterpret_cast<const long long*>(p) + i);
+    case DT_INT32: return (double)__ldcg(reinterpret_cast<const int*>(p) + i);
+    case DT_INT16: return (double)reinterpret_cast<const volatile short*>(p)[i];
+    case DT_INT8: return (double)reinterpret_cast<const volatile signed char*>(p)[i];
+    default: return (double)reinterpret_cast<const volatile unsigned char*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store_elem(char* p, int32_t dt, int64_t i, double v) {
+  switch (dt) {
+    case DT_FLOAT32: reinterpret_cast<float*>(p)[i] = (float)v; break;
+    case DT_BFLOAT16: reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn((float)v); break;
+    case DT_FLOAT16: reinterpret_cast<__half*>(p)[i] = __float2half_rn((float)v); break;
+    case DT_FLOAT64: reinterpret_cast<double*>(p)[i] = v; break;
+    case DT_INT64: reinterpret_cast<long long*>(p)[i] = (long long)v; break;
+    case DT_INT32: reinterpret_cast<int*>(p)[i] = (int)v; break;
+    case DT_INT16: reinterpret_cast<short*>(p)[i] = (short)v; break;
+    case DT_INT8: reinterpret_cast<signed char*>(p)[i] = (signed char)v; break;
+    case DT_UINT8: reinterpret_cast<unsigned char*>(p)[i] = (unsigned char)v; break;
+    default: reinterpret_cast<unsigned char*>(p)[i] = v != 0.0; break;
+  }
+}
+
+// round_to gives the value v takes when stored as dt (eager rounds every op).
+__device__ __forceinline__ double round_to(int32_t dt, double v) {
+  switch (dt) {
+    case DT_FLOAT32: return (double)(float)v;
+    case DT_BFLOAT16: return (double)__bfloat162float(__float2bfloat16_rn((float)v));
+    case DT_FLOAT16: return (double)__half2float(__float2half_rn((float)v));
+    case DT_FLOAT64: return v;
+    case DT_BOOL: return v != 0.0 ? 1.0 : 0.0;
+    default: return isfinite(v) ? trunc(v) : 0.0;
+  }
+}
+
+__device__ __forceinline__ double powd(double a, double b) { return b == 2.0 ? a * a : pow(a, b); }
+__device__ __forceinline__ double silud(double a) { return a / (1.0 + exp(-a)); }
+__device__ __forceinline__ double gelud(double a) { return 0.5 * a * (1.0 + erf(a * 0.70710678118654752)); }
+__device__ __forceinline__ double gelu_tanhd(double a) {
+  return 0.5 * a * (1.0 + tanh(0.79788456080286536 * (a + 0.044715 * a * a * a)));
+}
+
+// offset of a multi-index in a view, in elements.
+__device__ __forceinline__ int64_t offset_of(const View& v, const int64_t* idx) {
+  int64_t off = v.offset;
+  for (int d = 0; d < v.rank; ++d) off += idx[d] * v.stride[d];
+  return off;
+}
+
+// The tile of a task: the iteration shape with [lo, hi) along split_dim.
+// for_each_index visits its indices, one per thread in turn.
+template <typename F>
+__device__ __forceinline__ void for_each_index(const int64_t* shape, int rank, int split, int lo, int hi, F f) {
+  int64_t ext[MPK_MAX_RANK];
+  int64_t count = 1;
+  for (int d = 0; d < rank; ++d) {
+    ext[d] = d == split ? (int64_t)(hi - lo) : shape[d];
+    count *= ext[d];
+  }
+  for (int64_t flat = threadIdx.x; flat < count; flat += blockDim.x) {
+    int64_t idx[MPK_MAX_RANK];
+    int64_t r = flat;
+    for (int d = rank - 1; d >= 0; --d) {
+      idx[d] = r % ext[d];
+      r /= ext[d];
+    }
+    if (rank > 0) idx[split] += lo;
+    f(idx);
+  }
+}
+
+// ---- event counters -------------------------------------------------------
+
+__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void red_release(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Device state that outlives a launch.
+struct State {
+  uint32_t* counters;  // one per event, monotonic across launches
+  uint32_t* epoch;     // launches completed
+  uint32_t* finished;  // workers finished, monotonic
+  int32_t* abort;      // set by the first worker whose wait runs out
+  MpkStatus* status;
+};
+
+// How long one wait may spin before the kernel gives up: far above any real
+// wait in a step (microseconds), far below a hung GPU.
+#ifndef MPK_WAIT_BUDGET_NS
+#define MPK_WAIT_BUDGET_NS 200000000ull
+#endif
+
+// wait_event spins (thread 0 only) until counter e reaches need. It returns
+// false when the kernel is aborting: this wait ran out of budget (and recorded
+// why) or another worker's did.
+__device__ bool wait_event(const State& st, int e, uint32_t need, int worker, int task) {
+  uint32_t seen = ld_acquire(st.counters + e);
+  if ((int32_t)(seen - need) >= 0) return true;
+  uint64_t start = globaltimer();
+  unsigned ns = 32;
+  for (;;) {
+    seen = ld_acquire(st.counters + e);
+    if ((int32_t)(seen - need) >= 0) return true;
+    if (*(volatile int32_t*)st.abort) return false;
+    uint64_t waited = globaltimer() - start;
+    if (waited > MPK_WAIT_BUDGET_NS) {
+      if (atomicCAS(st.abort, 0, 1) == 0) {
+        st.status->worker = worker;
+        st.status->task = task;
+        st.status->event = e;
+        st.status->count = seen;
+        st.status->needed = need;
+        st.status->waited_ns = waited;
+        __threadfence();
+        st.status->aborted = 1;
+      }
+      return false;
+    }
+    __nanosleep(ns);
+    if (ns < 1024) ns *= 2;
+  }
+}
+
+// signal_event publishes a finished task: every thread's writes are complete
+// (the caller synchronised the block), then one release add at gpu scope.
+__device__ __forceinline__ void signal_event(const State& st, int e) {
+  __threadfence();
+  red_release(st.counters + e, 1);
+}
+
+}  // namespace mpk

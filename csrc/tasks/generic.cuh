@@ -1,0 +1,229 @@
+// Task ops for everything that is not a weight stream: elementwise
+// expressions, copies, concatenation, reductions, gathers and the KV-cache
+// write. Each walks its tile through the op's view descriptors; in a decode
+// step these tensors are small, so index arithmetic is not the bottleneck.
+#pragma once
+#include "runtime/runtime.cuh"
+
+namespace mpk {
+
+// elementwise evaluates E (a generated functor) at every index of the tile.
+template <typename E, int N>
+__device__ void elementwise(const Op& op, int lo, int hi, const Slots<N>& s) {
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    double in[MPK_MAX_INPUTS];
+    for (int i = 0; i < op.num_in; ++i) in[i] = load_elem(base(s, op.in[i]), op.in[i].dtype, offset_of(op.in[i], idx));
+    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), E::eval(in, idx));
+  });
+}
+
+template <int N>
+__device__ void copy(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    double v = load_elem(base(s, op.in[0]), op.in[0].dtype, offset_of(op.in[0], idx));
+    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), v);
+  });
+}
+
+template <int N>
+__device__ void empty(const Op&, int, int, const Slots<N>&, char*) {}
+
+template <int N>
+__device__ void cat(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  const int d = op.dim;
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t in_idx[MPK_MAX_RANK];
+    for (int k = 0; k < op.out.rank; ++k) in_idx[k] = idx[k];
+    int64_t off = idx[d];
+    for (int i = 0; i < op.num_in; ++i) {
+      if (off < op.in[i].shape[d]) {
+        in_idx[d] = off;
+        double v = load_elem(base(s, op.in[i]), op.in[i].dtype, offset_of(op.in[i], in_idx));
+        store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), v);
+        return;
+      }
+      off -= op.in[i].shape[d];
+    }
+  });
+}
+
+// reduce folds the trailing in.rank - out.rank dims of the input.
+template <int N>
+__device__ void reduce(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  const View& in = op.in[0];
+  const int k = op.out.rank;
+  int64_t n = 1;
+  for (int d = k; d < in.rank; ++d) n *= in.shape[d];
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t full[MPK_MAX_RANK];
+    for (int d = 0; d < k; ++d) full[d] = idx[d];
+    double acc = 0, best = op.reduce == RED_AMIN ? INFINITY : -INFINITY, arg = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      int64_t rem = r;
+      for (int d = in.rank - 1; d >= k; --d) {
+        full[d] = rem % in.shape[d];
+        rem /= in.shape[d];
+      }
+      double v = load_elem(base(s, in), in.dtype, offset_of(in, full));
+      if (op.reduce == RED_SUM || op.reduce == RED_MEAN) acc += v;
+      else if (op.reduce == RED_AMIN) { if (v < best || isnan(v)) best = v; }
+      else if (v > best || isnan(v)) { best = v; arg = (double)r; }
+    }
+    double out = op.reduce == RED_MEAN ? acc / (double)n
+                 : op.reduce == RED_SUM ? acc
+                 : op.reduce == RED_ARGMAX ? arg : best;
+    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), out);
+  });
+}
+
+// read_index loads an index element, wrapping negatives; out of range → -1.
+__device__ __forceinline__ int64_t read_index(const char* p, const View& v, const int64_t* idx, int64_t size) {
+  int64_t i = (int64_t)load_elem(p, v.dtype, offset_of(v, idx));
+  if (i < 0) i += size;
+  return (i < 0 || i >= size) ? -1 : i;
+}
+
+template <int N>
+__device__ void embedding(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  const View& w = op.in[0];
+  const View& ids = op.in[1];
+  const int r = op.out.rank - 1;
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t row = read_index(base(s, ids), ids, idx, w.shape[0]);
+    double v = NAN;
+    if (row >= 0) {
+      int64_t widx[2] = {row, idx[r]};
+      v = load_elem(base(s, w), w.dtype, offset_of(w, widx));
+    }
+    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), v);
+  });
+}
+
+template <int N>
+__device__ void gather(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  const View& src = op.in[0];
+  const View& ids = op.in[1];
+  const int d = op.dim, n = ids.rank;
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t i = read_index(base(s, ids), ids, idx + d, src.shape[d]);
+    double v = NAN;
+    if (i >= 0) {
+      int64_t sidx[MPK_MAX_RANK];
+      for (int k = 0; k < d; ++k) sidx[k] = idx[k];
+      sidx[d] = i;
+      for (int k = d + 1; k < src.rank; ++k) sidx[k] = idx[k - 1 + n];
+      v = load_elem(base(s, src), src.dtype, offset_of(src, sidx));
+    }
+    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), v);
+  });
+}
+
+// kv_write is index_copy in place: out.select(dim, index[i]) = src.select(dim, i).
+// The tile iterates over the source rows.
+template <int N>
+__device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  const View& ids = op.in[0];
+  const View& src = op.in[1];
+  const int d = op.dim;
+  for_each_index(src.shape, src.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t pos = read_index(base(s, ids), ids, idx + d, op.out.shape[d]);
+    if (pos < 0) return;  // an out-of-range position writes nothing
+    int64_t didx[MPK_MAX_RANK];
+    for (int k = 0; k < src.rank; ++k) didx[k] = idx[k];
+    didx[d] = pos;
+    double v = load_elem(base(s, src), src.dtype, offset_of(src, idx));
+    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, didx), v);
+  });
+}
+
+// rope: out = x·cos + rotate_half(x)·sin along the last dim, rounding each
+// product to the output dtype as eager does.
+template <int N>
+__device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  const View& x = op.in[0];
+  const int r = op.out.rank - 1;
+  const int64_t h = x.shape[r] / 2;
+  const int32_t dt = op.out.dtype;
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t pidx[MPK_MAX_RANK];
+    for (int k = 0; k <= r; ++k) pidx[k] = idx[k];
+    const int64_t j = idx[r];
+    pidx[r] = j < h ? j + h : j - h;
+    double xv = load_elem(base(s, x), x.dtype, offset_of(x, idx));
+    double rot = load_elem(base(s, x), x.dtype, offset_of(x, pidx));
+    if (j < h) rot = -rot;
+    double c = load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
+    double sn = load_elem(base(s, op.in[2]), op.in[2].dtype, offset_of(op.in[2], idx));
+    double v = round_to(dt, round_to(dt, xv * c) + round_to(dt, round_to(dt, rot) * sn));
+    store_elem(base(s, op.out), dt, offset_of(op.out, idx), v);
+  });
+}
+
+// block_sum reduces a float across the block (all threads get the result).
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x / 32) ? scratch[lane] : 0.f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// rmsnorm follows HF: y = x·rsqrt(mean(x²)+eps) in fp32, rounded to x's
+// dtype, then times the weight; one row of the tile at a time.
+template <int N>
+__device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  const View& x = op.in[0];
+  const int r = x.rank - 1;
+  const int64_t D = x.shape[r];
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  float* scratch = reinterpret_cast<float*>(smem);
+  int64_t rows = 1;
+  int64_t ext[MPK_MAX_RANK];
+  for (int d = 0; d < r; ++d) {
+    ext[d] = d == op.split_dim ? (int64_t)(hi - lo) : x.shape[d];
+    rows *= ext[d];
+  }
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t idx[MPK_MAX_RANK];
+    int64_t rem = row;
+    for (int d = r - 1; d >= 0; --d) {
+      idx[d] = rem % ext[d];
+      rem /= ext[d];
+    }
+    if (r > 0) idx[op.split_dim] += lo;
+    float ss = 0.f;
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      idx[r] = j;
+      float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, idx));
+      ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + op.eps);
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+      idx[r] = j;
+      double y = round_to(x.dtype, (double)((float)load_elem(base(s, x), x.dtype, offset_of(x, idx)) * inv));
+      if (has_w) y *= load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
+      store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), y);
+    }
+  }
+}
+
+// matmul: out[b, m, n] = Σ_k a[b, m, k]·w[b, k, n], one element per thread.
+template <int N>
+__device__ void matmul(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  const View& a = op.in[0];
+  const View& m = op.in[1];
+  const int64_t K = a.shape[2];
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    float acc = 0.f;
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t ai[3] = {idx[0], idx[1], k}, mi[3] = {idx[0], k, idx[2]};
+      acc += (float)load_elem(base(s, a), a.dtype, offset_of(a, ai)) * (float)load_elem(base(s, m), m.dtype, offset_of(m, mi));
+    }
+    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), acc);
+  });
+}
+
+}  // namespace mpk

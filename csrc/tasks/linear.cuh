@@ -1,0 +1,90 @@
+// Linear: out[m, n] = Σ_k x[m, k]·W[n, k] (+ residual[m, n]) for the rows
+// [lo, hi) of W. Decode is bound by streaming W, so each warp owns whole rows
+// and reads them with 16-byte non-coherent loads (weights never change during
+// a launch); x is staged in shared memory as fp32.
+#pragma once
+#include "runtime/runtime.cuh"
+
+namespace mpk {
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// dot8 multiplies 16 bytes of weights with the matching fp32 activations.
+__device__ __forceinline__ float dot16(const uint4& raw, const float* x, __nv_bfloat16*) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f = __bfloat1622float2(h[i]);
+    acc += f.x * x[2 * i] + f.y * x[2 * i + 1];
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float dot16(const uint4& raw, const float* x, __half*) {
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f = __half22float2(h[i]);
+    acc += f.x * x[2 * i] + f.y * x[2 * i + 1];
+  }
+  return acc;
+}
+
+__device__ __forceinline__ float dot16(const uint4& raw, const float* x, float*) {
+  const float* f = reinterpret_cast<const float*>(&raw);
+  return f[0] * x[0] + f[1] * x[1] + f[2] * x[2] + f[3] * x[3];
+}
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+template <typename T, int K, bool RESID, int N>
+__device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  static_assert(K * 4 <= MPK_MAX_SHARED_BYTES, "x does not fit in shared memory");
+  constexpr int VEC = 16 / sizeof(T);
+  const View& x = op.in[0];
+  const View& w = op.in[1];
+  float* xs = reinterpret_cast<float*>(smem);
+  const T* W = reinterpret_cast<const T*>(base(s, w)) + w.offset;
+  const int64_t row_stride = w.stride[0];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const bool vec = (reinterpret_cast<uintptr_t>(W) % 16 == 0) && (row_stride % VEC == 0) && (K % VEC == 0);
+  for (int64_t m = 0; m < x.shape[0]; ++m) {
+    __syncthreads();
+    for (int k = threadIdx.x; k < K; k += blockDim.x) {
+      int64_t i[2] = {m, k};
+      xs[k] = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
+    }
+    __syncthreads();
+    for (int n = lo + warp; n < hi; n += warps) {
+      const T* row = W + (int64_t)n * row_stride;
+      float acc = 0.f;
+      if (vec) {
+#pragma unroll 4
+        for (int k = lane * VEC; k < K; k += 32 * VEC) {
+          uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k));
+          acc += dot16(raw, xs + k, static_cast<T*>(nullptr));
+        }
+      } else {
+        for (int k = lane; k < K; k += 32) acc += to_float(row[k]) * xs[k];
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) {
+        int64_t oi[2] = {m, n};
+        double v = acc;
+        if (RESID) {
+          v = round_to(op.out.dtype, v) + load_elem(base(s, op.in[2]), op.in[2].dtype, offset_of(op.in[2], oi));
+        }
+        store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
+      }
+    }
+  }
+}
+
+}  // namespace mpk

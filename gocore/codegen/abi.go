@@ -1,0 +1,132 @@
+// Package codegen emits the CUDA module for a task graph: one source file
+// holding the task-op variants (template instantiations from the task
+// library in csrc/tasks), the op, task, queue and event tables, and the
+// kernel entry from csrc/runtime.
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	"mpk/gocore/ir"
+)
+
+// Capacity limits of the device tables. They are defined here once and
+// written into csrc/runtime/abi_gen.cuh by ABIHeader; a test fails when the
+// committed header drifts from this definition.
+const (
+	MaxRank   = 6 // dims of a view
+	MaxInputs = 8 // input views of one op
+	Threads   = 512
+	// MaxSharedBytes bounds the dynamic shared memory a worker may use.
+	MaxSharedBytes = 200 * 1024
+)
+
+// Task kinds the device dispatch knows, mirrored as an enum in the header.
+var opKinds = []ir.Kind{ir.Elementwise, ir.Reduce, ir.RMSNorm, ir.RoPE, ir.Linear, ir.Matmul, ir.Attention,
+	ir.Embedding, ir.Cat, ir.KVWrite, ir.Copy, ir.Gather, ir.Empty}
+
+// field is one member of a table struct, in layout order.
+type field struct{ ctype, name, doc string }
+
+// The table structs. Go writes initialisers in exactly this member order.
+var (
+	viewFields = []field{
+		{"int32_t", "slot", "pointer slot: input, output or the arena"},
+		{"int32_t", "dtype", "DType code"},
+		{"int32_t", "rank", ""},
+		{"int32_t", "pad", ""},
+		{"int64_t", "offset", "in elements from the slot's base"},
+		{"int64_t", "shape[MPK_MAX_RANK]", ""},
+		{"int64_t", "stride[MPK_MAX_RANK]", "in elements"},
+	}
+	opFields = []field{
+		{"int32_t", "kind", "OpKind"},
+		{"int32_t", "variant", "index into the generated dispatch"},
+		{"int32_t", "num_in", ""},
+		{"int32_t", "split_dim", "the output dim tasks split; tasks carry [lo, hi)"},
+		{"int32_t", "dim", "cat / gather / kv_write dim"},
+		{"int32_t", "groups", "attention: query heads per KV head"},
+		{"int32_t", "flags", "bit 0: residual; bit 1: weight; bit 2: mask; bit 3: causal"},
+		{"int32_t", "reduce", "ReduceKind"},
+		{"float", "eps", ""},
+		{"float", "scale", ""},
+		{"mpk::View", "out", ""},
+		{"mpk::View", "in[MPK_MAX_INPUTS]", ""},
+	}
+	taskFields = []field{
+		{"int32_t", "op", "-1 for an empty relay task"},
+		{"int32_t", "lo", "tile along the op's split dim"},
+		{"int32_t", "hi", ""},
+		{"int32_t", "wait", "event, or -1"},
+		{"int32_t", "trigger", "event, or -1"},
+	}
+)
+
+// Flag bits of an op.
+const (
+	flagResidual = 1 << iota
+	flagWeight
+	flagMask
+	flagCausal
+)
+
+var reduceKinds = []string{"sum", "mean", "amax", "amin", "argmax"}
+
+func reduceCode(s string) int {
+	for i, k := range reduceKinds {
+		if k == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// ABIHeader returns csrc/runtime/abi_gen.cuh.
+func ABIHeader() string {
+	var b strings.Builder
+	b.WriteString("// Generated from gocore/codegen/abi.go by TestABIHeaderUpToDate (UPDATE_GOLDEN=1). Do not edit.\n")
+	b.WriteString("#pragma once\n#include <stdint.h>\n\n")
+	fmt.Fprintf(&b, "#define MPK_MAX_RANK %d\n#define MPK_MAX_INPUTS %d\n#define MPK_THREADS %d\n#define MPK_MAX_SHARED_BYTES %d\n\n", MaxRank, MaxInputs, Threads, MaxSharedBytes)
+	b.WriteString("namespace mpk {\n\n")
+	b.WriteString("enum DType : int32_t {")
+	for i := ir.F32; i <= ir.Bool; i++ {
+		fmt.Fprintf(&b, " DT_%s = %d,", strings.ToUpper(i.String()), int(i))
+	}
+	b.WriteString(" };\n\nenum OpKind : int32_t {")
+	for i, k := range opKinds {
+		fmt.Fprintf(&b, " OP_%s = %d,", strings.ToUpper(k.String()), i)
+	}
+	b.WriteString(" };\n\nenum ReduceKind : int32_t {")
+	for i, k := range reduceKinds {
+		fmt.Fprintf(&b, " RED_%s = %d,", strings.ToUpper(k), i)
+	}
+	b.WriteString(" };\n\n")
+	fmt.Fprintf(&b, "enum OpFlags : int32_t { FLAG_RESIDUAL = %d, FLAG_WEIGHT = %d, FLAG_MASK = %d, FLAG_CAUSAL = %d };\n\n", flagResidual, flagWeight, flagMask, flagCausal)
+	writeStruct(&b, "View", viewFields)
+	writeStruct(&b, "Op", opFields)
+	writeStruct(&b, "Task", taskFields)
+	b.WriteString("}  // namespace mpk\n")
+	return b.String()
+}
+
+func writeStruct(b *strings.Builder, name string, fs []field) {
+	fmt.Fprintf(b, "struct %s {\n", name)
+	for _, f := range fs {
+		if f.doc != "" {
+			fmt.Fprintf(b, "  %s %s;  // %s\n", f.ctype, f.name, f.doc)
+		} else {
+			fmt.Fprintf(b, "  %s %s;\n", f.ctype, f.name)
+		}
+	}
+	b.WriteString("};\n\n")
+}
+
+func kindCode(k ir.Kind) int {
+	for i, x := range opKinds {
+		if x == k {
+			return i
+		}
+	}
+	panic(fmt.Sprintf("codegen: op kind %s has no device code", k))
+}
