@@ -1,21 +1,34 @@
-"""`python -m mpk <command>`; commands: check."""
+"""`python -m mpk <command>`; commands: check, build, validate-suite."""
 
 from __future__ import annotations
 
 import sys
 
+USAGE = """usage: python -m mpk <command> [options]
+  check           compile a model step with mpk and compare it with eager
+                  [--model NAME] [--target reference|cuda] [--prefill N] [--seed S] [--workers N]
+                  [--cache-tokens N] [--dtype float32|bfloat16] [--steps N]
+  build           compile for the cuda target without a GPU; write module.cu (and module.so)
+                  --out DIR [--model NAME] [--workers N] [--dtype bfloat16|float32] [--arch 90a]
+  validate-suite  the validator's adversarial mutant suite [--n N] [--seed S]"""
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m mpk check [--model NAME] [--target reference|cuda] [--prefill N] "
-              "[--seed S] [--workers N] [--cache-tokens N] [--dtype float32|bfloat16] [--steps N]")
+        print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "check":
         from . import check
         return check.main(rest)
-    print(f"unknown command {cmd!r}; known: check", file=sys.stderr)
+    if cmd == "build":
+        from . import build
+        return build.main(rest)
+    if cmd == "validate-suite":
+        from . import validate_suite
+        return validate_suite.main(rest)
+    print(f"unknown command {cmd!r}; known: check, build, validate-suite", file=sys.stderr)
     return 2
 
 

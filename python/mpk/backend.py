@@ -19,7 +19,11 @@ from .errors import ArgumentError, MpkError
 TARGETS = ("cuda", "reference")
 DEFAULT_REFERENCE_WORKERS = 132
 _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir")
-_FRONT_OPTIONS = ("poison",)
+# Python-side only: poison (NaN-fill float outputs before a run; default on for
+# reference, off for cuda), sync (cuda: synchronise after each launch and read
+# the status), build_only (cuda: compile, keep the core's result, run the ATen
+# graph eagerly; `python -m mpk build` uses it on machines without a GPU).
+_FRONT_OPTIONS = ("poison", "sync", "build_only")
 
 # The most recent compiled callable (for `python -m mpk check`) and how many
 # graphs this process compiled. Updated under _lock.
@@ -42,7 +46,9 @@ def resolve_options(options: dict | None) -> dict:
                        kind="bad_request")
     workers = opts.get("num_workers")
     if workers is None:
-        if target == "cuda":
+        if target == "cuda" and opts.get("build_only") and not torch.cuda.is_available():
+            workers = DEFAULT_REFERENCE_WORKERS
+        elif target == "cuda":
             if not torch.cuda.is_available():
                 raise MpkError("target 'cuda' needs a CUDA device, and none is available",
                                hint="use options={'target': 'reference'} to run on the CPU",
@@ -55,7 +61,8 @@ def resolve_options(options: dict | None) -> dict:
     wire = {"target": target, "num_workers": int(workers), "seed": int(opts.get("seed", 0))}
     for k in _PASS_THROUGH:
         wire[k] = bool(opts.get(k, False))
-    return {"wire": wire, "poison": bool(opts.get("poison", True))}
+    return {"wire": wire, "poison": bool(opts.get("poison", target == "reference")),
+            "sync": bool(opts.get("sync", False)), "build_only": bool(opts.get("build_only", False))}
 
 
 def _input_names_and_kinds(gm: torch.fx.GraphModule) -> tuple[list[str], list[str]]:
@@ -177,7 +184,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
 
 class CompiledGraph:
     """The callable for the reference target: checks arguments, allocates
-    outputs per the core's output specs, runs the CPU reference executor."""
+    outputs per the core's output specs, runs the CPU reference executor.
+    build.CudaGraph subclasses it (device, _run)."""
+
+    device = torch.device("cpu")
 
     def __init__(self, gm: torch.fx.GraphModule, request: dict, compiled: core.Compiled,
                  opts: dict, display_names: Sequence[str] | None = None):
@@ -208,9 +218,10 @@ class CompiledGraph:
             meta = spec["meta"]
             if not isinstance(a, torch.Tensor):
                 raise ArgumentError(f"{self._describe(i)} must be a tensor, got {type(a).__name__}")
-            if a.device.type != "cpu":
-                raise ArgumentError(f"{self._describe(i)} is on {a.device}, the reference target "
-                                    "runs on the cpu", hint="move the model and inputs to the cpu")
+            if a.device != self.device:
+                raise ArgumentError(f"{self._describe(i)} is on {a.device}, the graph was compiled "
+                                    f"for {self.device}",
+                                    hint=f"move the model and inputs to {self.device}")
             dt = export.DTYPE_NAMES.get(a.dtype, str(a.dtype))
             if dt != meta["dtype"]:
                 raise ArgumentError(f"{self._describe(i)} has dtype {dt}, compiled for {meta['dtype']}")
@@ -237,10 +248,10 @@ class CompiledGraph:
                 dtype = export.DTYPES_BY_NAME[spec["dtype"]]
                 if off:
                     span = off + 1 + sum((s - 1) * st for s, st in zip(shape, strides) if s > 0)
-                    buf = torch.empty(span, dtype=dtype)
+                    buf = torch.empty(span, dtype=dtype, device=self.device)
                     t = buf.as_strided(shape, strides, off)
                 else:
-                    t = torch.empty_strided(shape, strides, dtype=dtype)
+                    t = torch.empty_strided(shape, strides, dtype=dtype, device=self.device)
                 if self.poison and t.is_floating_point():
                     t.fill_(float("nan"))
                 outs.append(t)
@@ -248,13 +259,16 @@ class CompiledGraph:
                 raise MpkError(f"output {j} has unknown kind {spec['kind']!r}", kind="internal")
         return outs
 
+    def _run(self, args: Sequence[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        # args and outs stay referenced by the caller's frame until the core returns.
+        self.last_run = self.compiled.run_reference(list(args) + outs, self.seed)
+
     def __call__(self, *args):
         if len(args) == 1 and isinstance(args[0], list) and len(self.inputs) != 1:
             args = tuple(args[0])  # boxed calling convention
         self.check_args(args)
         outs = self._outputs(args)
-        # args and outs stay referenced by this frame until the core returns.
-        self.last_run = self.compiled.run_reference(list(args) + outs, self.seed)
+        self._run(args, outs)
         self.calls += 1
         if self.returns_sequence:
             return tuple(outs)

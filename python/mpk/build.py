@@ -1,18 +1,584 @@
-"""The cuda target's seam: turn the core's generated CUDA into a callable.
+"""The cuda target: nvcc with an on-disk cache, the launcher, and the callable.
 
-nvcc with an on-disk cache and the pybind11 launcher come later; until then
-compiling for cuda fails with a clear error after the core has run."""
+build_module() compiles the core's generated CUDA (module.cu, which includes
+headers from csrc/runtime and csrc/tasks) into module.so under a cache
+directory keyed by the content hash of everything that affects the binary.
+cuda_callable() loads it through the pybind11 launcher (mpk._launcher, see
+csrc/launcher) and returns the callable torch.compile hands back.
+
+`python -m mpk build` (main below) runs the compile path for the cuda target
+on the CPU, without a GPU, and writes the generated sources (and module.so
+where nvcc is found) to a directory."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
 from .errors import MpkError
 
+MODULE_SO = "module.so"
+MODULE_CU = "module.cu"
+SIDECAR = "module.so.sha256"
+NVCC_FLAGS = ("-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo",
+              "--expt-relaxed-constexpr")
+DEFAULT_ARCH = "90a"  # the H100: what `mpk build` targets without a GPU
+_HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
+
+
+class BuildError(MpkError):
+    kind = "build"
+
+
+# --------------------------------------------------------------------------
+# Finding things: csrc, nvcc, the target architecture.
+# --------------------------------------------------------------------------
+
+def csrc_dir() -> Path:
+    """The csrc/ include root: $MPK_CSRC, else the copy installed as package
+    data (mpk/csrc), else the source tree's csrc/ (editable installs)."""
+    env = os.environ.get("MPK_CSRC")
+    candidates = [Path(env)] if env else []
+    here = Path(__file__).resolve().parent
+    candidates += [here / "csrc", here.parents[1] / "csrc"]
+    for c in candidates:
+        if (c / "runtime" / "module_abi.h").is_file():
+            return c
+    raise BuildError("the mpk CUDA headers (csrc/runtime/module_abi.h) are missing",
+                     hint="reinstall mpk, or set MPK_CSRC to the repository's csrc directory; "
+                          "looked in " + ", ".join(str(c) for c in candidates), kind="build")
+
+
+def find_nvcc() -> str | None:
+    """$MPK_NVCC, $CUDA_HOME/bin/nvcc, nvcc on PATH, the pip nvidia-cuda-nvcc
+    package, /usr/local/cuda/bin/nvcc; None when there is none."""
+    env = os.environ.get("MPK_NVCC")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    cands = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            cands.append(Path(os.environ[var]) / "bin" / "nvcc")
+    on_path = shutil.which("nvcc")
+    if on_path:
+        cands.append(Path(on_path))
+    cands += _pip_nvcc_candidates()
+    cands.append(Path("/usr/local/cuda/bin/nvcc"))
+    for c in cands:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return None
+
+
+def _pip_nvcc_candidates() -> list[Path]:
+    """Where the nvidia-cuda-nvcc wheels put nvcc (cu12: nvidia/cuda_nvcc/bin, cu13: nvidia/cu13/bin)."""
+    out = []
+    try:
+        import nvidia  # namespace package of the NVIDIA wheels
+        roots = [Path(p) for p in getattr(nvidia, "__path__", [])]
+    except ImportError:
+        roots = []
+    for r in roots:
+        out += [r / "cuda_nvcc" / "bin" / "nvcc", *sorted(r.glob("cu*/bin/nvcc"), reverse=True)]
+    return out
+
+
+def cuda_arch(arch: str | None = None, device: Any = None) -> str:
+    """The architecture suffix, e.g. "90a": the argument, $MPK_CUDA_ARCH
+    ("90a", "sm_90a" or "9.0"), else the device's compute capability (9.0 →
+    90a, the Hopper features the runtime uses; other X.Y → XY), else 90a."""
+    a = arch or os.environ.get("MPK_CUDA_ARCH")
+    if a:
+        a = a.strip().lower().removeprefix("sm_").removeprefix("compute_")
+        if "." in a:
+            major, minor = a.split(".", 1)
+            a = f"{major}{minor}"
+            return "90a" if a == "90" else a
+        return a
+    try:
+        import torch
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(device)
+            return "90a" if (major, minor) == (9, 0) else f"{major}{minor}"
+    except Exception:  # pragma: no cover - a broken CUDA install: fall back to the H100
+        pass
+    return DEFAULT_ARCH
+
+
+def nvcc_command(nvcc: str, arch: str, csrc: Path, src: str = MODULE_CU,
+                 out: str = MODULE_SO) -> list[str]:
+    return [nvcc, *NVCC_FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{csrc}", src,
+            "-o", out]
+
+
+_nvcc_versions: dict[tuple, str] = {}
+
+
+def nvcc_version(nvcc: str) -> str:
+    st = os.stat(nvcc)
+    key = (nvcc, st.st_mtime_ns, st.st_size)
+    if key not in _nvcc_versions:
+        try:
+            r = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise BuildError(f"cannot run {nvcc} --version: {e}", hint="set MPK_NVCC to a working nvcc",
+                             kind="build") from None
+        _nvcc_versions[key] = r.stdout + r.stderr
+    return _nvcc_versions[key]
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    return Path(cache_dir or os.environ.get("MPK_CACHE_DIR") or Path.home() / ".cache" / "mpk")
+
+
+def _headers(csrc: Path) -> list[Path]:
+    return sorted(p for p in csrc.rglob("*") if p.is_file() and p.suffix in _HEADER_SUFFIXES)
+
+
+def cache_key(sources: Mapping[str, str], arch: str, version: str, csrc: Path) -> str:
+    """sha256 over the sources, every header under csrc/, the nvcc flags, nvcc
+    --version and the architecture. The -I path is left out: two installs
+    with the same headers share entries."""
+    h = hashlib.sha256()
+
+    def put(tag: str, data: bytes) -> None:
+        h.update(tag.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+
+    put("format", b"mpk-build-1")
+    for name in sorted(sources):
+        put("source:" + name, sources[name].encode())
+    for p in _headers(csrc):
+        put("header:" + p.relative_to(csrc).as_posix(), p.read_bytes())
+    put("flags", " ".join(NVCC_FLAGS).encode())
+    put("nvcc", version.encode())
+    put("arch", arch.encode())
+    return h.hexdigest()
+
+
+def _sha256_file(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def entry_valid(entry: Path) -> bool:
+    """A cache entry is usable when module.so's bytes match its recorded sha256."""
+    so, side = entry / MODULE_SO, entry / SIDECAR
+    try:
+        return so.is_file() and side.is_file() and side.read_text().strip() == _sha256_file(so)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+@dataclass
+class BuildInfo:
+    path: Path          # module.so
+    key: str
+    cache_hit: bool
+    nvcc_s: float       # seconds in nvcc (0 on a cache hit)
+    command: list[str]
+
+    def describe(self) -> str:
+        return "nvcc cache hit" if self.cache_hit else f"nvcc {self.nvcc_s:.1f} s"
+
+
+def build_module(sources: Mapping[str, str], arch: str | None = None,
+                 cache_dir: str | os.PathLike | None = None) -> Path:
+    """Compiles sources["module.cu"] into module.so (cached); returns its path."""
+    return build_module_info(sources, arch, cache_dir).path
+
+
+def build_module_info(sources: Mapping[str, str], arch: str | None = None,
+                      cache_dir: str | os.PathLike | None = None) -> BuildInfo:
+    """build_module with the details: cache hit or nvcc time, key, command."""
+    if MODULE_CU not in sources:
+        raise BuildError(f"no {MODULE_CU} among the generated files ({', '.join(sorted(sources)) or 'none'})",
+                         kind="build")
+    for name in sources:
+        if "/" in name or "\\" in name or name.startswith(".") or name in (MODULE_SO, SIDECAR):
+            raise BuildError(f"generated file name {name!r} is not a plain file name", kind="internal")
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise BuildError("nvcc not found, so the cuda target cannot be built",
+                         hint="install the CUDA toolkit or `pip install nvidia-cuda-nvcc`, or set "
+                              "MPK_NVCC / CUDA_HOME", kind="build")
+    arch = cuda_arch(arch)
+    csrc = csrc_dir()
+    key = cache_key(sources, arch, nvcc_version(nvcc), csrc)
+    root = cache_root(cache_dir)
+    entry = root / key[:2] / key
+    cmd = nvcc_command(nvcc, arch, csrc)
+    if entry_valid(entry):
+        return BuildInfo(entry / MODULE_SO, key, True, 0.0, cmd)
+    with _file_lock(root / "locks" / (key + ".lock")):
+        if entry_valid(entry):  # another process built it while we waited
+            return BuildInfo(entry / MODULE_SO, key, True, 0.0, cmd)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:12]}-", dir=entry.parent))
+        try:
+            for name, text in sources.items():
+                (tmp / name).write_text(text)
+            nvcc_s = _run_nvcc(cmd, tmp, root, key)
+            (tmp / SIDECAR).write_text(_sha256_file(tmp / MODULE_SO) + "\n")
+            (tmp / "command.txt").write_text(" ".join(cmd) + "\n")
+            if entry.exists():  # a corrupted or truncated entry: move it aside, then drop it
+                trash = entry.parent / f".trash-{key[:12]}-{os.getpid()}-{time.monotonic_ns()}"
+                os.replace(entry, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.replace(tmp, entry)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return BuildInfo(entry / MODULE_SO, key, False, nvcc_s, cmd)
+
+
+def _run_nvcc(cmd: list[str], cwd: Path, root: Path, key: str) -> float:
+    timeout = float(os.environ.get("MPK_NVCC_TIMEOUT", "1800"))
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"nvcc ran past {timeout:.0f} s", hint="set MPK_NVCC_TIMEOUT", kind="build") from None
+    except OSError as e:
+        raise BuildError(f"cannot run nvcc: {e}", hint="set MPK_NVCC to a working nvcc", kind="build") from None
+    dt = time.perf_counter() - t0
+    if r.returncode != 0 or not (cwd / MODULE_SO).is_file():
+        kept = root / "failed" / key
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(cwd, kept)
+        (kept / "nvcc.log").write_text(r.stdout + r.stderr)
+        tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-30:])
+        raise BuildError(f"nvcc failed (exit {r.returncode}) on the generated module:\n{tail}",
+                         hint=f"sources and the full log are in {kept}; command: {' '.join(cmd)}",
+                         kind="build")
+    return dt
+
+
+# --------------------------------------------------------------------------
+# The launcher extension.
+# --------------------------------------------------------------------------
+
+_launcher = None
+
+
+def load_launcher():
+    """mpk._launcher, as installed by setup.py; failing that, compiled here
+    from csrc/launcher/launcher.cpp with the host C++ compiler and pybind11
+    (cached like modules), so a source checkout works without installing."""
+    global _launcher
+    if _launcher is not None:
+        return _launcher
+    try:
+        from . import _launcher as mod  # type: ignore[attr-defined]
+    except ImportError:
+        mod = _jit_launcher()
+    _launcher = mod
+    return mod
+
+
+def _jit_launcher():
+    src = Path(__file__).resolve().parent / "csrc" / "launcher" / "launcher.cpp"
+    if not src.is_file():
+        src = Path(__file__).resolve().parents[2] / "csrc" / "launcher" / "launcher.cpp"
+    if not src.is_file():
+        raise BuildError("the mpk launcher (mpk._launcher) is not installed and its source is missing",
+                         hint="reinstall mpk with pybind11 available", kind="build")
+    try:
+        import pybind11
+    except ImportError:
+        raise BuildError("the mpk launcher (mpk._launcher) is not installed, and pybind11 is "
+                         "missing to build it", hint="pip install pybind11, then reinstall mpk",
+                         kind="build") from None
+    csrc = csrc_dir()
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+    inc = [pybind11.get_include(), sysconfig.get_paths()["include"], str(csrc)]
+    h = hashlib.sha256(src.read_bytes() + (csrc / "runtime" / "module_abi.h").read_bytes()
+                       + suffix.encode() + sys.version.encode()).hexdigest()
+    out_dir = cache_root() / "launcher" / h[:16]
+    out = out_dir / ("_launcher" + suffix)
+    if not out.is_file():
+        with _file_lock(cache_root() / "locks" / f"launcher-{h[:16]}.lock"):
+            if not out.is_file():
+                out_dir.mkdir(parents=True, exist_ok=True)
+                tmp = out_dir / f".tmp-{os.getpid()}{suffix}"
+                cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", *(f"-I{i}" for i in inc),
+                       str(src), "-o", str(tmp), "-ldl"]
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise BuildError("building the mpk launcher failed:\n" +
+                                     "\n".join((r.stdout + r.stderr).splitlines()[-20:]),
+                                     hint=" ".join(cmd), kind="build")
+                os.replace(tmp, out)
+    loader = importlib.machinery.ExtensionFileLoader("mpk._launcher", str(out))
+    spec = importlib.util.spec_from_file_location("mpk._launcher", str(out), loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    sys.modules["mpk._launcher"] = mod
+    return mod
+
+
+# --------------------------------------------------------------------------
+# The callable.
+# --------------------------------------------------------------------------
 
 def cuda_callable(gm, request, compiled, opts, display_names=None):
+    """The callable for the cuda target (or, with the build_only option, a
+    callable that holds the core's result and runs the ATen graph eagerly)."""
+    if opts.get("build_only"):
+        return _graph_classes()[0](gm, request, compiled, opts, display_names)
     sources = compiled.result.get("cuda") or {}
     if not sources:
         raise MpkError("cuda target not built yet: the core returned no CUDA sources",
                        hint="use options={'target': 'reference'} for now", kind="not_implemented")
-    raise MpkError(f"cuda target not built yet: the core emitted {len(sources)} file(s) "
-                   f"({', '.join(sorted(sources))}) but nvcc/launcher support is not written",
-                   hint="use options={'target': 'reference'} for now", kind="not_implemented")
+    return _graph_classes()[1](gm, request, compiled, opts, display_names)
+
+
+def _graph_device(gm):
+    """The CUDA device the graph was traced on (from its placeholders' fake tensors)."""
+    import torch
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            v = node.meta.get("val")
+            if isinstance(v, torch.Tensor) and v.device.type == "cuda":
+                return torch.device("cuda", v.device.index if v.device.index is not None
+                                    else torch.cuda.current_device())
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _make_classes():
+    import torch
+
+    from .backend import CompiledGraph as Base
+
+    class BuildOnlyGraph(Base):
+        """What the backend returns with build_only: the core's result (for `mpk
+        build`), and a call that runs the ATen graph eagerly so tracing code
+        that calls the model once still works."""
+
+        def __init__(self, gm, request, compiled, opts, display_names=None):
+            super().__init__(gm, request, compiled, opts, display_names)
+            self.gm = gm
+            self.sources = dict(compiled.result.get("cuda") or {})
+
+        def __call__(self, *args):
+            if len(args) == 1 and isinstance(args[0], list) and len(self.inputs) != 1:
+                args = tuple(args[0])
+            self.calls += 1
+            with torch.no_grad():
+                return self.gm(*args)
+
+    class CudaGraph(Base):
+        """Builds and loads the module once; each call checks arguments,
+        allocates outputs and makes one launch on torch's current stream."""
+
+        def __init__(self, gm, request, compiled, opts, display_names=None):
+            super().__init__(gm, request, compiled, opts, display_names)
+            self.device = _graph_device(gm)
+            self.sync = bool(opts.get("sync", False))
+            self.poison = bool(opts.get("poison", False))
+            self.core_ms = float(self.summary.get("core_ms", 0.0))
+            self.sources = dict(compiled.result.get("cuda") or {})
+            self.build = build_module_info(self.sources, cuda_arch(device=self.device))
+            t0 = time.perf_counter()
+            launcher = load_launcher()
+            with torch.cuda.device(self.device):
+                self.module = launcher.Module(str(self.build.path))
+                self._check_module()
+                self.module.init()
+                self.arena = torch.empty(max(int(self.module.arena_bytes), 1), dtype=torch.uint8,
+                                         device=self.device)
+            self.load_s = time.perf_counter() - t0
+            self.nvcc_s = None if self.build.cache_hit else self.build.nvcc_s
+            self.launches = 0
+            self._done: torch.cuda.Event | None = None
+            self.last_status: dict | None = None
+
+        def _check_module(self) -> None:
+            m = self.module
+            n_in, n_out = len(self.inputs), len(self.output_specs)
+            if (m.num_inputs, m.num_outputs, m.num_slots) != (n_in, n_out, n_in + n_out + 1):
+                raise MpkError(f"module {self.build.path} takes {m.num_inputs} inputs, {m.num_outputs} "
+                               f"outputs, {m.num_slots} slots; the graph has {n_in} inputs and "
+                               f"{n_out} outputs (want {n_in + n_out + 1} slots)", kind="internal")
+
+        def timing(self) -> str:
+            """Cold compile cost: the Go core, nvcc (or the cache), loading."""
+            return f"core {self.core_ms:.1f} ms, {self.build.describe()}, load {self.load_s:.2f} s"
+
+        def check_status(self) -> None:
+            """Reads the device status; raises MpkRuntimeError (and resets the
+            module) when the last launch aborted."""
+            st = self.module.status()
+            self.last_status = st
+            if st.get("aborted"):
+                self.module.reset()
+                raise abort_error(st, self.summary)
+
+        def _run(self, args, outs) -> None:
+            stream = torch.cuda.current_stream(self.device)
+            capturing = torch.cuda.is_current_stream_capturing()
+            if self._done is not None and not capturing and not self.sync and self._done.query():
+                self._done = None
+                self.check_status()  # the previous launch finished: cheap to look
+            slots = [t.data_ptr() for t in args] + [t.data_ptr() for t in outs] + [self.arena.data_ptr()]
+            try:
+                self.module.launch(slots, stream.cuda_stream)
+            except RuntimeError as e:
+                raise MpkError(f"launching the megakernel failed: {e}", kind="runtime") from None
+            self.launches += 1
+            if self.sync:
+                stream.synchronize()
+                self.check_status()
+            elif not capturing:
+                ev = torch.cuda.Event()
+                ev.record(stream)
+                self._done = ev
+
+    return BuildOnlyGraph, CudaGraph
+
+
+def abort_error(st: dict, summary: dict | None = None):
+    """The MpkRuntimeError for a status dict from an aborted launch."""
+    from .errors import MpkRuntimeError
+    code = int(st.get("aborted", 0))
+    what = {1: "a spin-wait ran past its budget", 2: "an index was out of range"}.get(code, f"abort code {code}")
+    ms = int(st.get("waited_ns", 0)) / 1e6
+    msg = (f"the megakernel aborted: {what}\n"
+           f"  worker {st.get('worker')} waited on event {st.get('event')} before task {st.get('task')}: "
+           f"count {st.get('count')} of {st.get('needed')} needed, after {ms:.1f} ms")
+    return MpkRuntimeError(msg, hint="the module was reset; a hang like this is a compiler bug: "
+                                     "rerun with MPK_DUMP_REQUEST=req.json and report it",
+                           kind="runtime")
+
+
+_classes: tuple | None = None
+
+
+def _graph_classes():
+    """(BuildOnlyGraph, CudaGraph), defined on first use: they subclass
+    backend.CompiledGraph, and importing mpk.build must not import the backend."""
+    global _classes
+    if _classes is None:
+        _classes = _make_classes()
+    return _classes
+
+
+# --------------------------------------------------------------------------
+# `python -m mpk build`
+# --------------------------------------------------------------------------
+
+def export_for_cuda(model_name: str, dtype: str = "bfloat16", workers: int = 132, seed: int = 0,
+                    cache_tokens: int = 64, prefill: int = 1, extra: dict | None = None):
+    """Compiles one decode step of a model for the cuda target on the CPU
+    (build_only) and returns the BuildOnlyGraph holding the core's result."""
+    import torch
+
+    from . import backend, check, models
+
+    check.ensure_backend_registered()
+    m = models.build(model_name, dtype=check.DTYPES[dtype], device="cpu", seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    vocab = m.config.vocab_size
+    fill = torch.randint(0, vocab, (1, cache_tokens), generator=gen)
+    toks = torch.randint(0, vocab, (1, prefill), generator=gen)
+    max_len = (cache_tokens + prefill + 63) // 64 * 64
+    cache = check._make_cache(m, max_len, "cpu", fill)
+    opts = {"target": "cuda", "build_only": True, "num_workers": workers, "seed": seed, **(extra or {})}
+    torch._dynamo.reset()
+    before = backend.compile_count
+    cm = torch.compile(m, backend="mpk", options=opts, fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        cm(input_ids=toks, past_key_values=cache, use_cache=True)
+    fn = backend.last_compiled
+    if backend.compile_count == before or fn is None:
+        raise MpkError("the mpk backend was not called (nothing compiled)", kind="internal")
+    return fn
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mpk build",
+                                description="Compile a model's decode step for the cuda target on the "
+                                            "CPU (no GPU needed); write module.cu and friends to --out, "
+                                            "and module.so where nvcc is found.")
+    from . import models
+    p.add_argument("--model", default="tiny-llama", choices=models.MODELS)
+    p.add_argument("--out", required=True, help="directory for the generated files")
+    p.add_argument("--workers", type=int, default=132, help="num_workers (default 132, an H100's SMs)")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prefill", type=int, default=1, help="tokens per step")
+    p.add_argument("--cache-tokens", type=int, default=64)
+    p.add_argument("--arch", default=None, help="e.g. 90a (default: $MPK_CUDA_ARCH, the GPU, else 90a)")
+    p.add_argument("--no-nvcc", action="store_true", help="write the sources only")
+    a = p.parse_args(argv)
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        fn = export_for_cuda(a.model, a.dtype, a.workers, a.seed, a.cache_tokens, a.prefill)
+    except MpkError as e:
+        print(f"mpk error ({e.kind}): {e}")
+        print("BUILT 0 tasks, cuda 0 bytes, nvcc skipped")
+        return 1
+    summary = fn.summary or {}
+    tasks = int(summary.get("tasks", 0))
+    text = summary.get("text", "")
+    (out / "summary.txt").write_text(text)
+    if text:
+        print(text.rstrip("\n"))
+    sources = fn.sources
+    for name, body in sources.items():
+        if "/" in name or name.startswith("."):
+            print(f"skipping generated file with odd name {name!r}")
+            continue
+        (out / name).write_text(body)
+    nbytes = sum(len(s.encode()) for s in sources.values())
+    rc, status = 0, "skipped"
+    if not sources:
+        print("the core returned no CUDA sources for the cuda target")
+        rc = 1
+    elif a.no_nvcc:
+        pass
+    elif find_nvcc() is None:
+        print("nvcc not found: sources written, module.so not built")
+    else:
+        try:
+            info = build_module_info(sources, cuda_arch(a.arch or os.environ.get("MPK_CUDA_ARCH")
+                                                        or DEFAULT_ARCH))
+            shutil.copyfile(info.path, out / MODULE_SO)
+            print(f"{info.describe()}: {' '.join(info.command)}")
+            status = "ok"
+        except MpkError as e:
+            print(f"mpk error ({e.kind}): {e}")
+            status, rc = "failed", 1
+    print(f"BUILT {tasks} tasks, cuda {nbytes} bytes, nvcc {status}")
+    return rc
