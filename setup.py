@@ -1,9 +1,11 @@
-"""Build steps pyproject.toml cannot express: the Go core and (later) the CUDA launcher.
+"""Build steps pyproject.toml cannot express: the Go core, the launcher, csrc/ as package data.
 
 * The Go core: `go build -buildmode=c-shared -o python/mpk/libmpkcore.so ./gocore/cmd/libmpkcore`,
   or, when MPK_PREBUILT_CORE=/path/libmpkcore.so is set, a copy of that file (no Go needed).
-* The pybind11 CUDA launcher (csrc/launcher): built only when nvcc is found. See
-  LAUNCHER HOOK below.
+* The pybind11 launcher mpk._launcher (csrc/launcher/launcher.cpp): plain C++,
+  built whenever pybind11 is importable; no CUDA toolkit needed.
+* csrc/ (the CUDA runtime and task headers that generated modules include) is
+  copied into the package as mpk/csrc; editable installs use the source tree.
 """
 
 from __future__ import annotations
@@ -70,19 +72,33 @@ def _go_build(force: bool) -> None:
 
 
 # ---------------------------------------------------------------------------
-# LAUNCHER HOOK: the pybind11 CUDA launcher extension (csrc/launcher).
-# Filled in later. It is built only when nvcc is on PATH (or $CUDA_HOME/bin),
-# so CPU-only machines install without it; mpk.build imports it lazily.
+# The launcher extension (csrc/launcher): plain C++ and pybind11, no CUDA
+# headers (it dlopens the generated module), so it is built whenever pybind11
+# is importable. Without it, mpk.build compiles it on first use.
 # ---------------------------------------------------------------------------
 def launcher_extensions() -> list:
-    nvcc = shutil.which("nvcc") or (os.environ.get("CUDA_HOME") and
-                                    shutil.which("nvcc", path=os.path.join(os.environ["CUDA_HOME"], "bin")))
-    sources = sorted((ROOT / "csrc" / "launcher").glob("*.cpp")) + sorted((ROOT / "csrc" / "launcher").glob("*.cu"))
-    if not nvcc or not sources:
+    src = ROOT / "csrc" / "launcher" / "launcher.cpp"
+    if not src.is_file() or os.environ.get("MPK_NO_LAUNCHER"):
         return []
-    # TODO(launcher): return [torch.utils.cpp_extension.CUDAExtension("mpk._launcher", ...)]
-    # with cmdclass build_ext = torch.utils.cpp_extension.BuildExtension.
-    return []
+    try:
+        import pybind11
+    except ImportError:
+        print("mpk: pybind11 not found; mpk._launcher will be compiled on first use")
+        return []
+    from setuptools import Extension
+    return [Extension("mpk._launcher", [os.path.relpath(src, ROOT)],
+                      include_dirs=[pybind11.get_include(), "csrc"],
+                      extra_compile_args=["-std=c++17", "-O2"], libraries=["dl"], language="c++")]
+
+
+def copy_csrc(dest: Path) -> None:
+    """The CUDA headers (and the launcher source) as package data: mpk/csrc."""
+    src = ROOT / "csrc"
+    if not src.is_dir():
+        return
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("*.so", "*.o", "__pycache__"))
 
 
 class BuildPy(build_py):
@@ -91,8 +107,9 @@ class BuildPy(build_py):
 
     def run(self):
         super().run()
-        if not self.editable_mode:
+        if not self.editable_mode:  # editable installs read csrc/ from the source tree
             build_core(Path(self.build_lib) / "mpk" / CORE.name)
+            copy_csrc(Path(self.build_lib) / "mpk" / "csrc")
 
 
 class Develop(develop):
