@@ -31,6 +31,9 @@ class CheckResult:
     events: int = 0
     executed: int = 0
     core_ms: float = 0.0
+    compiles: int = 0
+    cold_s: float = 0.0      # first step: Dynamo + Go core + nvcc (or cache) + load + run
+    warm_ms: float = 0.0     # mean of the later steps
     summary: dict = field(default_factory=dict)
 
 
@@ -96,12 +99,18 @@ def _make_cache(model, max_len, device, tokens):
     return cache
 
 
-def _steps(fn, cache, token_steps, device):
+def _steps(fn, cache, token_steps, device, times: list | None = None):
+    """Runs the steps back to back (the cache position advances); logits per
+    step. `times` gets each step's wall time in seconds (the .cpu() syncs)."""
+    import time
     out = []
     with torch.no_grad():
         for toks in token_steps:
+            t0 = time.perf_counter()
             r = fn(input_ids=toks.to(device), past_key_values=cache, use_cache=True)
             out.append(r.logits.float().cpu().clone())
+            if times is not None:
+                times.append(time.perf_counter() - t0)
     return out
 
 
@@ -160,12 +169,16 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     restore(cache, state)
 
     opts = {"target": target, "seed": seed}
+    if target == "cuda":  # surface a kernel abort at the step that caused it; NaN-fill outputs
+        opts.update(sync=True, poison=True)
     if workers is not None:
         opts["num_workers"] = workers
     torch._dynamo.reset()
     compiled_model = torch.compile(m, backend="mpk", options=opts, fullgraph=True, dynamic=False)
     before = backend.compile_count
-    got = _steps(compiled_model, cache, token_steps, device)
+    times: list[float] = []
+    got = _steps(compiled_model, cache, token_steps, device, times)
+    compiles = backend.compile_count - before
     mpk_cache = snapshot(cache)
     fn = backend.last_compiled
     if backend.compile_count == before or fn is None:
@@ -185,8 +198,13 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     res = CheckResult(False, "", rel_err=err, tasks=int(summary.get("tasks", 0)),
                       events=int(summary.get("events", 0)), executed=int(last.get("executed", 0)),
                       core_ms=float(summary.get("core_ms", 0.0)), summary=summary)
+    res.compiles, res.cold_s = compiles, times[0]
+    res.warm_ms = 1e3 * sum(times[1:]) / len(times[1:]) if len(times) > 1 else float("nan")
+    timing = fn.timing() if hasattr(fn, "timing") else f"core {res.core_ms:.1f} ms"
+    log(f"compiles: {compiles} in {steps} step(s); cold step {res.cold_s:.2f} s ({timing}); "
+        f"warm step {res.warm_ms:.3f} ms")
     stats = (f"rel_err={err:.3e} tasks={res.tasks} events={res.events} executed={res.executed} "
-             f"core_ms={res.core_ms:.1f}")
+             f"core_ms={res.core_ms:.1f} compiles={compiles}")
 
     if dtype == "float32":
         tol = FP32_REFERENCE_TOL if target == "reference" else FP32_CUDA_TOL
@@ -199,6 +217,8 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
             problems.append("cache position counters differ from eager")
     else:
         problems = _bf16_rule(name, seed, device, fill, token_steps, max_len, eager, got)
+    if compiles != 1:
+        problems.append(f"{compiles} compiles in {steps} steps (want 1: a later step recompiled)")
     res.ok = not problems
     res.line = f"PASS {stats}" if res.ok else f"FAIL {'; '.join(problems)} ({stats})"
     log(res.line)
