@@ -6,34 +6,36 @@ import "mpk/gocore/ir"
 // the consumer reads the producer's whole output in the same layout, so chains
 // like cast → pow or silu → mul run as one task op with no temporary.
 func fuseElementwise(g *ir.Graph) {
+	// Each sweep fuses every pair it can without touching an op twice (so the
+	// use index stays true for what it checks); chains take several sweeps.
 	for changed := true; changed; {
 		changed = false
 		u := analyze(g)
-		index := map[*ir.Op]int{}
+		index := make(map[*ir.Op]int, len(g.Ops))
 		for i, op := range g.Ops {
 			index[op] = i
 		}
+		touched, fused := map[*ir.Op]bool{}, map[*ir.Op]bool{}
 		for _, c := range g.Ops {
-			if c.Kind != ir.Elementwise {
+			if c.Kind != ir.Elementwise || touched[c] {
 				continue
 			}
 			for i, v := range c.In {
 				p := u.soleWriter(v.Buf)
-				if p == nil || p.Kind != ir.Elementwise || v.Buf.Kind != ir.Temp || !u.onlyReader(v.Buf, c) || !sameLayout(v, p.Out) {
+				if p == nil || touched[p] || p.Kind != ir.Elementwise || v.Buf.Kind != ir.Temp || !u.onlyReader(v.Buf, c) || !sameLayout(v, p.Out) {
 					continue
 				}
 				if writtenBetween(g, index[p], index[c], p.In) {
 					continue
 				}
 				inline(c, i, p)
-				removeOps(g, map[*ir.Op]bool{p: true})
+				touched[p], touched[c] = true, true
+				fused[p] = true
 				changed = true
 				break
 			}
-			if changed {
-				break
-			}
 		}
+		removeOps(g, fused)
 	}
 }
 

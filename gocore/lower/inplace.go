@@ -7,28 +7,32 @@ import "mpk/gocore/ir"
 // update look like copy(cache → T); index_copy into T; copy_(cache ← T):
 // here T becomes the cache itself, so the cache is never copied.
 func inPlace(g *ir.Graph) {
-	for changed := true; changed; {
-		changed = false
-		u := analyze(g)
-		for ci, c := range g.Ops {
-			if c.Kind != ir.Copy || c.Out.Buf.Kind != ir.Input || !c.Out.IsWhole() || !c.In[0].IsWhole() {
-				continue
-			}
-			x, t := c.Out.Buf, c.In[0].Buf
-			if t.Kind != ir.Temp || t.DType != x.DType || t.Numel != x.Numel || u.outputs[t] {
-				continue
-			}
-			if aliasInto(g, u, ci, x, t) {
-				changed = true
+	u := analyze(g)
+	var copies []*ir.Op
+	for _, c := range g.Ops {
+		if c.Kind == ir.Copy && c.Out.Buf.Kind == ir.Input && c.Out.IsWhole() && c.In[0].IsWhole() {
+			copies = append(copies, c)
+		}
+	}
+	for _, c := range copies {
+		ci := -1
+		for i, op := range g.Ops {
+			if op == c {
+				ci = i
 				break
 			}
 		}
+		x, t := c.Out.Buf, c.In[0].Buf
+		if ci < 0 || t.Kind != ir.Temp || t.DType != x.DType || t.Numel != x.Numel || u.outputs[t.ID] {
+			continue
+		}
+		aliasInto(g, ci, x, t)
 	}
 }
 
 // aliasInto makes temp t share the memory of input x, deleting the copy at
 // index ci (and a leading copy x → t), when no op can tell the difference.
-func aliasInto(g *ir.Graph, u uses, ci int, x, t *ir.Buffer) bool {
+func aliasInto(g *ir.Graph, ci int, x, t *ir.Buffer) bool {
 	first := -1
 	for i, op := range g.Ops {
 		if op.Out.Buf == t {

@@ -33,40 +33,49 @@ var rewrites = []struct {
 	{"label", label},
 }
 
-// uses indexes which ops read and write each buffer.
+// uses indexes which ops read and write each buffer (by buffer ID).
 type uses struct {
-	readers map[*ir.Buffer][]*ir.Op
-	writers map[*ir.Buffer][]*ir.Op
-	outputs map[*ir.Buffer]bool
+	readers [][]*ir.Op
+	writers [][]*ir.Op
+	outputs []bool
 }
 
 func analyze(g *ir.Graph) uses {
-	u := uses{readers: map[*ir.Buffer][]*ir.Op{}, writers: map[*ir.Buffer][]*ir.Op{}, outputs: map[*ir.Buffer]bool{}}
+	n := len(g.Buffers)
+	u := uses{readers: make([][]*ir.Op, n), writers: make([][]*ir.Op, n), outputs: make([]bool, n)}
 	for _, op := range g.Ops {
-		seen := map[*ir.Buffer]bool{}
-		for _, v := range op.In {
-			if !seen[v.Buf] {
-				u.readers[v.Buf] = append(u.readers[v.Buf], op)
-				seen[v.Buf] = true
+		for i, v := range op.In {
+			dup := false
+			for _, w := range op.In[:i] {
+				dup = dup || w.Buf == v.Buf
+			}
+			if !dup {
+				u.readers[v.Buf.ID] = append(u.readers[v.Buf.ID], op)
 			}
 		}
-		u.writers[op.Out.Buf] = append(u.writers[op.Out.Buf], op)
+		u.writers[op.Out.Buf.ID] = append(u.writers[op.Out.Buf.ID], op)
 	}
 	for _, v := range g.Outputs {
-		u.outputs[v.Buf] = true
+		u.outputs[v.Buf.ID] = true
 	}
 	return u
 }
 
 // onlyReader reports whether op is the single reader of b and b is no output.
 func (u uses) onlyReader(b *ir.Buffer, op *ir.Op) bool {
-	r := u.readers[b]
-	return len(r) == 1 && r[0] == op && !u.outputs[b]
+	if b.ID >= len(u.readers) {
+		return false
+	}
+	r := u.readers[b.ID]
+	return len(r) == 1 && r[0] == op && !u.outputs[b.ID]
 }
 
 // soleWriter returns the single op writing b with a whole-buffer output, or nil.
 func (u uses) soleWriter(b *ir.Buffer) *ir.Op {
-	w := u.writers[b]
+	if b.ID >= len(u.writers) {
+		return nil
+	}
+	w := u.writers[b.ID]
 	if len(w) != 1 || !w[0].Out.IsWhole() {
 		return nil
 	}
