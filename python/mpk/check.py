@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill", type=int, default=1, metavar="N",
                    help="tokens per step (1: decode; 16: a 16-token prefill chunk)")
     p.add_argument("--seed", type=int, default=0, help="weights, tokens and executor order")
+    p.add_argument("--exec-seed", type=int, default=None,
+                   help="reference executor order only (default: --seed); the model stays the same")
     p.add_argument("--workers", type=int, default=None, help="num_workers (default: SM count / 132)")
     p.add_argument("--cache-tokens", type=int, default=64, help="tokens already in the KV cache")
     p.add_argument("--dtype", default=None, choices=tuple(DTYPES),
@@ -116,12 +118,13 @@ def _steps(fn, cache, token_steps, device, times: list | None = None):
 
 def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int = 1, seed: int = 0,
               workers: int | None = None, cache_tokens: int = 64, dtype: str | None = None,
-              steps: int = 1, log: Callable[[str], None] = print) -> CheckResult:
+              steps: int = 1, log: Callable[[str], None] = print, exec_seed: int | None = None) -> CheckResult:
     """Runs the check; logs the summary and the result line; returns the result."""
     from . import backend
     before = backend.compile_count
     try:
-        return _run_check(model, target, prefill, seed, workers, cache_tokens, dtype, steps, log)
+        return _run_check(model, target, prefill, seed, workers, cache_tokens, dtype, steps, log,
+                          seed if exec_seed is None else exec_seed)
     except MpkError as e:
         from . import backend
         fn = backend.last_compiled
@@ -133,7 +136,7 @@ def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int
         return res
 
 
-def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps, log) -> CheckResult:
+def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps, log, exec_seed) -> CheckResult:
     from . import backend
 
     ensure_backend_registered()
@@ -168,7 +171,7 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     eager_cache = snapshot(cache)
     restore(cache, state)
 
-    opts = {"target": target, "seed": seed}
+    opts = {"target": target, "seed": exec_seed}
     if target == "cuda":  # surface a kernel abort at the step that caused it; NaN-fill outputs
         opts.update(sync=True, poison=True)
     if workers is not None:
@@ -247,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(p)
     a = p.parse_args(argv)
     try:
-        res = run_check(a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype, a.steps)
+        res = run_check(a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype, a.steps,
+                        exec_seed=a.exec_seed)
     except Exception as e:  # the last line must say FAIL, whatever broke
         import traceback
         traceback.print_exc()
