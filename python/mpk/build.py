@@ -414,8 +414,9 @@ def _make_classes():
                 self.module = launcher.Module(str(self.build.path))
                 self._check_module()
                 self.module.init()
-                self.arena = torch.empty(max(int(self.module.arena_bytes), 1), dtype=torch.uint8,
-                                         device=self.device)
+            # The compiler runs under Dynamo's fake-tensor mode, where torch.empty
+            # makes a tensor without storage: the arena is allocated at the first call.
+            self.arena: torch.Tensor | None = None
             self.load_s = time.perf_counter() - t0
             self.nvcc_s = None if self.build.cache_hit else self.build.nvcc_s
             self.launches = 0
@@ -449,6 +450,9 @@ def _make_classes():
             if self._done is not None and not capturing and not self.sync and self._done.query():
                 self._done = None
                 self.check_status()  # the previous launch finished: cheap to look
+            if self.arena is None:
+                self.arena = torch.empty(max(int(self.module.arena_bytes), 1), dtype=torch.uint8,
+                                         device=self.device)
             slots = [t.data_ptr() for t in args] + [t.data_ptr() for t in outs] + [self.arena.data_ptr()]
             try:
                 self.module.launch(slots, stream.cuda_stream)

@@ -1,0 +1,93 @@
+"""The cuda target on a GPU (pytest -m gpu): tiny models through one megakernel
+launch per step, judged by DESIGN.md's bf16 rule against a float32 copy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mpk import backend, check, models
+from mpk.errors import ArgumentError
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3"])
+def test_cuda_steps_bf16_rule(core_lib, fresh_dynamo, model):
+    lines = []
+    res = check.run_check(model=model, target="cuda", steps=8, seed=0, log=lines.append)
+    assert res.ok, "\n".join(lines)
+    assert res.compiles == 1, "\n".join(lines)
+    assert lines[-1].startswith("PASS rel_err=")
+
+
+def _compiled_tiny_llama(options=None):
+    check.ensure_backend_registered()
+    m = models.build("tiny-llama", dtype=torch.bfloat16, device="cuda", seed=0)
+    gen = torch.Generator().manual_seed(1)
+    fill = torch.randint(0, m.config.vocab_size, (1, 64), generator=gen)
+    cache = check._make_cache(m, 128, "cuda", fill)
+    cm = torch.compile(m, backend="mpk", options={"target": "cuda", **(options or {})},
+                       fullgraph=True, dynamic=False)
+    toks = [torch.randint(0, m.config.vocab_size, (1, 1), generator=gen).cuda() for _ in range(6)]
+    return cm, cache, toks
+
+
+@torch.no_grad()
+def test_one_kernel_launch_per_step(core_lib, fresh_dynamo):
+    from torch.profiler import ProfilerActivity, profile
+
+    cm, cache, toks = _compiled_tiny_llama()
+    for t in toks[:2]:  # compile, then one warm step
+        cm(input_ids=t, past_key_values=cache, use_cache=True)
+    torch.cuda.synchronize()
+    fn = backend.last_compiled
+    before = fn.launches
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for t in toks[2:5]:
+            cm(input_ids=t, past_key_values=cache, use_cache=True)
+        torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.lower().startswith(("memcpy", "memset"))]
+    assert fn.launches - before == 3
+    assert len(kernels) == 3, kernels
+    assert backend.compile_count >= 1 and fn.calls == 5
+
+
+@torch.no_grad()
+def test_arguments_are_checked_on_cuda(core_lib, fresh_dynamo):
+    cm, cache, toks = _compiled_tiny_llama()
+    cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
+    fn = backend.last_compiled
+    metas = [i["meta"] for i in fn.inputs]
+    good = [torch.empty_strided(m["shape"], m["strides"], dtype=_dtype(m["dtype"]), device=fn.device)
+            for m in metas]
+    bad = list(good)
+    bad[-1] = bad[-1].cpu()
+    with pytest.raises(ArgumentError, match=r"argument %d .* is on cpu" % (len(bad) - 1)):
+        fn(*bad)
+    bad = list(good)
+    bad[0] = torch.empty(3, device=fn.device)
+    with pytest.raises(ArgumentError, match="argument 0"):
+        fn(*bad)
+
+
+def _dtype(name: str) -> torch.dtype:
+    from mpk import export
+    return export.DTYPES_BY_NAME[name]
+
+
+@torch.no_grad()
+def test_timings_and_cache_hit(core_lib, fresh_dynamo):
+    cm, cache, toks = _compiled_tiny_llama({"sync": True})
+    cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
+    first = backend.last_compiled
+    assert first.core_ms > 0 and first.load_s >= 0
+    assert "core" in first.timing()
+    torch._dynamo.reset()
+    cm, cache, toks = _compiled_tiny_llama({"sync": True})
+    cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
+    second = backend.last_compiled
+    assert second is not first and second.build.cache_hit and second.nvcc_s is None
+    assert second.last_status is not None and second.last_status["aborted"] == 0
