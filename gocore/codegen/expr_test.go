@@ -1,0 +1,139 @@
+package codegen
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"mpk/gocore/ir"
+	"mpk/gocore/tgraph"
+)
+
+func TestExprC(t *testing.T) {
+	L := ir.Load
+	a := func(op ir.ExprOp, xs ...*ir.Expr) *ir.Expr { return ir.Apply(op, xs...) }
+	cases := []struct {
+		e    *ir.Expr
+		want string
+	}{
+		{L(2), "in[2]"},
+		{ir.Index(1), "(double)idx[1]"},
+		{ir.Const(0.5), "0.5"},
+		{ir.Const(3), "3"},
+		{ir.Const(1e-6), "9.9999999999999995e-07"},
+		{ir.Const(math.NaN()), "(double)NAN"},
+		{ir.Const(math.Inf(1)), "(double)INFINITY"},
+		{ir.Const(math.Inf(-1)), "(-(double)INFINITY)"},
+		{ir.Cast(ir.BF16, L(0)), "mpk::round_to(1, in[0])"},
+		{ir.Cast(ir.I64, L(0)), "mpk::round_to(4, in[0])"},
+		{a(ir.EAdd, L(0), L(1)), "(in[0] + in[1])"},
+		{a(ir.ESub, L(0), L(1)), "(in[0] - in[1])"},
+		{a(ir.EMul, L(0), ir.Const(2)), "(in[0] * 2)"},
+		{a(ir.EDiv, L(0), L(1)), "(in[0] / in[1])"},
+		{a(ir.EPow, L(0), ir.Const(2)), "mpk::powd(in[0], 2)"},
+		{a(ir.EMax, L(0), L(1)), "fmax(in[0], in[1])"},
+		{a(ir.EMin, L(0), L(1)), "fmin(in[0], in[1])"},
+		{a(ir.ENeg, L(0)), "(-in[0])"},
+		{a(ir.EExp, L(0)), "exp(in[0])"},
+		{a(ir.ELog, L(0)), "log(in[0])"},
+		{a(ir.ESqrt, L(0)), "sqrt(in[0])"},
+		{a(ir.ERsqrt, L(0)), "rsqrt(in[0])"},
+		{a(ir.ESin, L(0)), "sin(in[0])"},
+		{a(ir.ECos, L(0)), "cos(in[0])"},
+		{a(ir.ETanh, L(0)), "tanh(in[0])"},
+		{a(ir.ESigmoid, L(0)), "(1.0 / (1.0 + exp(-(in[0]))))"},
+		{a(ir.ESilu, L(0)), "mpk::silud(in[0])"},
+		{a(ir.EGelu, L(0)), "mpk::gelud(in[0])"},
+		{a(ir.EGeluTanh, L(0)), "mpk::gelu_tanhd(in[0])"},
+		{a(ir.EAbs, L(0)), "fabs(in[0])"},
+		{a(ir.ERecip, L(0)), "(1.0 / (in[0]))"},
+		{a(ir.ERelu, L(0)), "fmax(in[0], 0.0)"},
+		{a(ir.EErf, L(0)), "erf(in[0])"},
+		{a(ir.EWhere, L(0), L(1), ir.Const(0)), "(in[0] != 0.0 ? in[1] : 0)"},
+		{a(ir.ELt, L(0), L(1)), "(double)(in[0] < in[1])"},
+		{a(ir.ELe, L(0), L(1)), "(double)(in[0] <= in[1])"},
+		{a(ir.EGt, L(0), L(1)), "(double)(in[0] > in[1])"},
+		{a(ir.EGe, L(0), L(1)), "(double)(in[0] >= in[1])"},
+		{a(ir.EEq, L(0), L(1)), "(double)(in[0] == in[1])"},
+		{a(ir.ENe, L(0), L(1)), "(double)(in[0] != in[1])"},
+		{a(ir.EAnd, L(0), L(1)), "(double)((long long)(in[0]) & (long long)(in[1]))"},
+		{a(ir.EOr, L(0), L(1)), "(double)((long long)(in[0]) | (long long)(in[1]))"},
+		{a(ir.ENot, L(0)), "(double)(in[0] == 0.0)"},
+		{a(ir.EIsNaN, L(0)), "(double)isnan(in[0])"},
+		{ir.Cast(ir.BF16, a(ir.EMul, a(ir.ESilu, ir.Cast(ir.F32, L(0))), L(1))), "mpk::round_to(1, (mpk::silud(mpk::round_to(0, in[0])) * in[1]))"},
+	}
+	covered := map[ir.ExprOp]bool{}
+	for _, c := range cases {
+		covered[c.e.Op] = true
+		if got := exprC(c.e); got != c.want {
+			t.Errorf("exprC(%s) = %q, want %q", c.e, got, c.want)
+		}
+	}
+	for op := ir.ELoad; op <= ir.EIsNaN; op++ {
+		if !covered[op] {
+			t.Errorf("no exprC case for expression op %s", op)
+		}
+	}
+}
+
+func TestLayout(t *testing.T) {
+	g := &ir.Graph{}
+	in := g.NewBuffer("x", ir.Input, ir.F32, 10)
+	in1 := g.NewBuffer("y", ir.Input, ir.I64, 1)
+	in1.Index = 1
+	g.Inputs = []*ir.Buffer{in, in1}
+	a := g.NewBuffer("a", ir.Temp, ir.F32, 10)
+	b := g.NewBuffer("b", ir.Temp, ir.BF16, 200)
+	c := g.NewBuffer("c", ir.Temp, ir.I64, 1)
+	out := g.NewBuffer("o", ir.Output, ir.F32, 4)
+	g.Outputs = []ir.View{{Buf: out, Shape: []int64{4}, Strides: []int64{1}}}
+	l := newLayout(g)
+	if l.arenaSlot != 3 || l.slot[in] != 0 || l.slot[in1] != 1 || l.slot[out] != 2 || l.slot[a] != 3 || l.slot[c] != 3 {
+		t.Errorf("slots %v, arena slot %d; want inputs 0,1, output 2, arena 3", l.slot, l.arenaSlot)
+	}
+	// a: 40 bytes → [0, 256); b: 400 bytes → [256, 768); c: 8 bytes → [768, 1024).
+	if l.offset[a] != 0 || l.offset[b] != 256/2 || l.offset[c] != 768/8 || l.arenaBytes != 1024 {
+		t.Errorf("offsets a=%d b=%d c=%d (elements), arena %d bytes; want 0, 128, 96, 1024", l.offset[a], l.offset[b], l.offset[c], l.arenaBytes)
+	}
+}
+
+func TestGenerateRejects(t *testing.T) {
+	newGraph := func(kind ir.Kind, dt ir.DType, shape []int64, nIn int) *ir.Graph {
+		g := &ir.Graph{}
+		o := g.NewTemp("o", dt, shape)
+		op := &ir.Op{Kind: kind, Label: kind.String(), Out: o}
+		for i := 0; i < nIn; i++ {
+			op.In = append(op.In, g.NewTemp("i", dt, shape))
+		}
+		if kind == ir.Elementwise {
+			op.Attr.Expr = ir.Load(0)
+		}
+		g.Ops = []*ir.Op{op}
+		return g
+	}
+	task := func(lo, hi []int64) *tgraph.Task {
+		return &tgraph.Task{Op: 0, Box: tgraph.Box{Lo: lo, Hi: hi}, Wait: tgraph.None, Trigger: tgraph.None}
+	}
+	cases := []struct {
+		name  string
+		g     *ir.Graph
+		tasks []*tgraph.Task
+		err   string
+	}{
+		{"tiles cut along two dims", newGraph(ir.Elementwise, ir.F32, []int64{4, 4}, 1),
+			[]*tgraph.Task{task([]int64{0, 0}, []int64{2, 4}), task([]int64{0, 0}, []int64{4, 2})}, "tiled along two dims"},
+		{"too many inputs", newGraph(ir.Elementwise, ir.F32, []int64{4}, MaxInputs+1),
+			[]*tgraph.Task{task([]int64{0}, []int64{4})}, "more than MPK_MAX_INPUTS"},
+		{"f64 linear", func() *ir.Graph {
+			g := newGraph(ir.Linear, ir.F64, []int64{2, 4}, 2)
+			return g
+		}(), []*tgraph.Task{task([]int64{0, 0}, []int64{2, 4})}, "linear op 0 on float64 × float64"},
+	}
+	for _, c := range cases {
+		tg := &tgraph.Graph{Workers: 1, Tasks: c.tasks, Queues: [][]int{{0}}}
+		_, err := Generate(c.g, tg)
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: err %v, want %q", c.name, err, c.err)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package compiler
+
+import (
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// table returns the integers of the C array initialiser `name[...] = {...};`.
+func table(t *testing.T, src, name string) []int {
+	t.Helper()
+	re := regexp.MustCompile(`(?s)` + regexp.QuoteMeta(name) + `\[(\d+)\] = \{(.*?)\};`)
+	m := re.FindStringSubmatch(src)
+	if m == nil {
+		t.Fatalf("module.cu has no table %s", name)
+	}
+	var out []int
+	for _, f := range regexp.MustCompile(`-?\d+`).FindAllString(m[2], -1) {
+		n, _ := strconv.Atoi(f)
+		out = append(out, n)
+	}
+	return out
+}
+
+func constant(t *testing.T, src, name string) int {
+	t.Helper()
+	m := regexp.MustCompile(`constexpr int ` + name + ` = (\d+);`).FindStringSubmatch(src)
+	if m == nil {
+		t.Fatalf("module.cu has no constant %s", name)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// TestGeneratedTables checks the tables Generate writes for each recorded
+// model against the task graph they came from: one row per task with its
+// op, wait and trigger; queue_start delimiting each worker's queue; the
+// queues a permutation of the tasks; event_needed per event.
+func TestGeneratedTables(t *testing.T) {
+	for _, f := range fixtures {
+		for _, workers := range []int{3, 132} {
+			req := loadRequest(t, f)
+			req.Options.Target, req.Options.NumWorkers = "cuda", workers
+			c, err := Compile(req)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			src := c.Result.CUDA["module.cu"]
+			tg := c.Tasks
+			nt := len(tg.Tasks)
+			if got := constant(t, src, "kNumTasks"); got != nt {
+				t.Errorf("%s: kNumTasks %d, task graph has %d", f, got, nt)
+			}
+			if got := constant(t, src, "kNumEvents"); got != len(tg.Events) {
+				t.Errorf("%s: kNumEvents %d, task graph has %d", f, got, len(tg.Events))
+			}
+			if got := constant(t, src, "kNumWorkers"); got != workers {
+				t.Errorf("%s: kNumWorkers %d, want %d", f, got, workers)
+			}
+			if c.Result.Summary.Tasks != nt {
+				t.Errorf("%s: summary says %d tasks, task graph has %d", f, c.Result.Summary.Tasks, nt)
+			}
+			rows := table(t, src, "mpk::Task tasks")
+			if len(rows) != 5*nt {
+				t.Fatalf("%s: tasks table has %d fields, want 5 per task (%d tasks)", f, len(rows), nt)
+			}
+			for i, task := range tg.Tasks {
+				r := rows[5*i : 5*i+5]
+				if r[0] != task.Op || r[3] != task.Wait || r[4] != task.Trigger || r[1] >= r[2] {
+					t.Errorf("%s: task row %d = %v, task %+v", f, i, r, task)
+					break
+				}
+			}
+			starts := table(t, src, "queue_start")
+			if len(starts) != workers+1 || starts[0] != 0 || starts[workers] != nt {
+				t.Fatalf("%s: queue_start %v for %d workers and %d tasks", f, starts, workers, nt)
+			}
+			queue := table(t, src, "int32_t queue")
+			if len(queue) != nt {
+				t.Fatalf("%s: queue holds %d tasks, want %d", f, len(queue), nt)
+			}
+			for w := 0; w < workers; w++ {
+				q := queue[starts[w]:starts[w+1]]
+				if len(q) != len(tg.Queues[w]) {
+					t.Errorf("%s: worker %d: queue_start gives %d tasks, schedule has %d", f, w, len(q), len(tg.Queues[w]))
+					continue
+				}
+				for i, id := range q {
+					if id != tg.Queues[w][i] || tg.Tasks[id].Worker != w {
+						t.Errorf("%s: worker %d queue %v, schedule %v", f, w, q, tg.Queues[w])
+						break
+					}
+				}
+				if !sort.IntsAreSorted(q) {
+					t.Errorf("%s: worker %d queue is not in linearized order", f, w)
+				}
+			}
+			sorted := append([]int(nil), queue...)
+			sort.Ints(sorted)
+			for i, id := range sorted {
+				if id != i {
+					t.Fatalf("%s: queue is not a permutation of the tasks (position %d holds %d)", f, i, id)
+				}
+			}
+			needed := table(t, src, "event_needed")
+			if len(tg.Events) > 0 && len(needed) != len(tg.Events) {
+				t.Fatalf("%s: event_needed has %d entries, %d events", f, len(needed), len(tg.Events))
+			}
+			for e, ev := range tg.Events {
+				if needed[e] != ev.Needed {
+					t.Errorf("%s: event_needed[%d] = %d, want %d", f, e, needed[e], ev.Needed)
+					break
+				}
+			}
+			if ops := strings.Count(src[strings.Index(src, "mpk::Op ops["):], "\n  /* "); ops != len(c.Ops.Ops) {
+				t.Errorf("%s: %d op descriptors, %d ops", f, ops, len(c.Ops.Ops))
+			}
+		}
+	}
+}
+
+func TestCompileRejectsOptions(t *testing.T) {
+	cases := []struct {
+		target  string
+		workers int
+		msg     string
+	}{
+		{"tpu", 8, `unknown target "tpu"`},
+		{"reference", 1025, "num_workers 1025 outside [1, 1024]"},
+		{"reference", -1, "num_workers -1 outside [1, 1024]"},
+	}
+	for _, c := range cases {
+		req := loadRequest(t, fixtures[0])
+		req.Options.Target, req.Options.NumWorkers = c.target, c.workers
+		_, err := Compile(req)
+		if err == nil || err.Kind != "bad_request" || !strings.Contains(err.Message, c.msg) {
+			t.Errorf("target %q workers %d: err %v, want bad_request %q", c.target, c.workers, err, c.msg)
+		}
+	}
+	if _, err := CompileBytes([]byte("not json")); err == nil || err.Kind != "bad_request" {
+		t.Errorf("garbage request: err %v, want bad_request", err)
+	}
+}
