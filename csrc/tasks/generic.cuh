@@ -66,6 +66,7 @@ __device__ void reduce(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
       }
       double v = load_elem(base(s, in), in.dtype, offset_of(in, full));
       if (op.reduce == RED_SUM || op.reduce == RED_MEAN) acc += v;
+      else if (isnan(best)) continue;  // NaN wins, the first one
       else if (op.reduce == RED_AMIN) { if (v < best || isnan(v)) best = v; }
       else if (v > best || isnan(v)) { best = v; arg = (double)r; }
     }

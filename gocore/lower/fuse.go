@@ -117,12 +117,31 @@ func foldCopies(g *ir.Graph) {
 		if p == nil || dead[p] || t.Kind != ir.Temp || !u.onlyReader(t, c) || !p.Out.IsContiguous() {
 			continue
 		}
+		if touchedBetween(g, p, c, c.Out.Buf) {
+			continue // the copy's write cannot move up past a use of its destination
+		}
 		if st, ok := permutedStrides(p.Out, c.In[0], c.Out); ok {
 			p.Out = ir.View{Buf: c.Out.Buf, Shape: p.Out.Shape, Strides: st}
 			dead[c] = true
 		}
 	}
 	removeOps(g, dead)
+}
+
+// touchedBetween reports whether an op strictly between a and b reads or writes buf.
+func touchedBetween(g *ir.Graph, a, b *ir.Op, buf *ir.Buffer) bool {
+	in := false
+	for _, op := range g.Ops {
+		switch {
+		case op == a:
+			in = true
+		case op == b:
+			return false
+		case in && touches(op, buf):
+			return true
+		}
+	}
+	return false
 }
 
 // permutedStrides maps the contiguous layout out (over buffer T) through a

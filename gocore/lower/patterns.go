@@ -88,11 +88,47 @@ func invRMS(u uses, e *ir.Op, f *ir.Expr) (red, sq *ir.Op, eps float64, ok bool)
 	if r == nil || r.Kind != ir.Reduce || r.Attr.Reduce != "mean" || r.Attr.Dims != 1 || !u.onlyReader(r.Out.Buf, reader) {
 		return nil, nil, 0, false
 	}
+	// Row i must be scaled by row i's mean: the mean is read broadcast along
+	// the last dim and row-aligned with x.
+	if f.Op != ir.ELoad && !readsRowwise(ins[j], r.Out) {
+		return nil, nil, 0, false
+	}
+	if f.Op == ir.ELoad && (!readsRowwise(e.In[f.Input], reader.Out) || !readsRowwise(ins[j], r.Out) && !sameRows(ins[j], r.Out)) {
+		return nil, nil, 0, false
+	}
 	s := u.soleWriter(r.In[0].Buf)
 	if s == nil || s.Kind != ir.Elementwise || len(s.In) != 1 || !isSquareOfLoad(s.Attr.Expr) || !u.onlyReader(s.Out.Buf, r) || !sameLayout(r.In[0], s.Out) {
 		return nil, nil, 0, false
 	}
 	return r, s, eps, true
+}
+
+// readsRowwise reports whether v reads the row-per-index buffer rows (the
+// kept dims of a last-dim reduction, contiguous) broadcast along its last dim:
+// element [i..., j] of v is rows[i...] for every j.
+func readsRowwise(v, rows ir.View) bool {
+	r := v.Rank() - 1
+	if r < 0 || v.Strides[r] != 0 || v.Buf != rows.Buf || v.Offset != rows.Offset {
+		return false
+	}
+	return sameRows(ir.View{Buf: v.Buf, Offset: v.Offset, Shape: v.Shape[:r], Strides: v.Strides[:r]}, rows)
+}
+
+// sameRows reports whether v addresses rows's elements in the same order,
+// ignoring size-1 dims (rows may keep or drop the reduced dim).
+func sameRows(v, rows ir.View) bool {
+	var a, b []int64
+	for d, n := range v.Shape {
+		if n != 1 {
+			a = append(a, n, v.Strides[d])
+		}
+	}
+	for d, n := range rows.Shape {
+		if n != 1 {
+			b = append(b, n, rows.Strides[d])
+		}
+	}
+	return v.Buf == rows.Buf && v.Offset == rows.Offset && equalShape(a, b)
 }
 
 // rmsNorm recognises x·rsqrt(mean(x²)+eps)·w: a square feeding a mean over the

@@ -307,7 +307,7 @@ func TestFoldCopies(t *testing.T) {
 		b.output(c, y)
 		run(t, b.g, foldCopies)
 		if got := kinds(b.g); got != "elementwise elementwise elementwise copy" {
-			t.Skipf("BUG (latent): foldCopies moves the copy's whole write of temp c up to the producer of t without checking "+
+			t.Fatalf("foldCopies moves the copy's whole write of temp c up to the producer of t without checking "+
 				"that no op between them reads or writes c; here y = -c now reads exp(x)ᵀ instead of 1 (ops %q, reader %v). "+
 				"Not reachable from Lower today (every Copy into a temporary writes a fresh one), but nothing enforces that", got, reader.In[0])
 		}

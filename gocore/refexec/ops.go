@@ -142,12 +142,12 @@ func (x *exec) reduce(op *ir.Op, b tgraph.Box) error {
 			switch op.Attr.Reduce {
 			case "sum", "mean":
 				acc += v
-			case "amax", "argmax":
-				if v > best || math.IsNaN(v) {
+			case "amax", "argmax": // NaN is the maximum; the first one wins
+				if !math.IsNaN(best) && (v > best || math.IsNaN(v)) {
 					best, arg = v, pos
 				}
 			case "amin":
-				if v < best || math.IsNaN(v) {
+				if !math.IsNaN(best) && (v < best || math.IsNaN(v)) {
 					best = v
 				}
 			}
