@@ -227,8 +227,12 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if op.Attr.Causal {
 			flags |= flagCausal
 		}
-		code = fmt.Sprintf("mpk::attention<%s, %d>(op, lo, hi, s, smem);", T, D)
-		gen.smem = max(gen.smem, (Threads/32)*(int(D)+2)*4)
+		G := op.Attr.Groups
+		if G < 1 || G > 16 {
+			return "", fmt.Errorf("codegen: attention with %d query heads per KV head is not supported on the GPU (up to 16)", G)
+		}
+		code = fmt.Sprintf("mpk::attention<%s, %d, %d>(op, lo, hi, s, smem);", T, D, G)
+		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4)
 	case ir.RMSNorm:
 		if op.Attr.HasWeight {
 			flags |= flagWeight
