@@ -34,9 +34,11 @@ struct Op {
   int32_t split_dim;  // the output dim tasks split; tasks carry [lo, hi)
   int32_t dim;  // cat / gather / kv_write dim
   int32_t groups;  // attention: query heads per KV head
-  int32_t flags;  // bit 0: residual; bit 1: weight; bit 2: mask; bit 3: causal
+  int32_t flags;  // bit 0: residual; bit 1: (norm) weight; bit 2: mask; bit 3: causal
   int32_t reduce;  // ReduceKind
-  float eps;
+  int32_t pro_first;  // linear prologue: its inputs are in[0] and in[pro_first..num_in)
+  int32_t pro_dtype;  // linear prologue: the dtype x rounds to
+  float eps;  // rmsnorm, or a linear's rmsnorm prologue
   float scale;
   mpk::View out;
   mpk::View in[MPK_MAX_INPUTS];

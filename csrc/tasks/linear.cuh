@@ -4,6 +4,7 @@
 // a launch); x is staged in shared memory as fp32.
 #pragma once
 #include "runtime/runtime.cuh"
+#include "tasks/generic.cuh"
 
 namespace mpk {
 
@@ -44,7 +45,61 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162f
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(float v) { return v; }
 
-template <typename T, int K, bool RESID, int N>
+// How a Linear gets row m of x into shared memory (fp32): read it, or compute
+// it with the op the compiler folded into the load (an RMSNorm, or an
+// elementwise expression such as SiLU·mul), rounding as that op's output would.
+struct NoPro {};
+struct NormPro {};
+template <typename E>
+struct ExprPro {};
+
+template <int K, int N>
+__device__ __forceinline__ void stage_x(NoPro, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+  const View& x = op.in[0];
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    int64_t i[2] = {m, k};
+    xs[k] = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
+  }
+}
+
+// y = x·rsqrt(mean(x²)+eps) in fp32, rounded to x's dtype, times the weight.
+template <int K, int N>
+__device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+  const View& x = op.in[0];
+  __shared__ float scratch[32];
+  float ss = 0.f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    int64_t i[2] = {m, k};
+    const float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
+    xs[k] = v;
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss, scratch) / (float)K + op.eps);
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  const View& w = op.in[op.pro_first];
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    double y = round_to(x.dtype, (double)(xs[k] * inv));
+    if (has_w) {
+      int64_t i[2] = {m, k};
+      y *= load_elem(base(s, w), w.dtype, offset_of(w, i));
+    }
+    xs[k] = (float)round_to(op.pro_dtype, y);
+  }
+}
+
+template <int K, typename E, int N>
+__device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    int64_t idx[2] = {m, k};
+    double in[MPK_MAX_INPUTS];
+    in[0] = load_elem(base(s, op.in[0]), op.in[0].dtype, offset_of(op.in[0], idx));
+    for (int j = op.pro_first; j < op.num_in; ++j)
+      in[1 + j - op.pro_first] = load_elem(base(s, op.in[j]), op.in[j].dtype, offset_of(op.in[j], idx));
+    xs[k] = (float)round_to(op.pro_dtype, E::eval(in, idx));
+  }
+}
+
+template <typename T, int K, bool RESID, typename PRO, int N>
 __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(K * 4 <= MPK_MAX_SHARED_BYTES, "x does not fit in shared memory");
   constexpr int VEC = 16 / sizeof(T);
@@ -57,10 +112,7 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
   const bool vec = (reinterpret_cast<uintptr_t>(W) % 16 == 0) && (row_stride % VEC == 0) && (K % VEC == 0);
   for (int64_t m = 0; m < x.shape[0]; ++m) {
     __syncthreads();
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-      int64_t i[2] = {m, k};
-      xs[k] = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
-    }
+    stage_x<K>(PRO{}, op, m, xs, s);
     __syncthreads();
     for (int n = lo + warp; n < hi; n += warps) {
       const T* row = W + (int64_t)n * row_stride;

@@ -198,7 +198,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		return "", fmt.Errorf("codegen: op %d (%s) has %d inputs, more than MPK_MAX_INPUTS=%d", op.ID, op.Label, len(op.In), MaxInputs)
 	}
 	var code string
-	flags := 0
+	flags, proFirst, proDType, eps := 0, 0, 0, op.Attr.Eps
 	switch op.Kind {
 	case ir.Linear:
 		x, w := op.In[0], op.In[1]
@@ -210,7 +210,20 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if op.Attr.Residual {
 			flags |= flagResidual
 		}
-		code = fmt.Sprintf("mpk::linear<%s, %d, %v>(op, lo, hi, s, smem);", T, K, op.Attr.Residual)
+		pro := "mpk::NoPro"
+		if p := op.Attr.Pro; p != nil {
+			proFirst, proDType, eps = p.First, int(p.DType), p.Eps
+			switch p.Kind {
+			case ir.RMSNorm:
+				pro = "mpk::NormPro"
+				if p.HasWeight {
+					flags |= flagWeight
+				}
+			case ir.Elementwise:
+				pro = fmt.Sprintf("mpk::ExprPro<Expr%d>", gen.expr(p.Expr))
+			}
+		}
+		code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s>(op, lo, hi, s, smem);", T, K, op.Attr.Residual, pro)
 		gen.smem = max(gen.smem, int(K)*4)
 	case ir.Attention:
 		T, ok := cType[op.In[0].DType()]
@@ -252,9 +265,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	for _, v := range op.In {
 		ins = append(ins, gen.view(v))
 	}
-	return fmt.Sprintf("  /* %d %s %s */ {%d, %d, %d, %d, %d, %d, %d, %d, %sf, %sf, %s, {%s}},\n",
+	return fmt.Sprintf("  /* %d %s %s */ {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %sf, %sf, %s, {%s}},\n",
 		op.ID, op.Label, op.Node, kindCode(op.Kind), id, len(op.In), split, op.Attr.Dim, max(op.Attr.Groups, 1), flags,
-		reduceCode(op.Attr.Reduce), floatLit(op.Attr.Eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
+		reduceCode(op.Attr.Reduce), proFirst, proDType, floatLit(eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
 }
 
 // expr emits a functor for an elementwise expression and returns its id.

@@ -152,7 +152,14 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 	case ir.Linear:
 		x, w := op.In[0], op.In[1]
 		K := x.Shape[1]
-		read(x, tgraph.Box{Lo: []int64{b.Lo[0], 0}, Hi: []int64{b.Hi[0], K}})
+		rows := tgraph.Box{Lo: []int64{b.Lo[0], 0}, Hi: []int64{b.Hi[0], K}}
+		if op.Attr.Pro != nil { // x is computed from the prologue's inputs
+			for _, v := range op.ProIn() {
+				read(v, rows)
+			}
+		} else {
+			read(x, rows)
+		}
 		read(w, tgraph.Box{Lo: []int64{b.Lo[1], 0}, Hi: []int64{b.Hi[1], K}})
 		if op.Attr.Residual {
 			read(op.In[2], b)

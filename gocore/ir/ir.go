@@ -204,6 +204,26 @@ type Attrs struct {
 	Residual  bool    // Linear: In[2] is added to the product
 	HasWeight bool    // RMSNorm: In[1] is the weight
 	Dim       int     // Cat, KVWrite, Gather: the dimension
+	// Pro, on a Linear, computes x while staging it instead of reading In[0]:
+	// the norm or elementwise op that produced x, folded into every reader.
+	Pro *Prologue
+}
+
+// Prologue is an op folded into a Linear's load of x. Its inputs, viewed in
+// x's [M, K] index space, are the Linear's In[0] followed by In[First:];
+// results round to DType, the folded op's output dtype.
+type Prologue struct {
+	Kind      Kind // RMSNorm or Elementwise
+	First     int
+	Expr      *Expr // Elementwise
+	Eps       float64
+	HasWeight bool // RMSNorm: the second input is the weight
+	DType     DType
+}
+
+// ProIn returns the inputs of op's prologue.
+func (op *Op) ProIn() []View {
+	return append([]View{op.In[0]}, op.In[op.Attr.Pro.First:]...)
 }
 
 // Graph is a lowered program: ops in a valid sequential order.

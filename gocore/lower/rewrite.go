@@ -28,6 +28,7 @@ var rewrites = []struct {
 	{"rope", rope},
 	{"linear", linear},
 	{"fuse_residual", fuseResidual},
+	{"fuse_prologue", fusePrologue},
 	{"dce", deadCode},
 	{"bind_outputs", bindOutputs},
 	{"label", label},

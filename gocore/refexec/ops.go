@@ -225,11 +225,11 @@ func (x *exec) rope(op *ir.Op, b tgraph.Box) error {
 }
 
 func (x *exec) linear(op *ir.Op, b tgraph.Box) error {
-	xv, w := op.In[0], op.In[1]
+	w := op.In[1]
 	dt := op.Out.DType()
 	var xs, ws []float64
 	for m := b.Lo[0]; m < b.Hi[0]; m++ {
-		xs = x.row(xv, []int64{m}, xs)
+		xs = x.linearInput(op, m, xs)
 		for n := b.Lo[1]; n < b.Hi[1]; n++ {
 			ws = x.row(w, []int64{n}, ws)
 			acc := 0.0
@@ -244,6 +244,44 @@ func (x *exec) linear(op *ir.Op, b tgraph.Box) error {
 		}
 	}
 	return nil
+}
+
+// linearInput is row m of a Linear's x: read, or computed by its prologue
+// exactly as the folded op would have, rounded to that op's output dtype.
+func (x *exec) linearInput(op *ir.Op, m int64, dst []float64) []float64 {
+	pro := op.Attr.Pro
+	if pro == nil {
+		return x.row(op.In[0], []int64{m}, dst)
+	}
+	K := op.In[0].Shape[1]
+	in := op.ProIn()
+	dst = dst[:0]
+	switch pro.Kind {
+	case ir.RMSNorm:
+		xr := x.row(in[0], []int64{m}, nil)
+		var w []float64
+		if pro.HasWeight {
+			w = x.row(in[1], []int64{m}, nil)
+		}
+		ss := 0.0
+		for _, v := range xr {
+			ss += v * v
+		}
+		inv := 1 / math.Sqrt(float64(float32(ss/float64(K)))+pro.Eps)
+		for k, v := range xr {
+			y := round(in[0].DType(), round(ir.F32, v*inv))
+			if pro.HasWeight {
+				y *= w[k]
+			}
+			dst = append(dst, round(pro.DType, y))
+		}
+	default:
+		fake := &ir.Op{In: in}
+		for k := int64(0); k < K; k++ {
+			dst = append(dst, round(pro.DType, x.eval(fake, pro.Expr, []int64{m, k})))
+		}
+	}
+	return dst
 }
 
 func (x *exec) matmul(op *ir.Op, b tgraph.Box) error {
