@@ -202,9 +202,13 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	switch op.Kind {
 	case ir.Linear:
 		x, w := op.In[0], op.In[1]
+		xdt := x.DType()
+		if op.Attr.Pro != nil {
+			xdt = op.Attr.Pro.DType // x is computed, then rounded to this
+		}
 		T, ok := cType[w.DType()]
-		if !ok || x.DType() != w.DType() {
-			return "", fmt.Errorf("codegen: linear op %d on %s × %s is not supported on the GPU", op.ID, x.DType(), w.DType())
+		if !ok || xdt != w.DType() {
+			return "", fmt.Errorf("codegen: linear op %d on %s × %s is not supported on the GPU", op.ID, xdt, w.DType())
 		}
 		K := x.Shape[1]
 		if op.Attr.Residual {
