@@ -7,52 +7,55 @@ import "mpk/gocore/tgraph"
 // write (WAR, WAW; these arise on the KV cache and counters the graph updates
 // in place). Buffers nothing writes (weights) need no ordering.
 func Depend(tg *tgraph.Graph) [][]int {
-	written := make([]bool, len(tg.Buffers))
+	// Reads matter to later writes (WAR) only for buffers written more than
+	// once or owned by the caller (the KV cache, counters): temporaries are
+	// written by one op before anything reads them.
+	writerOps := make([]map[int]bool, len(tg.Buffers))
 	for _, t := range tg.Tasks {
 		for _, a := range t.Writes {
-			written[a.Buf] = true
+			if writerOps[a.Buf] == nil {
+				writerOps[a.Buf] = map[int]bool{}
+			}
+			writerOps[a.Buf][t.Op] = true
 		}
+	}
+	trackReads := make([]bool, len(tg.Buffers))
+	for b, ops := range writerOps {
+		trackReads[b] = len(ops) > 1 || len(ops) == 1 && tg.Buffers[b].Input
 	}
 	type access struct {
-		task  int
-		ivs   []tgraph.Interval
-		write bool
+		task int
+		ivs  []tgraph.Interval
 	}
-	history := make([][]access, len(tg.Buffers))
+	writes := make([][]access, len(tg.Buffers))
+	reads := make([][]access, len(tg.Buffers))
 	preds := make([][]int, len(tg.Tasks))
+	seen := make([]int, len(tg.Tasks)) // seen[p] == t+1: p already a predecessor of t
 	for _, t := range tg.Tasks {
-		seen := map[int]bool{}
-		add := func(p int) {
-			if !seen[p] {
-				seen[p] = true
-				preds[t.ID] = append(preds[t.ID], p)
-			}
-		}
-		check := func(a tgraph.Access, write bool) {
-			for _, h := range history[a.Buf] {
-				if tg.Tasks[h.task].Op == t.Op || !(write || h.write) {
-					continue
-				}
-				if tgraph.Overlaps(h.ivs, a.Ivs) {
-					add(h.task)
+		add := func(hs []access, ivs []tgraph.Interval) {
+			for _, h := range hs {
+				if tg.Tasks[h.task].Op != t.Op && seen[h.task] != t.ID+1 && tgraph.Overlaps(h.ivs, ivs) {
+					seen[h.task] = t.ID + 1
+					preds[t.ID] = append(preds[t.ID], h.task)
 				}
 			}
 		}
 		for _, a := range t.Reads {
-			if written[a.Buf] {
-				check(a, false)
+			if writerOps[a.Buf] != nil {
+				add(writes[a.Buf], a.Ivs)
 			}
 		}
 		for _, a := range t.Writes {
-			check(a, true)
+			add(writes[a.Buf], a.Ivs)
+			add(reads[a.Buf], a.Ivs)
 		}
 		for _, a := range t.Reads {
-			if written[a.Buf] {
-				history[a.Buf] = append(history[a.Buf], access{t.ID, a.Ivs, false})
+			if trackReads[a.Buf] {
+				reads[a.Buf] = append(reads[a.Buf], access{t.ID, a.Ivs})
 			}
 		}
 		for _, a := range t.Writes {
-			history[a.Buf] = append(history[a.Buf], access{t.ID, a.Ivs, true})
+			writes[a.Buf] = append(writes[a.Buf], access{t.ID, a.Ivs})
 		}
 	}
 	return preds
@@ -74,14 +77,20 @@ func Reduce(tg *tgraph.Graph, preds [][]int) [][]int {
 	words := (nOps + 63) / 64
 	done := make([][]uint64, len(tg.Tasks))
 	out := make([][]int, len(tg.Tasks))
+	perOp := make([]int, nOps) // predecessors of the current task per op
+	var touched []int
 	for _, t := range tg.Tasks { // tasks are in op order, preds come first
 		d := make([]uint64, words)
-		perOp := map[int]int{}
+		touched = touched[:0]
 		for _, p := range preds[t.ID] {
 			for w, x := range done[p] {
 				d[w] |= x
 			}
-			perOp[tg.Tasks[p].Op]++
+			op := tg.Tasks[p].Op
+			if perOp[op] == 0 {
+				touched = append(touched, op)
+			}
+			perOp[op]++
 		}
 		// d is now the union of the predecessors' done sets; p's own op is
 		// never in done[p], so a hit means another predecessor covers p.
@@ -91,10 +100,11 @@ func Reduce(tg *tgraph.Graph, preds [][]int) [][]int {
 				out[t.ID] = append(out[t.ID], p)
 			}
 		}
-		for op, n := range perOp {
-			if n == opSize[op] {
+		for _, op := range touched {
+			if perOp[op] == opSize[op] {
 				d[op/64] |= 1 << (op % 64)
 			}
+			perOp[op] = 0
 		}
 		done[t.ID] = d
 	}

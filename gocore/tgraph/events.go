@@ -2,9 +2,8 @@ package tgraph
 
 import (
 	"fmt"
+	"slices"
 	"sort"
-	"strconv"
-	"strings"
 )
 
 // Fused is the event structure after event fusion and before normalization:
@@ -22,8 +21,8 @@ type Fused struct {
 // same producers (one event per distinct predecessor set).
 func FuseEvents(g *Graph, preds [][]int) *Fused {
 	f := &Fused{Wait: make([]int, len(g.Tasks)), Triggers: make([][]int, len(g.Tasks))}
-	byPreds := map[string]int{}
-	var key strings.Builder
+	byHash := map[uint64][]int{} // hash of a predecessor set → events with it
+	var sets [][]int             // predecessor set of each event
 	for _, t := range g.Tasks {
 		f.Wait[t.ID] = None
 		ps := preds[t.ID]
@@ -32,15 +31,21 @@ func FuseEvents(g *Graph, preds [][]int) *Fused {
 		}
 		sorted := append([]int(nil), ps...)
 		sort.Ints(sorted)
-		key.Reset()
+		h := uint64(14695981039346656037)
 		for _, p := range sorted {
-			key.WriteString(strconv.Itoa(p))
-			key.WriteByte(',')
+			h = (h ^ uint64(p)) * 1099511628211
 		}
-		e, ok := byPreds[key.String()]
-		if !ok {
+		e := -1
+		for _, cand := range byHash[h] {
+			if slices.Equal(sets[cand], sorted) {
+				e = cand
+				break
+			}
+		}
+		if e < 0 {
 			e = len(f.Needed)
-			byPreds[key.String()] = e
+			byHash[h] = append(byHash[h], e)
+			sets = append(sets, sorted)
 			f.Needed = append(f.Needed, len(sorted))
 			for _, p := range sorted {
 				f.Triggers[p] = append(f.Triggers[p], e)
