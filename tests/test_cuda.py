@@ -91,3 +91,41 @@ def test_timings_and_cache_hit(core_lib, fresh_dynamo):
     second = backend.last_compiled
     assert second is not first and second.build.cache_hit and second.nvcc_s is None
     assert second.last_status is not None and second.last_status["aborted"] == 0
+
+
+@torch.no_grad()
+def test_broken_graph_raises_instead_of_hanging(core_lib, fresh_dynamo):
+    """A graph with a wait that can never be satisfied (validator skipped) must
+    abort on its spin budget and raise, not hang the GPU."""
+    import time
+
+    from mpk.errors import MpkError
+
+    cm, cache, toks = _compiled_tiny_llama({"skip_validate": True, "drop_dependency": True, "sync": True})
+    with pytest.raises(MpkError) as first:  # compiles (nvcc), launches, aborts
+        cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
+    assert "wait" in str(first.value).lower() and "event" in str(first.value).lower(), str(first.value)
+    t0 = time.perf_counter()
+    with pytest.raises(MpkError):  # compiled already: only the launch and the abort
+        cm(input_ids=toks[1], past_key_values=cache, use_cache=True)
+    assert time.perf_counter() - t0 < 1.0
+    # The GPU is still usable afterwards.
+    assert float(torch.ones(4, device="cuda").sum()) == 4.0
+
+
+@torch.no_grad()
+def test_hf_generate_with_mpk_compile_config(core_lib, fresh_dynamo):
+    """HF generate with a static cache and CompileConfig(backend="mpk") gives
+    the same 32 greedy tokens as eager generate (tiny-llama, float32)."""
+    from transformers import CompileConfig
+
+    check.ensure_backend_registered()
+    m = models.build("tiny-llama", dtype=torch.float32, device="cuda", seed=0)
+    ids = torch.randint(0, m.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(3)).cuda()
+    kw = dict(max_new_tokens=32, do_sample=False, cache_implementation="static", pad_token_id=0)
+    eager = m.generate(ids, disable_compile=True, **kw)
+    before = backend.compile_count
+    cfg = CompileConfig(backend="mpk", fullgraph=True, dynamic=False, mode=None, options={"target": "cuda"})
+    got = m.generate(ids, compile_config=cfg, **kw)
+    assert backend.compile_count > before, "generate did not compile through mpk"
+    assert got.shape == eager.shape and torch.equal(got, eager), (got, eager)

@@ -13,6 +13,9 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   extern __shared__ __align__(16) char smem[];
   __shared__ uint32_t s_step;
   __shared__ int s_go;
+  // The running task's op descriptor, copied from global memory once per
+  // task: the task code reads its views' shapes and strides many times.
+  __shared__ __align__(16) mpk::Op s_op;
   const int w = blockIdx.x;
   if (threadIdx.x == 0) s_step = *(volatile uint32_t*)st.epoch + 1;
   __syncthreads();
@@ -25,7 +28,13 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
       __syncthreads();
       if (!s_go) break;
     }
-    if (task.op >= 0) run_task(ops[task.op], task.lo, task.hi, slots, smem);
+    if (task.op >= 0) {
+      const int2* src = reinterpret_cast<const int2*>(&ops[task.op]);
+      int2* dst = reinterpret_cast<int2*>(&s_op);
+      for (int i = threadIdx.x; i < (int)(sizeof(mpk::Op) / sizeof(int2)); i += blockDim.x) dst[i] = src[i];
+      __syncthreads();
+      run_task(s_op, task.lo, task.hi, slots, smem);
+    }
     __syncthreads();
     if (task.trigger >= 0 && threadIdx.x == 0) mpk::signal_event(st, task.trigger);
   }

@@ -159,10 +159,12 @@ __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, in
   uint32_t seen = ld_acquire(st.counters + e);
   if ((int32_t)(seen - need) >= 0) return true;
   uint64_t start = globaltimer();
-  unsigned ns = 32;
-  for (;;) {
+  for (unsigned polls = 0;; ++polls) {
     seen = ld_acquire(st.counters + e);
     if ((int32_t)(seen - need) >= 0) return true;
+    // Waits in a step are microseconds: poll hot at first, then back off a
+    // little so a long wait does not flood L2, and check the abort flag.
+    if (polls < 256) continue;
     if (*(volatile int32_t*)st.abort) return false;
     uint64_t waited = globaltimer() - start;
     if (waited > MPK_WAIT_BUDGET_NS) {
@@ -178,8 +180,7 @@ __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, in
       }
       return false;
     }
-    __nanosleep(ns);
-    if (ns < 1024) ns *= 2;
+    __nanosleep(100);
   }
 }
 

@@ -1,0 +1,39 @@
+"""Time from torch.compile to the first finished decode step, in a fresh
+process: run it twice; the second run finds the module in the nvcc cache and
+measures a warm start (Dynamo + Go core + cache hit + load + one step).
+
+    python bench/warm_start.py --model qwen3-8b"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from mpk import backend, check, models
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="qwen3-8b")
+    p.add_argument("--cache-tokens", type=int, default=512)
+    a = p.parse_args()
+    check.ensure_backend_registered()
+    t0 = time.perf_counter()
+    m = models.build(a.model, dtype=torch.bfloat16, device="cuda")
+    cache = check._make_cache(m, a.cache_tokens + 8, "cuda", torch.randint(0, m.config.vocab_size, (1, a.cache_tokens)))
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False)
+    tok = torch.randint(0, m.config.vocab_size, (1, 1), device="cuda")
+    with torch.no_grad():
+        step(input_ids=tok, past_key_values=cache, use_cache=True)
+    torch.cuda.synchronize()
+    t2 = time.perf_counter()
+    print(f"{a.model}: model+cache {t1 - t0:.1f} s; compile to first step {t2 - t1:.2f} s "
+          f"({backend.last_compiled.timing()})")
+
+
+if __name__ == "__main__":
+    main()
