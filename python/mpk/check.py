@@ -219,7 +219,7 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
         if not pos_ok:
             problems.append("cache position counters differ from eager")
     else:
-        problems = _bf16_rule(name, seed, device, fill, token_steps, max_len, eager, got)
+        problems = _bf16_rule(name, seed, device, fill, token_steps, max_len, eager, got, log)
     if compiles != 1:
         problems.append(f"{compiles} compiles in {steps} steps (want 1: a later step recompiled)")
     res.ok = not problems
@@ -228,20 +228,34 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     return res
 
 
-def _bf16_rule(name, seed, device, fill, token_steps, max_len, eager, got) -> list[str]:
+def _bf16_rule(name, seed, device, fill, token_steps, max_len, eager, got, log=print) -> list[str]:
     """DESIGN.md's bf16 rule: judge against a float32 copy of the model."""
     ref = models.build(name, dtype=torch.float32, device=device, seed=seed)
     cache = _make_cache(ref, max_len, device, fill)
     judge = _steps(ref, cache, token_steps, device)
-    problems = []
+    problems, log_ties = [], []
     for i, (j, e, g) in enumerate(zip(judge, eager, got)):
         e_err, g_err = rel_err(e, j), rel_err(g, j)
         tol = max(2e-2, 1.5 * e_err)
         if not g_err <= tol:
             problems.append(f"step {i}: |mpk-fp32|/|fp32| = {g_err:.3e} > {tol:.3e} (eager {e_err:.3e})")
         ga, ja, ea = g.argmax(-1), j.argmax(-1), e.argmax(-1)
-        if not bool(((ga == ja) | (ga == ea)).all()):
-            problems.append(f"step {i}: argmax differs from both fp32 and eager")
+        # bf16 logits tie often (8-bit mantissa, ~150k tokens near zero with
+        # random weights) and argmax then takes the lowest index; a tie at the
+        # top of mpk's logits with the fp32 or eager token counts as agreement.
+        top = g.max(-1, keepdim=True).values
+        tied = (g.gather(-1, ja.unsqueeze(-1)) == top).squeeze(-1) | (g.gather(-1, ea.unsqueeze(-1)) == top).squeeze(-1)
+        if not bool(((ga == ja) | (ga == ea) | tied).all()):
+            problems.append(f"step {i}: argmax {ga.flatten().tolist()} differs from fp32 {ja.flatten().tolist()} "
+                            f"and eager {ea.flatten().tolist()} (mpk logits there: "
+                            f"{g.gather(-1, ga.unsqueeze(-1)).flatten().tolist()} vs "
+                            f"{g.gather(-1, ja.unsqueeze(-1)).flatten().tolist()}; fp32: "
+                            f"{j.gather(-1, ga.unsqueeze(-1)).flatten().tolist()} vs "
+                            f"{j.gather(-1, ja.unsqueeze(-1)).flatten().tolist()})")
+        elif not bool(((ga == ja) | (ga == ea)).all()):
+            log_ties.append(i)
+    if log_ties:
+        log(f"argmax matched through a bf16 tie at the top of mpk's logits at step(s) {log_ties}")
     return problems
 
 
