@@ -173,21 +173,22 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 // rmsnorm follows HF: y = x·rsqrt(mean(x²)+eps) in fp32, rounded to x's
-// dtype, then times the weight; one row of the tile at a time.
+// dtype, then times the weight. One warp per row: a decode step's per-head
+// norms (Qwen3's q/k norm) are many short rows.
 template <int N>
-__device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+__device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const View& x = op.in[0];
   const int r = x.rank - 1;
   const int64_t D = x.shape[r];
   const bool has_w = op.flags & FLAG_WEIGHT;
-  float* scratch = reinterpret_cast<float*>(smem);
   int64_t rows = 1;
   int64_t ext[MPK_MAX_RANK];
   for (int d = 0; d < r; ++d) {
     ext[d] = d == op.split_dim ? (int64_t)(hi - lo) : x.shape[d];
     rows *= ext[d];
   }
-  for (int64_t row = 0; row < rows; ++row) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t row = warp; row < rows; row += warps) {
     int64_t idx[MPK_MAX_RANK];
     int64_t rem = row;
     for (int d = r - 1; d >= 0; --d) {
@@ -196,13 +197,14 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char* s
     }
     if (r > 0) idx[op.split_dim] += lo;
     float ss = 0.f;
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+    for (int64_t j = lane; j < D; j += 32) {
       idx[r] = j;
-      float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, idx));
+      const float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, idx));
       ss += v * v;
     }
-    const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + op.eps);
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss / (float)D + op.eps);
+    for (int64_t j = lane; j < D; j += 32) {
       idx[r] = j;
       double y = round_to(x.dtype, (double)((float)load_elem(base(s, x), x.dtype, offset_of(x, idx)) * inv));
       if (has_w) y *= load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));

@@ -81,6 +81,9 @@ func allDims(n int) []int {
 // in synchronisation than it saves.
 const minElemsPerTask = 4096
 
+// rowsPerNormTask matches the CUDA rmsnorm task: one warp per row, 16 warps.
+const rowsPerNormTask = 16
+
 // tiles chooses the output tiles of op.
 func tiles(op *ir.Op, workers int) []tgraph.Box {
 	W := int64(workers)
@@ -103,6 +106,9 @@ func tiles(op *ir.Op, workers int) []tgraph.Box {
 			return split(out, 0, 1, 1)
 		}
 		d := largestDim(out, allDims(len(out)-1))
+		if op.Kind == ir.RMSNorm { // a warp per row: a task takes rowsPerNormTask rows
+			return split(out, d, min(W, ceilDiv(out[d], rowsPerNormTask)), 1)
+		}
 		return split(out, d, small(d), 1)
 	case ir.KVWrite: // iterate over the source rows
 		src := op.In[1].Shape

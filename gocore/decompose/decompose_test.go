@@ -106,12 +106,12 @@ func TestTiles(t *testing.T) {
 		{"small elementwise is one task", func(b *opBuilder) *ir.Op {
 			return b.op(ir.Elementwise, b.buf("o", 16, 16), b.buf("x", 16, 16))
 		}, 132, 0, sh(0, 16)},
-		{"rmsnorm keeps rows whole", func(b *opBuilder) *ir.Op {
+		{"rmsnorm keeps rows whole, a warp per row", func(b *opBuilder) *ir.Op {
 			return b.op(ir.RMSNorm, b.buf("o", 32, 1024), b.buf("x", 32, 1024))
-		}, 4, 0, sh(0, 8, 16, 24, 32)},
-		{"rmsnorm task count capped by size", func(b *opBuilder) *ir.Op {
+		}, 4, 0, sh(0, 16, 32)},
+		{"rmsnorm task count capped by workers", func(b *opBuilder) *ir.Op {
 			return b.op(ir.RMSNorm, b.buf("o", 32, 1024), b.buf("x", 32, 1024))
-		}, 132, 0, sh(0, 4, 8, 12, 16, 20, 24, 28, 32)},
+		}, 1, 0, sh(0, 32)},
 		{"kv write iterates source rows", func(b *opBuilder) *ir.Op {
 			op := b.op(ir.KVWrite, b.buf("cache", 1, 2, 8, 4), b.buf("pos", 1), b.buf("src", 1, 2, 1, 4))
 			op.Attr.Dim = 2
