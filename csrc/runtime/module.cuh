@@ -5,6 +5,16 @@
 
 namespace mpk_gen {
 
+// With MPK_TRACE, per task: when its wait began, when it started, when it
+// ended (globaltimer ns), its op and worker; mpk_trace copies them out.
+struct TraceRecord {
+  unsigned long long wait_ns, start_ns, end_ns;
+  int32_t op, worker;
+};
+#ifdef MPK_TRACE
+__device__ TraceRecord trace_records[kNumTasks];
+#endif
+
 // Every worker runs its static queue: wait for the task's event, run it,
 // signal its event. Thresholds grow with the launch count, so counters are
 // never reset between steps.
@@ -23,11 +33,17 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   for (int q = queue_start[w]; q < queue_start[w + 1]; ++q) {
     const int t = queue[q];
     const mpk::Task task = tasks[t];
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) trace_records[t].wait_ns = mpk::globaltimer();
+#endif
     if (task.wait >= 0) {
       if (threadIdx.x == 0) s_go = mpk::wait_event(st, task.wait, event_needed[task.wait] * step, w, t);
       __syncthreads();
       if (!s_go) break;
     }
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) trace_records[t].start_ns = mpk::globaltimer();
+#endif
     if (task.op >= 0) {
       const int2* src = reinterpret_cast<const int2*>(&ops[task.op]);
       int2* dst = reinterpret_cast<int2*>(&s_op);
@@ -36,6 +52,13 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
       run_task(s_op, task.lo, task.hi, slots, smem);
     }
     __syncthreads();
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) {
+      trace_records[t].end_ns = mpk::globaltimer();
+      trace_records[t].op = task.op;
+      trace_records[t].worker = w;
+    }
+#endif
     if (task.trigger >= 0 && threadIdx.x == 0) mpk::signal_event(st, task.trigger);
   }
   __syncthreads();
@@ -132,6 +155,22 @@ int32_t mpk_launch(void* const* slot_ptrs, void* stream, char* err, int32_t errl
                                               kSharedBytes, static_cast<cudaStream_t>(stream));
   if (e != cudaSuccess) return fail(err, errlen, "cudaLaunchCooperativeKernel", e);
   return 0;
+}
+
+// Copies up to n trace records (32 bytes each: wait, start, end ns, then op
+// and worker as int32) of the last launch; returns how many, 0 without MPK_TRACE.
+int32_t mpk_trace(void* out, int32_t n) {
+#ifdef MPK_TRACE
+  using namespace mpk_gen;
+  n = n < kNumTasks ? n : kNumTasks;
+  if (cudaDeviceSynchronize() != cudaSuccess) return 0;
+  if (cudaMemcpyFromSymbol(out, trace_records, sizeof(TraceRecord) * n) != cudaSuccess) return 0;
+  return n;
+#else
+  (void)out;
+  (void)n;
+  return 0;
+#endif
 }
 
 int32_t mpk_status(MpkStatus* out) {

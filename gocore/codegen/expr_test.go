@@ -131,7 +131,7 @@ func TestGenerateRejects(t *testing.T) {
 	}
 	for _, c := range cases {
 		tg := &tgraph.Graph{Workers: 1, Tasks: c.tasks, Queues: [][]int{{0}}}
-		_, err := Generate(c.g, tg)
+		_, err := Generate(c.g, tg, false)
 		if err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.err)
 		}

@@ -77,7 +77,7 @@ var passes = []pass{
 		if c.Options.Target != "cuda" {
 			return nil
 		}
-		m, err := codegen.Generate(c.Ops, c.Tasks)
+		m, err := codegen.Generate(c.Ops, c.Tasks, c.Options.Trace)
 		if err != nil {
 			return &wire.Error{Kind: "unsupported_op", Message: err.Error()}
 		}
@@ -111,6 +111,7 @@ func summarize(c *Compiled) {
 		labels[i] = op.Label
 		s.OpsByKind[op.Label]++
 	}
+	s.OpLabels = labels
 	for _, t := range c.Tasks.Tasks {
 		if t.Op < 0 {
 			s.EmptyTasks++

@@ -29,6 +29,43 @@ var computeOps = map[string]func(l *lowerer){
 	"clone.default":           cloneOp,
 	"lift_fresh_copy.default": cloneOp,
 	"contiguous.default":      cloneOp,
+	"constant_pad_nd.default": padOp,
+}
+
+// padOp lowers constant_pad_nd: fill the output with the value, then copy the
+// input into its interior (negative pads crop the input).
+func padOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	pad := l.intsArg(1, "pad")
+	value := l.floatArg(2, "value", 0)
+	dt, shape := l.outDType(0), l.outShape(0)
+	if len(pad)%2 != 0 || len(pad)/2 > x.Rank() {
+		l.failf("constant_pad_nd with %d pad values for a %d-d tensor", len(pad), x.Rank())
+	}
+	out := l.temp(dt, shape)
+	l.emit(&ir.Op{Kind: ir.Elementwise, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Const(value))}})
+	src, dst := x.Clone(), out.Clone()
+	for i := 0; i < len(pad); i += 2 {
+		d := x.Rank() - 1 - i/2
+		left, right := pad[i], pad[i+1]
+		if left >= 0 {
+			dst.Offset += left * dst.Strides[d]
+		} else {
+			src.Offset -= left * src.Strides[d]
+			src.Shape[d] += left
+		}
+		if right < 0 {
+			src.Shape[d] += right
+		}
+		if src.Shape[d] < 0 {
+			src.Shape[d] = 0
+		}
+		dst.Shape[d] = src.Shape[d]
+	}
+	if src.Numel() > 0 {
+		l.emit(&ir.Op{Kind: ir.Copy, In: []ir.View{src}, Out: dst})
+	}
+	l.set(&out)
 }
 
 // matmul emits out[b] = a[b] @ bm[b] for 3-d views and returns the out view.

@@ -71,6 +71,9 @@ type Options struct {
 	SkipValidate   bool   `json:"skip_validate"`
 	DropDependency bool   `json:"drop_dependency"`
 	CheckIR        bool   `json:"check_ir"`
+	// Trace makes the CUDA module record when each task waited, started and
+	// ended (bench/trace.py reads it); it costs a few global stores a task.
+	Trace bool `json:"trace"`
 }
 
 type Graph struct {
@@ -228,6 +231,7 @@ type Summary struct {
 	EmptyTasks int            `json:"empty_tasks"`
 	Passes     []PassTime     `json:"passes"`
 	CoreMs     float64        `json:"core_ms"`
+	OpLabels   []string       `json:"op_labels"` // by op index, as the task tables number ops
 	Text       string         `json:"text"`
 }
 

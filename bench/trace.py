@@ -1,0 +1,63 @@
+"""Where a decode step's time goes inside the megakernel: compile with
+options={"trace": True}, run a few steps, read each task's wait/start/end
+timestamps from the module, and print time per op kind and per worker.
+
+    python bench/trace.py --model qwen3-0.6b"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+from collections import defaultdict
+
+import torch
+
+from mpk import backend, check, models
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="qwen3-0.6b")
+    p.add_argument("--cache-tokens", type=int, default=512)
+    a = p.parse_args()
+    check.ensure_backend_registered()
+    m = models.build(a.model, dtype=torch.bfloat16, device="cuda")
+    cache = check._make_cache(m, a.cache_tokens + 16, "cuda", torch.randint(0, m.config.vocab_size, (1, a.cache_tokens)))
+    step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False, options={"trace": True})
+    tok = torch.randint(0, m.config.vocab_size, (1, 1), device="cuda")
+    with torch.no_grad():
+        for _ in range(4):
+            step(input_ids=tok, past_key_values=cache, use_cache=True)
+    torch.cuda.synchronize()
+    fn = backend.last_compiled
+    labels = fn.summary["op_labels"]
+    lib = ctypes.CDLL(str(fn.build.path))  # the module the launcher loaded (same handle)
+    n = fn.module.num_tasks
+    buf = (ctypes.c_uint64 * (4 * n))()  # wait, start, end, (worker << 32 | op)
+    got = lib.mpk_trace(buf, n)
+    if got != n:
+        raise SystemExit(f"trace returned {got} of {n} records")
+    recs = [(buf[4 * i], buf[4 * i + 1], buf[4 * i + 2], ctypes.c_int32(buf[4 * i + 3] & 0xffffffff).value,
+             buf[4 * i + 3] >> 32) for i in range(n)]
+    t0 = min(r[0] for r in recs)
+    t1 = max(r[2] for r in recs)
+    busy, wait, count = defaultdict(float), defaultdict(float), defaultdict(int)
+    per_worker_busy, per_worker_wait = defaultdict(float), defaultdict(float)
+    for w, s, e, op, worker in recs:
+        label = labels[op] if op >= 0 else "relay"
+        busy[label] += (e - s) / 1e3
+        wait[label] += (s - w) / 1e3
+        count[label] += 1
+        per_worker_busy[worker] += (e - s) / 1e3
+        per_worker_wait[worker] += (s - w) / 1e3
+    span = (t1 - t0) / 1e3
+    workers = len(per_worker_busy)
+    print(f"{a.model}: step span {span:.1f} us over {workers} workers; mean busy {sum(per_worker_busy.values()) / workers:.1f} us, "
+          f"mean waiting {sum(per_worker_wait.values()) / workers:.1f} us per worker")
+    print(f"{'op kind':28} {'tasks':>6} {'busy us (sum)':>14} {'mean us':>8} {'wait us (sum)':>14}")
+    for label in sorted(busy, key=lambda k: -busy[k]):
+        print(f"{label:28} {count[label]:6d} {busy[label]:14.1f} {busy[label] / count[label]:8.2f} {wait[label]:14.1f}")
+
+
+if __name__ == "__main__":
+    main()
