@@ -253,6 +253,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			return "", fmt.Errorf("codegen: attention with %d query heads per KV head is not supported on the GPU (up to 16)", G)
 		}
 		code = fmt.Sprintf("mpk::attention<%s, %d, %d>(op, lo, hi, s, smem);", T, D, G)
+		if op.Attr.Splits > 1 {
+			code = fmt.Sprintf("mpk::attention_partial<%s, %d, %d>(op, lo, hi, s, smem);", T, D, G)
+		}
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4)
 	case ir.RMSNorm:
 		if op.Attr.HasWeight {

@@ -99,8 +99,13 @@ func tiles(op *ir.Op, workers int) []tgraph.Box {
 		d := largestDim(out, []int{0, 2})
 		return split(out, d, min(W, out[d]), 1)
 	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
+		if op.Attr.Splits > 1 { // partials [B, Splits, H, Sq, Dv+2]: a KV chunk per task
+			return split(out, 1, min(W, out[1]), 1)
+		}
 		G := op.Attr.Groups
 		return split(out, 1, min(W, out[1]/G), G)
+	case ir.AttnMerge: // [B, H, Sq, Dv]: heads
+		return split(out, 1, min(W, out[1]), 1)
 	case ir.RMSNorm, ir.RoPE: // the last dim stays whole
 		if len(out) < 2 {
 			return split(out, 0, 1, 1)
@@ -176,6 +181,19 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 		read(a, tgraph.Box{Lo: []int64{b.Lo[0], b.Lo[1], 0}, Hi: []int64{b.Hi[0], b.Hi[1], K}})
 		read(m, tgraph.Box{Lo: []int64{b.Lo[0], 0, b.Lo[2]}, Hi: []int64{b.Hi[0], K, b.Hi[2]}})
 	case ir.Attention:
+		if op.Attr.Splits > 1 {
+			q, k := op.In[0], op.In[1]
+			lo, hi := ir.SplitPositions(k.Shape[2], op.Attr.Splits, b.Lo[1], b.Hi[1])
+			read(q, tgraph.Box{Lo: []int64{b.Lo[0], 0, 0, 0}, Hi: []int64{b.Hi[0], q.Shape[1], q.Shape[2], q.Shape[3]}})
+			for _, kv := range op.In[1:3] {
+				read(kv, tgraph.Box{Lo: []int64{b.Lo[0], 0, lo, 0}, Hi: []int64{b.Hi[0], kv.Shape[1], hi, kv.Shape[3]}})
+			}
+			if op.Attr.HasMask {
+				m := op.In[3]
+				read(m, tgraph.Box{Lo: []int64{b.Lo[0], 0, 0, lo}, Hi: []int64{b.Hi[0], m.Shape[1], m.Shape[2], hi}})
+			}
+			break
+		}
 		G := op.Attr.Groups
 		read(op.In[0], b)
 		for _, kv := range op.In[1:3] {
@@ -186,6 +204,9 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 			m := op.In[3]
 			read(m, tgraph.Box{Lo: []int64{b.Lo[0], b.Lo[1], b.Lo[2], 0}, Hi: []int64{b.Hi[0], b.Hi[1], b.Hi[2], m.Shape[3]}})
 		}
+	case ir.AttnMerge:
+		p := op.In[0]
+		read(p, tgraph.Box{Lo: []int64{b.Lo[0], 0, b.Lo[1], b.Lo[2], 0}, Hi: []int64{b.Hi[0], p.Shape[1], b.Hi[1], b.Hi[2], p.Shape[4]}})
 	case ir.Embedding:
 		read(op.In[0], fullBox(op.In[0])) // rows chosen at run time
 		r := len(b.Lo) - 1

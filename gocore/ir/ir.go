@@ -169,11 +169,12 @@ const (
 	KVWrite                 // in-place index_copy into a cache buffer
 	Copy                    // out = in (layout change or write into an input)
 	Gather                  // advanced indexing along one dim
+	AttnMerge               // merges split-KV attention partials into the output
 	Empty                   // no computation (normalization relays)
 	numKinds
 )
 
-var kindNames = [...]string{"elementwise", "reduce", "rmsnorm", "rope", "linear", "matmul", "attention", "embedding", "cat", "kv_write", "copy", "gather", "empty"}
+var kindNames = [...]string{"elementwise", "reduce", "rmsnorm", "rope", "linear", "matmul", "attention", "embedding", "cat", "kv_write", "copy", "gather", "attn_merge", "empty"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -193,17 +194,21 @@ type Op struct {
 
 // Attrs holds the per-kind parameters of an op.
 type Attrs struct {
-	Expr      *Expr   // Elementwise
-	Reduce    string  // Reduce: sum mean amax amin argmax
-	Dims      int     // Reduce: number of trailing dims reduced
-	Eps       float64 // RMSNorm
-	Scale     float64 // Attention softmax scale
-	Causal    bool    // Attention with implicit causal mask
-	Groups    int64   // Attention: query heads per KV head
-	HasMask   bool    // Attention: In[3] is an additive or boolean mask
-	Residual  bool    // Linear: In[2] is added to the product
-	HasWeight bool    // RMSNorm: In[1] is the weight
-	Dim       int     // Cat, KVWrite, Gather: the dimension
+	Expr   *Expr   // Elementwise
+	Reduce string  // Reduce: sum mean amax amin argmax
+	Dims   int     // Reduce: number of trailing dims reduced
+	Eps    float64 // RMSNorm
+	Scale  float64 // Attention softmax scale
+	Causal bool    // Attention with implicit causal mask
+	Groups int64   // Attention: query heads per KV head
+	// Splits > 1: Attention covers the KV positions in Splits chunks and writes
+	// partials [B, Splits, H, Sq, Dv+2] (max, sum, unnormalised output) that
+	// an AttnMerge op combines; decode then spreads over many workers.
+	Splits    int64
+	HasMask   bool // Attention: In[3] is an additive or boolean mask
+	Residual  bool // Linear: In[2] is added to the product
+	HasWeight bool // RMSNorm: In[1] is the weight
+	Dim       int  // Cat, KVWrite, Gather: the dimension
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:
 	// the norm or elementwise op that produced x, folded into every reader.
 	Pro *Prologue
@@ -224,6 +229,13 @@ type Prologue struct {
 // ProIn returns the inputs of op's prologue.
 func (op *Op) ProIn() []View {
 	return append([]View{op.In[0]}, op.In[op.Attr.Pro.First:]...)
+}
+
+// SplitPositions returns the KV positions [lo, hi) that the chunks [s0, s1)
+// of a split-KV attention over S positions cover.
+func SplitPositions(S, splits, s0, s1 int64) (int64, int64) {
+	chunk := (S + splits - 1) / splits
+	return min(s0*chunk, S), min(s1*chunk, S)
 }
 
 // Graph is a lowered program: ops in a valid sequential order.

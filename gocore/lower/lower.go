@@ -26,8 +26,18 @@ type lowerer struct {
 	outs []*wire.Meta
 }
 
+// Config carries per-compile choices of the rewrite passes.
+type Config struct {
+	// Workers is the worker count the graph will run on; 0 leaves the
+	// worker-dependent rewrites (split-KV attention) out.
+	Workers int
+}
+
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.
-func Lower(wg *wire.Graph) (g *ir.Graph, err *wire.Error) {
+func Lower(wg *wire.Graph) (*ir.Graph, *wire.Error) { return LowerWith(wg, Config{}) }
+
+// LowerWith is Lower with a per-compile configuration.
+func LowerWith(wg *wire.Graph, cfg Config) (g *ir.Graph, err *wire.Error) {
 	l := &lowerer{g: &ir.Graph{}, env: map[string]value{}}
 	defer func() {
 		if r := recover(); r != nil {
@@ -51,7 +61,7 @@ func Lower(wg *wire.Graph) (g *ir.Graph, err *wire.Error) {
 		}
 		l.g.Outputs = append(l.g.Outputs, l.tensor(a).Clone())
 	}
-	Rewrite(l.g)
+	Rewrite(l.g, cfg)
 	return l.g, nil
 }
 

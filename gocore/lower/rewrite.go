@@ -5,9 +5,13 @@ import (
 )
 
 // Rewrite runs the op-graph rewrite passes in order. Each pass is one file.
-func Rewrite(g *ir.Graph) {
+func Rewrite(g *ir.Graph, cfg Config) {
 	for _, p := range rewrites {
 		p.fn(g)
+		g.Renumber()
+	}
+	if cfg.Workers > 0 {
+		splitAttention(g, cfg.Workers)
 		g.Renumber()
 	}
 }

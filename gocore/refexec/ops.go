@@ -351,6 +351,101 @@ func (x *exec) attention(op *ir.Op, b tgraph.Box) error {
 	})
 }
 
+// score is q·k·scale plus the mask at (b, h, i, j); -Inf when masked out.
+func (x *exec) score(op *ir.Op, qs []float64, bi, h, i, j int64) float64 {
+	if op.Attr.Causal && j > i {
+		return math.Inf(-1)
+	}
+	ks := x.row(op.In[1], []int64{bi, h / op.Attr.Groups, j}, nil)
+	dot := 0.0
+	for d, qv := range qs {
+		dot += qv * ks[d]
+	}
+	s := dot * op.Attr.Scale
+	if op.Attr.HasMask {
+		m := x.load(op.In[3], []int64{bi, h, i, j})
+		if op.In[3].DType() == ir.Bool {
+			if m == 0 {
+				return math.Inf(-1)
+			}
+		} else {
+			s += m
+		}
+	}
+	return s
+}
+
+// attentionPartial computes, for each KV chunk s of the box, every head's
+// partial softmax over the chunk: max m, sum l of exp(score-m), and the
+// unnormalised output Σ exp(score-m)·v, into [B, Splits, H, Sq, Dv+2].
+func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
+	q, v := op.In[0], op.In[2]
+	H, Sq, Dv, S := q.Shape[1], q.Shape[2], v.Shape[3], op.In[1].Shape[2]
+	for bi := b.Lo[0]; bi < b.Hi[0]; bi++ {
+		for s := b.Lo[1]; s < b.Hi[1]; s++ {
+			lo, hi := ir.SplitPositions(S, op.Attr.Splits, s, s+1)
+			for h := int64(0); h < H; h++ {
+				for i := int64(0); i < Sq; i++ {
+					qs := x.row(q, []int64{bi, h, i}, nil)
+					m := math.Inf(-1)
+					scores := make([]float64, hi-lo)
+					for j := lo; j < hi; j++ {
+						scores[j-lo] = x.score(op, qs, bi, h, i, j)
+						m = math.Max(m, scores[j-lo])
+					}
+					l, acc := 0.0, make([]float64, Dv)
+					if !math.IsInf(m, -1) {
+						for j := lo; j < hi; j++ {
+							p := math.Exp(scores[j-lo] - m)
+							l += p
+							if p != 0 {
+								vs := x.row(v, []int64{bi, h / op.Attr.Groups, j}, nil)
+								for d := range acc {
+									acc[d] += p * vs[d]
+								}
+							}
+						}
+					}
+					out := []int64{bi, s, h, i, 0}
+					x.store(op.Out, out, m)
+					out[4] = 1
+					x.store(op.Out, out, l)
+					for d := range acc {
+						out[4] = int64(2 + d)
+						x.store(op.Out, out, acc[d])
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// attnMerge combines the chunks' partials: out = Σ acc·e^(m-M) / Σ l·e^(m-M).
+func (x *exec) attnMerge(op *ir.Op, b tgraph.Box) error {
+	p := op.In[0]
+	splits := p.Shape[1]
+	return each(b, func(idx []int64) error {
+		bi, h, i, d := idx[0], idx[1], idx[2], idx[3]
+		M := math.Inf(-1)
+		for s := int64(0); s < splits; s++ {
+			M = math.Max(M, x.load(p, []int64{bi, s, h, i, 0}))
+		}
+		L, o := 0.0, 0.0
+		for s := int64(0); s < splits; s++ {
+			l := x.load(p, []int64{bi, s, h, i, 1})
+			if l == 0 {
+				continue
+			}
+			f := math.Exp(x.load(p, []int64{bi, s, h, i, 0}) - M)
+			L += l * f
+			o += x.load(p, []int64{bi, s, h, i, 2 + d}) * f
+		}
+		x.store(op.Out, idx, o/L)
+		return nil
+	})
+}
+
 // index reads an index tensor element and checks it against size.
 func (x *exec) index(v ir.View, idx []int64, size int64) (int64, error) {
 	i := int64(x.load(v, idx))

@@ -154,7 +154,12 @@ func (x *exec) task(op *ir.Op, b tgraph.Box) error {
 	case ir.Matmul:
 		return x.matmul(op, b)
 	case ir.Attention:
+		if op.Attr.Splits > 1 {
+			return x.attentionPartial(op, b)
+		}
 		return x.attention(op, b)
+	case ir.AttnMerge:
+		return x.attnMerge(op, b)
 	case ir.Embedding:
 		return x.embedding(op, b)
 	case ir.Gather:

@@ -1,0 +1,34 @@
+package lower
+
+import "mpk/gocore/ir"
+
+// minPositionsPerSplit keeps each KV chunk worth a task of its own.
+const minPositionsPerSplit = 16
+
+// splitAttention spreads attention over the workers: decode has one query per
+// head, so one task per KV head would leave most SMs idle while a few stream
+// the whole cache. The KV positions are cut into chunks; each chunk's task
+// writes a partial softmax (max, sum, unnormalised output) for every head and
+// an AttnMerge op combines them (flash-decoding).
+func splitAttention(g *ir.Graph, workers int) {
+	var ops []*ir.Op
+	for _, op := range g.Ops {
+		ops = append(ops, op)
+		if op.Kind != ir.Attention || op.Attr.Splits > 1 {
+			continue
+		}
+		q, k, v := op.In[0], op.In[1], op.In[2]
+		B, H, Sq, Dv, S := q.Shape[0], q.Shape[1], q.Shape[2], v.Shape[3], k.Shape[2]
+		splits := min(int64(workers)/max(B, 1), (S+minPositionsPerSplit-1)/minPositionsPerSplit)
+		if splits < 2 {
+			continue
+		}
+		chunk := (S + splits - 1) / splits
+		splits = (S + chunk - 1) / chunk // no empty chunk
+		partial := g.NewTemp(op.Node+"_partial", ir.F32, []int64{B, splits, H, Sq, Dv + 2})
+		ops = append(ops, &ir.Op{Kind: ir.AttnMerge, Label: "attn_merge", Node: op.Node, Target: op.Target, Source: op.Source,
+			In: []ir.View{partial}, Out: op.Out})
+		op.Out, op.Attr.Splits = partial, splits
+	}
+	g.Ops = ops
+}
