@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import torch
 
-from mpk import backend, check, models
+from mpk import backend, check
 
 
 def main() -> None:
@@ -21,8 +21,7 @@ def main() -> None:
     p.add_argument("--cache-tokens", type=int, default=512)
     a = p.parse_args()
     check.ensure_backend_registered()
-    m = models.build(a.model, dtype=torch.bfloat16, device="cuda")
-    cache = check._make_cache(m, a.cache_tokens + 16, "cuda", torch.randint(0, m.config.vocab_size, (1, a.cache_tokens)))
+    m, cache = check.decode_setup(a.model, a.cache_tokens)
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False, options={"trace": True})
     tok = torch.randint(0, m.config.vocab_size, (1, 1), device="cuda")
     with torch.no_grad():

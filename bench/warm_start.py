@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from mpk import backend, check, models
+from mpk import backend, check
 
 
 def main() -> None:
@@ -21,8 +21,7 @@ def main() -> None:
     a = p.parse_args()
     check.ensure_backend_registered()
     t0 = time.perf_counter()
-    m = models.build(a.model, dtype=torch.bfloat16, device="cuda")
-    cache = check._make_cache(m, a.cache_tokens + 8, "cuda", torch.randint(0, m.config.vocab_size, (1, a.cache_tokens)))
+    m, cache = check.decode_setup(a.model, a.cache_tokens)
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False)

@@ -8,13 +8,10 @@ import (
 	"mpk/gocore/wire"
 )
 
+// loadRequest reads a request recorded from a real HF model (gocore/testdata).
 func loadRequest(t testing.TB, name string) *wire.Request {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "testdata", name))
-	if err != nil {
-		t.Skipf("fixture %s: %v", name, err)
-	}
-	req, err := wire.DecodeRequest(data)
+	req, err := wire.ReadRequestFile(filepath.Join("..", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package lower
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,14 +9,10 @@ import (
 	"mpk/gocore/wire"
 )
 
-// loadRequest reads a request recorded from a real HF model by the Python exporter.
+// loadRequest reads a request recorded from a real HF model (gocore/testdata).
 func loadRequest(t testing.TB, name string) *wire.Request {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "testdata", name))
-	if err != nil {
-		t.Skipf("fixture %s: %v", name, err)
-	}
-	req, err := wire.DecodeRequest(data)
+	req, err := wire.ReadRequestFile(filepath.Join("..", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}

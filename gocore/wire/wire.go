@@ -47,6 +47,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"os"
 
 	json "github.com/goccy/go-json"
 	"github.com/klauspost/compress/zstd"
@@ -252,4 +253,14 @@ type RunResult struct {
 	Error    *Error  `json:"error,omitempty"`
 	Executed int     `json:"executed"`
 	Ms       float64 `json:"ms"`
+}
+
+// ReadRequestFile decodes a request saved to a file (MPK_DUMP_REQUEST writes
+// them; gocore/testdata keeps ones recorded from real models).
+func ReadRequestFile(path string) (*Request, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeRequest(data)
 }

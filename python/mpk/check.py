@@ -101,6 +101,14 @@ def _make_cache(model, max_len, device, tokens):
     return cache
 
 
+def decode_setup(name: str, cache_tokens: int, dtype=torch.bfloat16, device="cuda", extra: int = 16, seed: int = 0):
+    """A model with seeded random weights and a StaticCache already holding
+    `cache_tokens` tokens (room for `extra` more): what the benchmarks start from."""
+    model = models.build(name, dtype=dtype, device=device, seed=seed)
+    prompt = torch.randint(0, model.config.vocab_size, (1, cache_tokens), generator=torch.Generator().manual_seed(seed + 1))
+    return model, _make_cache(model, cache_tokens + extra, device, prompt)
+
+
 def _steps(fn, cache, token_steps, device, times: list | None = None):
     """Runs the steps back to back (the cache position advances); logits per
     step. `times` gets each step's wall time in seconds (the .cpu() syncs)."""
