@@ -182,6 +182,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     return fn
 
 
+def _span(shape: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements from a view's first element to one past its last (0 when empty)."""
+    if any(sz == 0 for sz in shape):
+        return 0
+    return 1 + sum((sz - 1) * st for sz, st in zip(shape, strides))
+
+
 class CompiledGraph:
     """The callable for the reference target: checks arguments, allocates
     outputs per the core's output specs, runs the CPU reference executor.
@@ -205,6 +212,14 @@ class CompiledGraph:
                            f"{self.n_outputs}", kind="internal")
         self.last_run: dict | None = None
         self.calls = 0
+        # Elements each input's view spans (from its compiled layout), and the
+        # inputs the graph writes (aten.copy_ into an input), for check_args.
+        self._spans = [_span(i["meta"]["shape"], i["meta"]["strides"]) for i in self.inputs]
+        index = {inp["name"]: k for k, inp in enumerate(self.inputs)}
+        self._written = frozenset(
+            index[n["args"][0]["node"]] for n in request["graph"]["nodes"]
+            if n["target"] == "aten.copy_.default" and n["args"] and n["args"][0].get("k") == "node"
+            and n["args"][0].get("node") in index)
 
     def _describe(self, i: int) -> str:
         name = self.inputs[i]["name"]
@@ -234,6 +249,46 @@ class CompiledGraph:
                 raise ArgumentError(f"{self._describe(i)} has strides {list(a.stride())}, compiled for "
                                     f"{meta['strides']}", hint="pass a tensor with the same layout "
                                     "(e.g. .contiguous())")
+            span = self._spans[i]
+            if span:  # the core reads and writes through the raw pointer: the storage must hold the view
+                if a.data_ptr() == 0:
+                    raise ArgumentError(f"{self._describe(i)} has no storage (freed, or resized to 0 bytes)",
+                                        hint="pass a live tensor; do not resize or free inputs between calls")
+                need = (a.storage_offset() + span) * a.element_size()
+                have = a.untyped_storage().nbytes()
+                if need > have:
+                    raise ArgumentError(f"{self._describe(i)} needs {need} bytes of storage, its storage "
+                                        f"holds {have} (resized?)",
+                                        hint="pass a live tensor; do not resize or free inputs between calls")
+        if self._written:
+            self._check_aliasing(args)
+
+    def _check_aliasing(self, args: Sequence[torch.Tensor]) -> None:
+        """Rejects a written input whose memory overlaps another input: the core
+        reads every input as it was when the call began, so aliasing would give
+        silently wrong results. (Through torch.compile aot_autograd already
+        dedups aliased inputs; this guards direct calls.) Byte ranges are
+        compared, so interleaved views of one buffer count as overlapping."""
+        spans = []
+        for i, a in enumerate(args):
+            if self._spans[i]:
+                lo = a.data_ptr()
+                spans.append((lo, lo + self._spans[i] * a.element_size(), i))
+        spans.sort()
+        hi_any, hi_any_i, hi_w, hi_w_i = 0, -1, 0, -1
+        for lo, hi, i in spans:
+            written = i in self._written
+            other = hi_any_i if written and hi_any > lo else hi_w_i if hi_w > lo else -1
+            if other >= 0:
+                both = written and other in self._written
+                w, o = (min(i, other), max(i, other)) if both else (i, other) if written else (other, i)
+                raise ArgumentError(f"{self._describe(w)} overlaps {self._describe(o)} in memory, and the "
+                                    f"graph writes argument {w}",
+                                    hint="pass separate tensors (e.g. .clone() one of them)")
+            if hi > hi_any:
+                hi_any, hi_any_i = hi, i
+            if written and hi > hi_w:
+                hi_w, hi_w_i = hi, i
 
     def _outputs(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         outs = []

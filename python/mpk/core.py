@@ -118,8 +118,13 @@ class Compiled:
 
 def compile(request: dict) -> Compiled:
     """Compiles a wire request (a dict per gocore/wire) and returns the handle."""
+    return compile_bytes(encode_request(request))
+
+
+def compile_bytes(data: bytes) -> Compiled:
+    """Compiles an already encoded request (zstd or raw JSON bytes), as sent on
+    the wire; tests use it to send malformed input to the core."""
     lib = _load()
-    data = encode_request(request)
     out, out_len = ctypes.c_void_p(), ctypes.c_size_t()
     handle = lib.mpk_compile(data, len(data), ctypes.byref(out), ctypes.byref(out_len))
     res = _take(lib, out, out_len)
