@@ -13,7 +13,7 @@ import (
 // realRequests lists the real compile requests the Python side saved.
 func realRequests(t testing.TB) []string {
 	var paths []string
-	for _, pat := range []string{"*.json", "*.req.zst"} {
+	for _, pat := range []string{"*.json", "*.json.zst", "*.req.zst"} {
 		m, _ := filepath.Glob(filepath.Join("..", "testdata", pat))
 		paths = append(paths, m...)
 	}

@@ -30,10 +30,10 @@ def _real_requests(paths: Sequence[str]) -> list[dict]:
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            files += sorted(p.glob("*.json")) + sorted(p.glob("*.req.zst"))
+            files += sorted(p.glob("*.json")) + sorted(p.glob("*.json.zst")) + sorted(p.glob("*.req.zst"))
         else:
             files.append(p)
-    return [{"name": f.name.removesuffix(".json").removesuffix(".req.zst"),
+    return [{"name": f.name.removesuffix(".zst").removesuffix(".json").removesuffix(".req"),
              "data": base64.b64encode(f.read_bytes()).decode()} for f in files]
 
 
