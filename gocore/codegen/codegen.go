@@ -10,12 +10,9 @@ import (
 	"mpk/gocore/tgraph"
 )
 
-// Module is what Generate produces: source files by name and the sizes the
-// launcher needs.
+// Module is what Generate produces: source files by name.
 type Module struct {
-	Files      map[string]string
-	ArenaBytes int64
-	Slots      int
+	Files map[string]string
 }
 
 // layout assigns every buffer a pointer slot and every temporary an offset
@@ -114,7 +111,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	fmt.Fprintf(&src, "__device__ const mpk::Op ops[%d] = {\n%s};\n\n", max(1, len(g.Ops)), ops.String())
 	writeTables(&src, tg, split)
 	src.WriteString("}  // namespace mpk_gen\n\n#include \"runtime/module.cuh\"\n")
-	return &Module{Files: map[string]string{"module.cu": src.String()}, ArenaBytes: l.arenaBytes, Slots: l.arenaSlot + 1}, nil
+	return &Module{Files: map[string]string{"module.cu": src.String()}}, nil
 }
 
 func writeTables(src *strings.Builder, tg *tgraph.Graph, split []int) {

@@ -313,7 +313,6 @@ var noOps = map[string]bool{
 	"aten._assert_scalar.default":               true,
 	"aten._assert_async.msg":                    true,
 	"aten.sym_constrain_range_for_size.default": true,
-	"aten._local_scalar_dense.default":          false,
 }
 
 func (l *lowerer) lowerNode() {

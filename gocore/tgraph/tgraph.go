@@ -7,7 +7,6 @@ package tgraph
 import (
 	"fmt"
 	"sort"
-	"strings"
 )
 
 // None marks an absent event (no wait, no trigger).
@@ -109,33 +108,6 @@ func (g *Graph) Consumers() [][]int {
 		}
 	}
 	return c
-}
-
-// Summary counts tasks per op label.
-func (g *Graph) Text(opKinds []string) string {
-	counts := map[string]int{}
-	empty := 0
-	for _, t := range g.Tasks {
-		if t.Op < 0 {
-			empty++
-			continue
-		}
-		counts[opKinds[t.Op]]++
-	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "task graph: %d tasks, %d events, %d workers\n", len(g.Tasks), len(g.Events), g.Workers)
-	for _, k := range keys {
-		fmt.Fprintf(&sb, "  %-14s %6d tasks\n", k, counts[k])
-	}
-	if empty > 0 {
-		fmt.Fprintf(&sb, "  %-14s %6d tasks\n", "empty (relay)", empty)
-	}
-	return sb.String()
 }
 
 // Overlaps reports whether two sorted interval lists intersect.
