@@ -7,6 +7,7 @@ package refexec
 import (
 	"fmt"
 	"math/rand"
+	"runtime"
 	"unsafe"
 
 	"mpk/gocore/ir"
@@ -40,7 +41,7 @@ func Run(g *ir.Graph, tg *tgraph.Graph, ptrs []uintptr, seed int64) (int, error)
 	}
 	x := &exec{g: g, mems: mems}
 	n, err := x.run(tg, rand.New(rand.NewSource(seed)))
-	_ = keep
+	runtime.KeepAlive(keep) // the temporaries are reached only through unsafe pointers
 	return n, err
 }
 
