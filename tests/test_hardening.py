@@ -237,6 +237,30 @@ def test_resized_or_freed_input(core_lib, fresh_dynamo):
     _assert_usable()
 
 
+def test_inputs_changed_after_a_passing_call(core_lib, fresh_dynamo):
+    """The callable skips the full check for arguments unchanged since the last
+    passing call; a change to the same tensor object must still be caught."""
+    _, fn = _compile_affine()
+    with torch.no_grad():
+        x, y = torch.randn(4, 8), torch.randn(4, 8)
+        fn(x, y)
+        x.resize_(2, 8)  # same object, new shape
+        with pytest.raises(errors.ArgumentError, match=r"argument 0 .* has shape \[2, 8\]"):
+            fn(x, y)
+        x, y = torch.randn(4, 8), torch.randn(4, 8)
+        fn(x, y)
+        y.untyped_storage().resize_(0)  # same object, storage freed
+        with pytest.raises(errors.ArgumentError, match=r"argument 1 .* has no storage"):
+            fn(x, y)
+        x, y = torch.randn(4, 8), torch.randn(4, 8)
+        fn(x, y)
+        x.untyped_storage().resize_(16 * 4)  # same object, storage shrunk
+        with pytest.raises(errors.ArgumentError, match=r"argument 0 .* needs 128 bytes of storage"):
+            fn(x, y)
+        x = torch.randn(4, 8)
+        torch.testing.assert_close(fn(x, y)[0], _affine(x, y))
+
+
 # --- memory: a loop of 1,000 compiles ----------------------------------------------------
 
 def _rss_bytes() -> int:
