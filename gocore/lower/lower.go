@@ -189,10 +189,7 @@ func (l *lowerer) intArg(i int, name string, def int64) int64 {
 	case "int":
 		return a.I
 	case "bool":
-		if a.B {
-			return 1
-		}
-		return 0
+		return int64(boolf(a.B))
 	}
 	l.failf("argument %d (%s) must be an int, got %s (symbolic sizes are not supported; compile with dynamic=False)", i, name, a.K)
 	return 0
@@ -209,10 +206,7 @@ func (l *lowerer) floatArg(i int, name string, def float64) float64 {
 	case "int":
 		return float64(a.I)
 	case "bool":
-		if a.B {
-			return 1
-		}
-		return 0
+		return boolf(a.B)
 	}
 	l.failf("argument %d (%s) must be a number, got %s", i, name, a.K)
 	return 0

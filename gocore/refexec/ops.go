@@ -302,36 +302,17 @@ func (x *exec) matmul(op *ir.Op, b tgraph.Box) error {
 func (x *exec) attention(op *ir.Op, b tgraph.Box) error {
 	q, k, v := op.In[0], op.In[1], op.In[2]
 	G := op.Attr.Groups
-	Skv, D, Dv := k.Shape[2], q.Shape[3], v.Shape[3]
+	Skv, Dv := k.Shape[2], v.Shape[3]
 	scores := make([]float64, Skv)
-	var qs, ks []float64
+	var qs []float64
 	lead := tgraph.Box{Lo: b.Lo[:3], Hi: b.Hi[:3]}
 	return each(lead, func(idx []int64) error {
 		bi, h, i := idx[0], idx[1], idx[2]
 		qs = x.row(q, idx, qs)
 		mx := math.Inf(-1)
 		for j := int64(0); j < Skv; j++ {
-			s := math.Inf(-1)
-			if !op.Attr.Causal || j <= i {
-				ks = x.row(k, []int64{bi, h / G, j}, ks)
-				dot := 0.0
-				for d := int64(0); d < D; d++ {
-					dot += qs[d] * ks[d]
-				}
-				s = dot * op.Attr.Scale
-				if op.Attr.HasMask {
-					m := x.load(op.In[3], []int64{bi, h, i, j})
-					if op.In[3].DType() == ir.Bool {
-						if m == 0 {
-							s = math.Inf(-1)
-						}
-					} else {
-						s += m
-					}
-				}
-			}
-			scores[j] = s
-			mx = math.Max(mx, s)
+			scores[j] = x.score(op, qs, bi, h, i, j)
+			mx = math.Max(mx, scores[j])
 		}
 		sum := 0.0
 		for j := range scores {
