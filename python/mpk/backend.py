@@ -271,10 +271,7 @@ class CompiledGraph:
                 if j == i or r is None or r[0] >= hi or lo >= r[1]:
                     continue
                 if i in self._written or j in self._written:
-                    w, o = (i, j) if i in self._written else (j, i)
-                    raise ArgumentError(f"{self._describe(w)} overlaps {self._describe(o)} in memory, and the "
-                                        f"graph writes argument {w}",
-                                        hint="pass separate tensors (e.g. .clone() one of them)")
+                    raise self._overlap_error(i, j)
 
     def _check_each(self, args: Sequence[Any], which: Sequence[int]) -> None:
         for i in which:
@@ -310,6 +307,15 @@ class CompiledGraph:
                                         f"holds {have} (resized?)",
                                         hint="pass a live tensor; do not resize or free inputs between calls")
 
+    def _overlap_error(self, i: int, j: int) -> ArgumentError:
+        """The error for inputs i and j sharing memory while one is written;
+        it names the written one first (the lower index when both are)."""
+        wi, wj = i in self._written, j in self._written
+        w, o = (min(i, j), max(i, j)) if wi and wj else (i, j) if wi else (j, i)
+        return ArgumentError(f"{self._describe(w)} overlaps {self._describe(o)} in memory, and the "
+                             f"graph writes argument {w}",
+                             hint="pass separate tensors (e.g. .clone() one of them)")
+
     def _check_aliasing(self, args: Sequence[torch.Tensor]) -> None:
         """Rejects a written input whose memory overlaps another input: the core
         reads every input as it was when the call began, so aliasing would give
@@ -327,11 +333,7 @@ class CompiledGraph:
             written = i in self._written
             other = hi_any_i if written and hi_any > lo else hi_w_i if hi_w > lo else -1
             if other >= 0:
-                both = written and other in self._written
-                w, o = (min(i, other), max(i, other)) if both else (i, other) if written else (other, i)
-                raise ArgumentError(f"{self._describe(w)} overlaps {self._describe(o)} in memory, and the "
-                                    f"graph writes argument {w}",
-                                    hint="pass separate tensors (e.g. .clone() one of them)")
+                raise self._overlap_error(i, other)
             if hi > hi_any:
                 hi_any, hi_any_i = hi, i
             if written and hi > hi_w:
