@@ -1,36 +1,49 @@
 #!/usr/bin/env bash
-# On the GPU machine (no Go, no network): install mpk with a prebuilt core, run
-# the GPU tests, then `python -m mpk check --target cuda --steps $STEPS` for each
-# model in $MODELS. Everything is tee'd to $OUT/; a failing model does not stop
-# the others. Exit status: 0 when every step passed.
+# On the GPU machine (no Go, no network): install mpk with a prebuilt core, then
+# the parts of the CUDA target's acceptance named by $PARTS (default: all):
+#   pytest   the GPU test suite (pytest -m gpu)
+#   check    `python -m mpk check --target cuda --steps $STEPS --cache-tokens $CACHE_TOKENS`
+#            for each model in $MODELS
+#   prefill  the same with --prefill 16 --steps 2 for each model in $PREFILL_MODELS
+#   warm     bench/warm_start.py twice for $WARM_MODEL (the second run is the warm start)
+#   bench    bench/bench.py for $BENCH_MODELS
+# Everything is tee'd to $OUT/; a failing part does not stop the others.
+# Exit status: 0 when every part passed.
 #
-#   MODELS="tiny-llama tiny-qwen3" STEPS=32 OUT=outputs/gpu_check bash bench/gpu_check.sh
+#   PARTS="check" MODELS="tiny-llama" OUT=outputs/gpu_check bash bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-outputs/gpu_check}
-MODELS=${MODELS:-"tiny-llama tiny-qwen3"}
+PARTS=${PARTS:-"pytest check prefill warm bench"}
+MODELS=${MODELS:-"tiny-llama tiny-qwen3 llama-3.2-1b qwen3-0.6b qwen3-1.7b qwen3-8b"}
+PREFILL_MODELS=${PREFILL_MODELS:-"tiny-llama llama-3.2-1b"}
+WARM_MODEL=${WARM_MODEL:-qwen3-8b}
+BENCH_MODELS=${BENCH_MODELS:-"qwen3-0.6b llama-3.2-1b"}
 STEPS=${STEPS:-32}
+CACHE_TOKENS=${CACHE_TOKENS:-512}
 PY=${PYTHON:-python3}
-TIMEOUT=${CHECK_TIMEOUT:-900}
+TIMEOUT=${CHECK_TIMEOUT:-400}
 mkdir -p "$OUT"
-: >"$OUT/summary.txt"
+: >>"$OUT/summary.txt"
 failed=0
 note() { echo "gpu_check: $*" | tee -a "$OUT/summary.txt"; }
 run() {  # run NAME CMD...: tee to $OUT/NAME.log, record the outcome, never stop the script
   local name=$1; shift
   echo "+ $*" | tee "$OUT/$name.log"
-  timeout "$TIMEOUT" "$@" 2>&1 | tee -a "$OUT/$name.log"
+  local t0=$SECONDS
+  timeout "$TIMEOUT" "$@" 2>&1 | tee -a "$OUT/$name.log" | tail -4
   local rc=${PIPESTATUS[0]}
-  if [ "$rc" -eq 0 ]; then note "$name ok"; else note "$name FAILED (exit $rc)"; failed=1; fi
+  if [ "$rc" -eq 0 ]; then note "$name ok ($((SECONDS - t0)) s)"; else note "$name FAILED (exit $rc, $((SECONDS - t0)) s)"; failed=1; fi
   return 0
 }
+has() { [[ " $PARTS " == *" $1 "* ]]; }
 
-# (a) install: editable, with the prebuilt core; else the launcher in place.
+# install: editable, with the prebuilt core; else the launcher in place.
 CORE=${MPK_PREBUILT_CORE:-.prebuilt/libmpkcore.so}
 [ -f "$CORE" ] || CORE=python/mpk/libmpkcore.so
 {
-  nvidia-smi || true
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv || true
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
   which nvcc && nvcc --version | tail -2 || ls /usr/local/cuda/bin/nvcc
 } >"$OUT/env.log" 2>&1
@@ -40,7 +53,7 @@ if [ ! -f "$CORE" ]; then
   exit 1
 fi
 if MPK_PREBUILT_CORE=$CORE "$PY" -m pip install --no-build-isolation --no-deps -e . >"$OUT/install.log" 2>&1; then
-  note "installed (pip -e, core $CORE)"
+  echo "installed (pip -e, core $CORE)"
 else
   tail -20 "$OUT/install.log"
   note "pip install failed; building the launcher in place and using PYTHONPATH=python"
@@ -53,14 +66,24 @@ else
 fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
-# (b) the GPU test suite
-run pytest_gpu "$PY" -m pytest -q -m gpu tests
-
-# (c) per model: the generated sources (kept for reading), then the check
-for m in $MODELS; do
-  run "build_$m" "$PY" -m mpk build --model "$m" --out "$OUT/build_$m"
-  run "check_$m" "$PY" -m mpk check --model "$m" --target cuda --steps "$STEPS"
-done
+if has pytest; then run pytest_gpu "$PY" -m pytest -q -m gpu tests; fi
+if has check; then
+  for m in $MODELS; do
+    run "check_$m" "$PY" -m mpk check --model "$m" --target cuda --dtype bfloat16 --steps "$STEPS" --cache-tokens "$CACHE_TOKENS"
+  done
+fi
+if has prefill; then
+  for m in $PREFILL_MODELS; do
+    run "prefill_$m" "$PY" -m mpk check --model "$m" --target cuda --dtype bfloat16 --prefill 16 --steps 2 --cache-tokens "$CACHE_TOKENS"
+  done
+fi
+if has warm; then
+  run "warm_cold_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL"
+  run "warm_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL"
+fi
+if has bench; then
+  run bench "$PY" bench/bench.py --models $BENCH_MODELS --cache-tokens "$CACHE_TOKENS" --json "$OUT/bench.json"
+fi
 
 echo "---- summary"
 cat "$OUT/summary.txt"

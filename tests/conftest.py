@@ -35,6 +35,19 @@ def _newest_go_source() -> float:
     return max((p.stat().st_mtime for p in paths if p.exists()), default=0.0)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory):
+    """Every test session gets its own mpk cache (nvcc modules, exported graphs),
+    so a test never passes on an entry a previous run left behind."""
+    old = os.environ.get("MPK_CACHE_DIR")
+    os.environ["MPK_CACHE_DIR"] = str(tmp_path_factory.mktemp("mpk-cache"))
+    yield
+    if old is None:
+        os.environ.pop("MPK_CACHE_DIR", None)
+    else:
+        os.environ["MPK_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def core_lib() -> Path:
     """The Go core: $MPK_CORE_LIB if set, else python/mpk/libmpkcore.so, rebuilt

@@ -25,6 +25,22 @@ def test_check_two_steps(core_lib, fresh_dynamo):
     assert res.ok, "\n".join(lines)
 
 
+def test_float32_judge_is_a_copy_of_the_bf16_model():
+    """The bf16 rule's judge holds the bf16 model's own weights, upcast (not a
+    fresh float32 draw, whose weights the bf16 model never had)."""
+    import torch
+    from mpk import models
+    m = models.build("tiny-qwen3", dtype=torch.bfloat16, seed=4)
+    ref = check.float32_copy(m, "tiny-qwen3")
+    fresh = models.build("tiny-qwen3", dtype=torch.float32, seed=4)
+    got = dict(ref.named_parameters())
+    for k, p in m.named_parameters():
+        assert got[k].dtype == torch.float32
+        assert torch.equal(got[k], p.float()), k
+    w = "model.layers.0.mlp.down_proj.weight"
+    assert not torch.equal(got[w], dict(fresh.named_parameters())[w])  # rounding to bf16 shows
+
+
 def test_cli_rejects_unknown_model(capsys):
     with pytest.raises(SystemExit) as ei:
         check.main(["--model", "no-such-model"])

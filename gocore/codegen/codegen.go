@@ -207,8 +207,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if op.Attr.Pro != nil {
 			xdt = op.Attr.Pro.DType // x is computed, then rounded to this
 		}
+		// x is staged in shared memory as fp32 whatever its dtype; T is the weights'.
 		T, ok := cType[w.DType()]
-		if !ok || xdt != w.DType() {
+		if _, xok := cType[xdt]; !ok || !xok {
 			return "", fmt.Errorf("codegen: linear op %d on %s × %s is not supported on the GPU", op.ID, xdt, w.DType())
 		}
 		K := x.Shape[1]
@@ -231,9 +232,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s>(op, lo, hi, s, smem);", T, K, op.Attr.Residual, pro)
 		gen.smem = max(gen.smem, int(K)*4)
 	case ir.Attention:
-		T, ok := cType[op.In[0].DType()]
-		if !ok || op.In[1].DType() != op.In[0].DType() || op.In[2].DType() != op.In[0].DType() {
-			return "", fmt.Errorf("codegen: attention op %d on %s is not supported on the GPU", op.ID, op.In[0].DType())
+		// q is read through its view's dtype; K and V (the cache) share T.
+		T, ok := cType[op.In[1].DType()]
+		if _, qok := cType[op.In[0].DType()]; !ok || !qok || op.In[2].DType() != op.In[1].DType() {
+			return "", fmt.Errorf("codegen: attention op %d on q %s, k %s, v %s is not supported on the GPU",
+				op.ID, op.In[0].DType(), op.In[1].DType(), op.In[2].DType())
 		}
 		D, Dv := op.In[0].Shape[3], op.In[2].Shape[3]
 		if Dv != D || D > 256 {

@@ -31,6 +31,9 @@ type Config struct {
 	// Workers is the worker count the graph will run on; 0 leaves the
 	// worker-dependent rewrites (split-KV attention) out.
 	Workers int
+	// RoundIntermediates keeps every half-precision intermediate in its own
+	// dtype, rounding after each op as eager does (see widenTemps).
+	RoundIntermediates bool
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

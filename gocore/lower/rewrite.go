@@ -10,6 +10,9 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		p.fn(g)
 		g.Renumber()
 	}
+	if !cfg.RoundIntermediates {
+		widenTemps(g)
+	}
 	if cfg.Workers > 0 {
 		splitAttention(g, cfg.Workers)
 		g.Renumber()

@@ -75,6 +75,9 @@ type Options struct {
 	// Trace makes the CUDA module record when each task waited, started and
 	// ended (bench/trace.py reads it); it costs a few global stores a task.
 	Trace bool `json:"trace"`
+	// RoundIntermediates rounds half-precision intermediates after every op,
+	// as eager does, instead of keeping them in fp32.
+	RoundIntermediates bool `json:"round_intermediates"`
 }
 
 type Graph struct {

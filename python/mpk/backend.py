@@ -9,17 +9,18 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import weakref
 from typing import Any, Sequence
 
 import torch
 
-from . import core, export
+from . import build, core, export, graph_cache
 from .errors import ArgumentError, MpkError
 
 TARGETS = ("cuda", "reference")
 DEFAULT_REFERENCE_WORKERS = 132
-_PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace")
+_PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round_intermediates")
 # Python-side only: poison (NaN-fill float outputs before a run; default on for
 # reference, off for cuda), sync (cuda: synchronise after each launch and read
 # the status), build_only (cuda: compile, keep the core's result, run the ATen
@@ -146,26 +147,81 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
                        kind="bad_request")
 
     names, kinds = _input_names_and_kinds(gm)
+    lifted = [t for _, t in (*gm.named_parameters(remove_duplicate=False),
+                             *gm.named_buffers(remove_duplicate=False))]
+    n_outputs, returns_sequence = export.output_structure(gm)
+    cache_key = None
+    if graph_cache.enabled() and not opts["build_only"]:
+        cache_key = graph_cache.key(gm, example_inputs)
+    if cache_key is not None:
+        entry = graph_cache.load(build.cache_root(), cache_key)
+        if entry is not None:
+            request = {**entry.request, "options": opts["wire"]}
+            fn = compile_request(request, opts, entry.display_names, entry.returns_sequence,
+                                 _device_of([*lifted, *example_inputs]))
+            fn.front_timing = "AOTAutograd skipped (graph cache hit)"
+            return _with_lifted(fn, lifted)
+
+    t_aot = time.perf_counter()
 
     def fw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]):
+        aot_s = time.perf_counter() - t_aot
         n = len([p for p in fx_gm.graph.nodes if p.op == "placeholder"])
         k = kinds if len(kinds) == n else None
         disp = names if len(names) == n else None
-        return compile_graph(fx_gm, fx_inputs, opts, input_kinds=k, display_names=disp)
+        fn = compile_graph(fx_gm, fx_inputs, opts, input_kinds=k, display_names=disp)
+        fn.front_timing = f"AOTAutograd {aot_s:.2f} s"
+        if cache_key is not None and graph_cache.trivial_wrapper(
+                len(lifted) + len(example_inputs), n_outputs, n, fn.n_outputs):
+            graph_cache.store(build.cache_root(), cache_key, fn.request, returns_sequence, fn.display_names)
+        return fn
 
     with torch.no_grad():
         return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
                                      keep_inference_input_mutations=True)
 
 
+def _with_lifted(fn: "CompiledGraph", lifted: list[torch.Tensor]):
+    """Dynamo calls with its placeholders only; parameters and buffers that
+    stayed on the graph module (not inlined as inputs) go first, as
+    aot_module_simplified would pass them."""
+    if not lifted:
+        return fn
+
+    def call(*args):
+        if len(args) == 1 and isinstance(args[0], list):
+            args = tuple(args[0])
+        return fn(*lifted, *args)
+
+    call.compiled = fn
+    return call
+
+
+def _device_of(tensors: Sequence[Any]) -> torch.device:
+    """The device of the first CUDA tensor (the graph's device), else the CPU."""
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+            index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+            return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: dict,
                   input_kinds: Sequence[str] | None = None,
                   display_names: Sequence[str] | None = None) -> "CompiledGraph":
     """Exports an ATen graph, compiles it in the core and returns the callable."""
-    global last_compiled, compile_count
     if "wire" not in opts:
         opts = resolve_options(opts)
     request = export.export_graph(gm, example_inputs, input_kinds, opts["wire"])
+    _, returns_sequence = export.output_structure(gm)
+    return compile_request(request, opts, display_names, returns_sequence, _device_of(example_inputs), gm)
+
+
+def compile_request(request: dict, opts: dict, display_names: Sequence[str] | None, returns_sequence: bool,
+                    device: torch.device, gm: torch.fx.GraphModule | None = None) -> "CompiledGraph":
+    """Compiles a wire request in the core and returns the callable. `gm`, the
+    ATen graph, is needed only by the build_only option (it runs eagerly)."""
+    global last_compiled, compile_count
     dump = os.environ.get("MPK_DUMP_REQUEST")
     if dump:
         with open(dump, "w") as f:
@@ -173,10 +229,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts:
     compiled = core.compile(request)
     target = opts["wire"]["target"]
     if target == "reference":
-        fn = CompiledGraph(gm, request, compiled, opts, display_names)
+        fn = CompiledGraph(request, compiled, opts, display_names, returns_sequence)
     else:
-        from . import build
-        fn = build.cuda_callable(gm, request, compiled, opts, display_names)
+        fn = build.cuda_callable(request, compiled, opts, display_names, returns_sequence, device, gm)
     with _lock:
         compile_count += 1
         last_compiled = fn
@@ -197,8 +252,10 @@ class CompiledGraph:
 
     device = torch.device("cpu")
 
-    def __init__(self, gm: torch.fx.GraphModule, request: dict, compiled: core.Compiled,
-                 opts: dict, display_names: Sequence[str] | None = None):
+    front_timing = ""  # how the ATen graph was obtained (AOTAutograd time, or the graph cache)
+
+    def __init__(self, request: dict, compiled: core.Compiled, opts: dict,
+                 display_names: Sequence[str] | None, returns_sequence: bool):
         self.request = request
         self.compiled = compiled
         self.summary = compiled.summary
@@ -207,7 +264,7 @@ class CompiledGraph:
         self.inputs = request["graph"]["inputs"]
         self.display_names = list(display_names) if display_names else [i["name"] for i in self.inputs]
         self.output_specs = compiled.outputs
-        self.n_outputs, self.returns_sequence = export.output_structure(gm)
+        self.n_outputs, self.returns_sequence = len(request["graph"]["outputs"]), returns_sequence
         if len(self.output_specs) != self.n_outputs:
             raise MpkError(f"the core described {len(self.output_specs)} outputs, the graph has "
                            f"{self.n_outputs}", kind="internal")

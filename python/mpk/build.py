@@ -350,28 +350,18 @@ def _jit_launcher():
 # The callable.
 # --------------------------------------------------------------------------
 
-def cuda_callable(gm, request, compiled, opts, display_names=None):
+def cuda_callable(request, compiled, opts, display_names, returns_sequence, device, gm=None):
     """The callable for the cuda target (or, with the build_only option, a
-    callable that holds the core's result and runs the ATen graph eagerly)."""
+    callable that holds the core's result and runs the ATen graph `gm` eagerly)."""
     if opts.get("build_only"):
-        return _graph_classes()[0](gm, request, compiled, opts, display_names)
+        if gm is None:
+            raise MpkError("build_only needs the ATen graph", kind="internal")
+        return _graph_classes()[0](request, compiled, opts, display_names, returns_sequence, gm)
     sources = compiled.result.get("cuda") or {}
     if not sources:
         raise MpkError("cuda target not built yet: the core returned no CUDA sources",
                        hint="use options={'target': 'reference'} for now", kind="not_implemented")
-    return _graph_classes()[1](gm, request, compiled, opts, display_names)
-
-
-def _graph_device(gm):
-    """The CUDA device the graph was traced on (from its placeholders' fake tensors)."""
-    import torch
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            v = node.meta.get("val")
-            if isinstance(v, torch.Tensor) and v.device.type == "cuda":
-                return torch.device("cuda", v.device.index if v.device.index is not None
-                                    else torch.cuda.current_device())
-    return torch.device("cuda", torch.cuda.current_device())
+    return _graph_classes()[1](request, compiled, opts, display_names, returns_sequence, device)
 
 
 def _make_classes():
@@ -384,8 +374,8 @@ def _make_classes():
         build`), and a call that runs the ATen graph eagerly so tracing code
         that calls the model once still works."""
 
-        def __init__(self, gm, request, compiled, opts, display_names=None):
-            super().__init__(gm, request, compiled, opts, display_names)
+        def __init__(self, request, compiled, opts, display_names, returns_sequence, gm):
+            super().__init__(request, compiled, opts, display_names, returns_sequence)
             self.gm = gm
             self.sources = dict(compiled.result.get("cuda") or {})
 
@@ -400,9 +390,13 @@ def _make_classes():
         """Builds and loads the module once; each call checks arguments,
         allocates outputs and makes one launch on torch's current stream."""
 
-        def __init__(self, gm, request, compiled, opts, display_names=None):
-            super().__init__(gm, request, compiled, opts, display_names)
-            self.device = _graph_device(gm)
+        def __init__(self, request, compiled, opts, display_names, returns_sequence, device):
+            super().__init__(request, compiled, opts, display_names, returns_sequence)
+            if device.type != "cuda":
+                raise MpkError(f"target 'cuda' got a graph whose tensors are on {device}",
+                               hint="move the model and inputs to a CUDA device, or use "
+                                    "options={'target': 'reference'}", kind="bad_request")
+            self.device = device
             self.sync = bool(opts.get("sync", False))
             self.poison = bool(opts.get("poison", False))
             self.core_ms = float(self.summary.get("core_ms", 0.0))
@@ -432,8 +426,10 @@ def _make_classes():
                                f"{n_out} outputs (want {n_in + n_out + 1} slots)", kind="internal")
 
         def timing(self) -> str:
-            """Cold compile cost: the Go core, nvcc (or the cache), loading."""
-            return f"core {self.core_ms:.1f} ms, {self.build.describe()}, load {self.load_s:.2f} s"
+            """Compile cost after Dynamo: AOTAutograd (or the graph cache), the Go
+            core, nvcc (or the cache), loading."""
+            front = f"{self.front_timing}, " if self.front_timing else ""
+            return f"{front}core {self.core_ms:.1f} ms, {self.build.describe()}, load {self.load_s:.2f} s"
 
         def check_status(self) -> None:
             """Reads the device status; raises MpkRuntimeError (and resets the

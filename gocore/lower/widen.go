@@ -1,0 +1,45 @@
+package lower
+
+import "mpk/gocore/ir"
+
+// widenTemps keeps half-precision intermediates in float32: every bf16/fp16
+// temporary becomes an fp32 buffer and every rounding to half precision inside
+// an op (expression casts, a prologue's result) goes away. Only what the
+// caller sees is rounded, once, when stored: graph outputs and written inputs
+// such as the KV cache. A bf16 model then computes much closer to its float32
+// twin than eager bf16, which rounds after every op (on random-weight
+// models those roundings alone move the logits by 1e-2 to 5e-2 and flip
+// near-tied argmaxes). At decode the intermediates are a few KB a layer, so the
+// wider buffers cost no bandwidth that shows. Config.RoundIntermediates turns
+// it off, for comparing with eager rounding for rounding.
+func widenTemps(g *ir.Graph) {
+	for _, b := range g.Buffers {
+		if b.Kind == ir.Temp && isHalf(b.DType) {
+			b.DType = ir.F32
+		}
+	}
+	for _, op := range g.Ops {
+		op.Attr.Expr = dropHalfCasts(op.Attr.Expr)
+		if p := op.Attr.Pro; p != nil {
+			p.Expr = dropHalfCasts(p.Expr)
+			if isHalf(p.DType) {
+				p.DType = ir.F32
+			}
+		}
+	}
+}
+
+func isHalf(dt ir.DType) bool { return dt == ir.BF16 || dt == ir.F16 }
+
+// dropHalfCasts removes every rounding to bf16/fp16 from e (nil stays nil).
+func dropHalfCasts(e *ir.Expr) *ir.Expr {
+	if e == nil {
+		return nil
+	}
+	return e.Map(func(n *ir.Expr) *ir.Expr {
+		if n.Op == ir.ECast && isHalf(n.DType) {
+			return n.Args[0]
+		}
+		return n
+	})
+}
