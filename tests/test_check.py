@@ -59,3 +59,34 @@ def test_check_cuda(core_lib, fresh_dynamo, model):
     lines = []
     res = check.run_check(model=model, target="cuda", seed=0, log=lines.append)
     assert res.ok, "\n".join(lines)
+
+
+def test_bf16_intermediates_fp32_by_default_eager_rounding_on_request(core_lib, fresh_dynamo):
+    """By default mpk keeps bf16 intermediates in fp32 and lands much closer to
+    the float32 copy than eager bf16; round_intermediates=True rounds after
+    every op as eager does, and its error is eager's size again. (It does not
+    track eager itself closely: one rounding that falls the other way
+    decorrelates every rounding after it.)"""
+    import torch
+    m, cache = check.decode_setup("tiny-llama", 32, dtype=torch.bfloat16, device="cpu", seed=5)
+    state = check.snapshot(cache)
+    tok = torch.randint(0, m.config.vocab_size, (1, 1), generator=torch.Generator().manual_seed(6))
+
+    def logits(fn, c=cache):
+        check.restore(c, state)
+        with torch.no_grad():
+            return fn(input_ids=tok, past_key_values=c, use_cache=True).logits.float()
+
+    eager = logits(m)
+    ref = check.float32_copy(m, "tiny-llama")
+    judge = logits(ref, check._make_cache(ref, 48, "cpu", tok))  # the same cache contents, upcast
+    got = {}
+    for rnd in (False, True):
+        torch._dynamo.reset()
+        cm = torch.compile(m, backend="mpk", fullgraph=True,
+                           options={"target": "reference", "round_intermediates": rnd})
+        got[rnd] = logits(cm)
+    wide, rounded, ref_err = (check.rel_err(got[False], judge), check.rel_err(got[True], judge),
+                              check.rel_err(eager, judge))
+    assert wide < 0.5 * ref_err
+    assert rounded > 1.5 * wide and rounded > 0.5 * ref_err

@@ -34,9 +34,14 @@ __device__ __forceinline__ int64_t dtype_size(int32_t dt) {
   }
 }
 
+// The dtype-generic element helpers below are __noinline__: every task uses
+// them, so one shared copy stays in the instruction cache, where inlined
+// copies of their dtype switches made each task variant tens of KB of code
+// that a task ran cold (fetched from L2) once per layer.
+
 // Element loads of activations go through L2 only (ld.cg): another SM may
 // have written them during this launch, and L1 is not coherent.
-__device__ __forceinline__ double load_elem(const char* p, int32_t dt, int64_t i) {
+__device__ __noinline__ double load_elem(const char* p, int32_t dt, int64_t i) {
   switch (dt) {
     case DT_FLOAT32: return __ldcg(reinterpret_cast<const float*>(p) + i);
     case DT_BFLOAT16: {
@@ -56,7 +61,7 @@ __device__ __forceinline__ double load_elem(const char* p, int32_t dt, int64_t i
   }
 }
 
-__device__ __forceinline__ void store_elem(char* p, int32_t dt, int64_t i, double v) {
+__device__ __noinline__ void store_elem(char* p, int32_t dt, int64_t i, double v) {
   switch (dt) {
     case DT_FLOAT32: reinterpret_cast<float*>(p)[i] = (float)v; break;
     case DT_BFLOAT16: reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn((float)v); break;
@@ -72,7 +77,7 @@ __device__ __forceinline__ void store_elem(char* p, int32_t dt, int64_t i, doubl
 }
 
 // round_to gives the value v takes when stored as dt (eager rounds every op).
-__device__ __forceinline__ double round_to(int32_t dt, double v) {
+__device__ __noinline__ double round_to(int32_t dt, double v) {
   switch (dt) {
     case DT_FLOAT32: return (double)(float)v;
     case DT_BFLOAT16: return (double)__bfloat162float(__float2bfloat16_rn((float)v));
@@ -90,9 +95,19 @@ __device__ __forceinline__ double gelu_tanhd(double a) {
   return 0.5 * a * (1.0 + tanh(0.79788456080286536 * (a + 0.044715 * a * a * a)));
 }
 
+// fp32 versions, for expressions over fp32 and narrower tensors.
+__device__ __forceinline__ float powf_(float a, float b) { return b == 2.f ? a * a : powf(a, b); }
+__device__ __forceinline__ float sigmoidf(float a) { return 1.f / (1.f + expf(-a)); }
+__device__ __forceinline__ float siluf(float a) { return a / (1.f + expf(-a)); }
+__device__ __forceinline__ float geluf(float a) { return 0.5f * a * (1.f + erff(a * 0.70710678f)); }
+__device__ __forceinline__ float gelu_tanhf(float a) {
+  return 0.5f * a * (1.f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a)));
+}
+
 // offset of a multi-index in a view, in elements.
 __device__ __forceinline__ int64_t offset_of(const View& v, const int64_t* idx) {
   int64_t off = v.offset;
+#pragma unroll 1  // a compact loop: unrolled to MPK_MAX_RANK at every call site, it bloated each task's code
   for (int d = 0; d < v.rank; ++d) off += idx[d] * v.stride[d];
   return off;
 }
@@ -110,6 +125,7 @@ __device__ __forceinline__ void for_each_index(const int64_t* shape, int rank, i
   for (int64_t flat = threadIdx.x; flat < count; flat += blockDim.x) {
     int64_t idx[MPK_MAX_RANK];
     int64_t r = flat;
+#pragma unroll 1
     for (int d = rank - 1; d >= 0; --d) {
       idx[d] = r % ext[d];
       r /= ext[d];

@@ -40,8 +40,52 @@ __device__ __forceinline__ void load_queries(SoftmaxState<D, G>& st, const Op& o
   }
 }
 
-// accumulate_rows folds the KV rows j0, j0+step, ... below end (U at a time,
-// all loads of a batch issued before any math) into one warp's state.
+// Vector type of BYTES bytes for one non-coherent load.
+template <int BYTES> struct RawVec;
+template <> struct RawVec<4> { using type = unsigned; };
+template <> struct RawVec<8> { using type = uint2; };
+template <> struct RawVec<16> { using type = uint4; };
+
+// load_lane reads a lane's PER consecutive elements of a K or V row (columns
+// lane·PER ...) as fp32: one vector load when the row is contiguous and
+// aligned, else element by element; zeros past D or for a dead row.
+// The general case of load_lane, out of line: rare, and it would double the
+// inlined code of every row load.
+template <typename T, int D, int PER>
+__device__ __noinline__ void load_lane_strided(float (&dst)[PER], const T* row, int64_t stride, int c0, bool live) {
+#pragma unroll 1
+  for (int k = 0; k < PER; ++k) {
+    const int c = c0 + k;
+    dst[k] = live && c < D ? to_float(__ldcg(row + c * stride)) : 0.f;
+  }
+}
+
+template <typename T, int D, int PER>
+__device__ __forceinline__ void load_lane(float (&dst)[PER], const T* row, int64_t stride, int lane, bool live) {
+  constexpr int BYTES = PER * (int)sizeof(T);
+  const int c0 = lane * PER;
+  if (live && c0 + PER <= D && stride == 1) {
+    if constexpr (BYTES == 4 || BYTES == 8 || BYTES == 16) {
+      if (reinterpret_cast<uintptr_t>(row + c0) % BYTES == 0) {
+        using V = typename RawVec<BYTES>::type;
+        const V raw = __ldcg(reinterpret_cast<const V*>(row + c0));
+        const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int k = 0; k < PER; ++k) dst[k] = to_float(e[k]);
+        return;
+      }
+    }
+  }
+  float tmp[PER];  // in local memory on this path only, so dst stays in registers
+  load_lane_strided<T, D, PER>(tmp, row, stride, c0, live);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) dst[k] = tmp[k];
+}
+
+// accumulate_rows folds the KV rows j0, j0+step, ... below end into one
+// warp's state, U rows at a time: all loads of a batch are issued first, the
+// U·G scores are independent warp sums, and the softmax state is rescaled
+// once per batch rather than once per row.
 template <typename T, int D, int G, int N>
 __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op& op, const Slots<N>& s, int64_t b,
                                                 int64_t h0, int64_t i, int64_t j0, int64_t end, int64_t step,
@@ -56,48 +100,105 @@ __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op
   const int64_t kvh = h0 / G;
   const int64_t kb0 = k.offset + b * k.stride[0] + kvh * k.stride[1];
   const int64_t vb0 = v.offset + b * v.stride[0] + kvh * v.stride[1];
+  int64_t mrow[G];  // each head's mask row, position 0
+  if (has_mask) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      int64_t mi[4] = {b, h0 + g, i, 0};
+      mrow[g] = offset_of(op.in[3], mi);
+    }
+  }
   for (int64_t jb = j0; jb < end; jb += step * U) {
-    float kr[U][PER], vr[U][PER], add[U][G];
-    bool live[U];
+    float kr[U][PER], vr[U][PER], sc[U][G];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t j = jb + u * step;
-      live[u] = j < end;
+      const bool live = j < end;
+      load_lane<T, D, PER>(kr[u], kb + kb0 + j * k.stride[2], k.stride[3], lane, live);
+      load_lane<T, D, PER>(vr[u], vb + vb0 + j * v.stride[2], v.stride[3], lane, live);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        add[u][g] = 0.f;
-        if (live[u] && has_mask) {
-          int64_t mi[4] = {b, h0 + g, i, j};
-          const double m = load_elem(mb, op.in[3].dtype, offset_of(op.in[3], mi));
-          add[u][g] = op.in[3].dtype == DT_BOOL ? (m != 0.0 ? 0.f : -INFINITY) : (float)m;
+        float add = live ? 0.f : -INFINITY;
+        if (live && has_mask) {
+          const double m = load_elem(mb, op.in[3].dtype, mrow[g] + j * op.in[3].stride[3]);
+          add = op.in[3].dtype == DT_BOOL ? (m != 0.0 ? 0.f : -INFINITY) : (float)m;
         }
-      }
-#pragma unroll
-      for (int e = 0; e < PER; ++e) {
-        const int c = lane * PER + e;
-        const bool ok = live[u] && c < D;
-        kr[u][e] = ok ? to_float(__ldcg(kb + kb0 + j * k.stride[2] + c * k.stride[3])) : 0.f;
-        vr[u][e] = ok ? to_float(__ldcg(vb + vb0 + j * v.stride[2] + c * v.stride[3])) : 0.f;
+        sc[u][g] = add;
       }
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (!live[u]) continue;
+    for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        if (isinf(add[u][g]) && add[u][g] < 0) continue;
+        if (sc[u][g] == -INFINITY) continue;  // masked or past the end: the same for every lane
         float dot = 0.f;
 #pragma unroll
         for (int e = 0; e < PER; ++e) dot += st.qv[g][e] * kr[u][e];
-        const float sc = warp_sum(dot) + add[u][g];
-        const float mnew = fmaxf(st.mx[g], sc);
-        const float corr = __expf(st.mx[g] - mnew), p = __expf(sc - mnew);
-        st.l[g] = st.l[g] * corr + p;
-#pragma unroll
-        for (int e = 0; e < PER; ++e) st.acc[g][e] = st.acc[g][e] * corr + p * vr[u][e];
-        st.mx[g] = mnew;
+        sc[u][g] += warp_sum(dot);
       }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float mnew = st.mx[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mnew = fmaxf(mnew, sc[u][g]);
+      if (mnew == -INFINITY) continue;
+      const float corr = __expf(st.mx[g] - mnew);
+      float p[U], psum = 0.f;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        p[u] = __expf(sc[u][g] - mnew);
+        psum += p[u];
+      }
+      st.l[g] = st.l[g] * corr + psum;
+#pragma unroll
+      for (int e = 0; e < PER; ++e) {
+        float a = st.acc[g][e] * corr;
+#pragma unroll
+        for (int u = 0; u < U; ++u) a += p[u] * vr[u][e];
+        st.acc[g][e] = a;
+      }
+      st.mx[g] = mnew;
     }
+  }
+}
+
+// merge_states combines the softmax states that warps of one block left in
+// part ([warp][G][D + 2]: max, sum, output) for head g: warps first, first+1,
+// ..., first+n-1. Returns (in o, per lane) the normalised output and in L the sum.
+template <int D, int G>
+__device__ __forceinline__ void merge_states(const float* part, int first, int n, int g, int lane,
+                                             float (&o)[SoftmaxState<D, G>::PER], float& M, float& L) {
+  constexpr int PER = SoftmaxState<D, G>::PER;
+  M = -INFINITY;
+  for (int w = first; w < first + n; ++w) M = fmaxf(M, part[(w * G + g) * (D + 2)]);
+  L = 0.f;
+#pragma unroll
+  for (int e = 0; e < PER; ++e) o[e] = 0.f;
+  for (int w = first; w < first + n; ++w) {
+    const float* pw = part + (w * G + g) * (D + 2);
+    if (pw[1] == 0.f) continue;
+    const float f = __expf(pw[0] - M);
+    L += pw[1] * f;
+#pragma unroll
+    for (int e = 0; e < PER; ++e)
+      if (lane * PER + e < D) o[e] += pw[2 + lane * PER + e] * f;
+  }
+}
+
+// stash_state writes a warp's state for its G heads to part[warp].
+template <int D, int G>
+__device__ __forceinline__ void stash_state(const SoftmaxState<D, G>& st, float* part, int warp, int lane) {
+  constexpr int PER = SoftmaxState<D, G>::PER;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float* mine = part + (warp * G + g) * (D + 2);
+    if (lane == 0) {
+      mine[0] = st.mx[g];
+      mine[1] = st.l[g];
+    }
+#pragma unroll
+    for (int e = 0; e < PER; ++e)
+      if (lane * PER + e < D) mine[2 + lane * PER + e] = st.acc[g][e];
   }
 }
 
@@ -116,38 +217,15 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
         SoftmaxState<D, G> st;
         load_queries(st, op, s, b, h0, i, lane);
         accumulate_rows<T>(st, op, s, b, h0, i, warp, causal ? min(S, i + 1) : S, warps, lane);
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          float* mine = part + (warp * G + g) * (D + 2);
-          if (lane == 0) {
-            mine[0] = st.mx[g];
-            mine[1] = st.l[g];
-          }
-#pragma unroll
-          for (int e = 0; e < PER; ++e)
-            if (lane * PER + e < D) mine[2 + lane * PER + e] = st.acc[g][e];
-        }
+        stash_state(st, part, warp, lane);
         __syncthreads();
         if (warp < G) {  // warp g merges head g's partial softmaxes
-          const int g = warp;
-          float M = -INFINITY;
-          for (int w = 0; w < warps; ++w) M = fmaxf(M, part[(w * G + g) * (D + 2)]);
-          float L = 0.f, o[PER];
-#pragma unroll
-          for (int e = 0; e < PER; ++e) o[e] = 0.f;
-          for (int w = 0; w < warps; ++w) {
-            const float* pw = part + (w * G + g) * (D + 2);
-            if (pw[1] == 0.f) continue;
-            const float f = __expf(pw[0] - M);
-            L += pw[1] * f;
-#pragma unroll
-            for (int e = 0; e < PER; ++e)
-              if (lane * PER + e < D) o[e] += pw[2 + lane * PER + e] * f;
-          }
+          float o[PER], M, L;
+          merge_states<D, G>(part, 0, warps, warp, lane, o, M, L);
 #pragma unroll
           for (int e = 0; e < PER; ++e) {
             if (lane * PER + e >= D) continue;
-            int64_t oi[4] = {b, h0 + g, i, lane * PER + e};
+            int64_t oi[4] = {b, h0 + warp, i, lane * PER + e};
             store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), L > 0.f ? o[e] / L : NAN);
           }
         }
@@ -155,8 +233,11 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
       }
 }
 
+// attention_partial: per KV chunk, the block's warps share the KV heads; with
+// more warps than heads, wph warps split a head's positions (interleaved) and
+// the first of them merges their states through shared memory.
 template <typename T, int D, int G, int N>
-__device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+__device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
   const View& q = op.in[0];
@@ -165,55 +246,115 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int nkv = (int)(H / G);
+  const int wph = max(1, warps / max(nkv, 1));     // warps per KV head
+  const int heads_per_round = warps / wph;
+  const int rounds = (nkv + heads_per_round - 1) / heads_per_round;
+  float* part = reinterpret_cast<float*>(smem);  // [warps][G][D + 2]
   float* pb = reinterpret_cast<float*>(base(s, p));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t sp = lo; sp < hi; ++sp)
       for (int64_t i = 0; i < Sq; ++i)
-        for (int64_t h0 = (int64_t)warp * G; h0 < H; h0 += (int64_t)warps * G) {  // a warp per KV head
+        for (int r = 0; r < rounds; ++r) {
+          const int kvh = r * heads_per_round + warp / wph, sub = warp % wph;
+          const bool active = warp / wph < heads_per_round && kvh < nkv;
+          const int64_t h0 = (int64_t)kvh * G;
           const int64_t j_lo = min(sp * chunk, S), j_hi = min(j_lo + chunk, causal ? min(S, i + 1) : S);
           SoftmaxState<D, G> st;
-          load_queries(st, op, s, b, h0, i, lane);
-          accumulate_rows<T>(st, op, s, b, h0, i, j_lo, j_hi, 1, lane);
-#pragma unroll
-          for (int g = 0; g < G; ++g) {
-            int64_t pi[5] = {b, sp, h0 + g, i, 0};
-            float* row = pb + offset_of(p, pi);
-            if (lane == 0) {
-              row[0] = st.mx[g];
-              row[p.stride[4]] = st.l[g];
-            }
-#pragma unroll
-            for (int e = 0; e < PER; ++e)
-              if (lane * PER + e < D) row[(2 + lane * PER + e) * p.stride[4]] = st.acc[g][e];
+          if (active) {
+            load_queries(st, op, s, b, h0, i, lane);
+            accumulate_rows<T>(st, op, s, b, h0, i, j_lo + sub, j_hi, wph, lane);
+            if (wph > 1) stash_state(st, part, warp, lane);
           }
+          if (wph > 1) __syncthreads();
+          if (active && sub == 0) {
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+              float o[PER], M, L;
+              if (wph > 1) {
+                merge_states<D, G>(part, warp, wph, g, lane, o, M, L);
+              } else {
+                M = st.mx[g], L = st.l[g];
+#pragma unroll
+                for (int e = 0; e < PER; ++e) o[e] = st.acc[g][e];
+              }
+              int64_t pi[5] = {b, sp, h0 + g, i, 0};
+              float* row = pb + offset_of(p, pi);
+              if (lane == 0) {
+                row[0] = M;
+                row[p.stride[4]] = L;
+              }
+#pragma unroll
+              for (int e = 0; e < PER; ++e)
+                if (lane * PER + e < D) row[(2 + lane * PER + e) * p.stride[4]] = o[e];
+            }
+          }
+          if (wph > 1) __syncthreads();
         }
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 // attn_merge: out = Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M), M = max_s m_s.
-template <int N>
+// A warp per output row (b, h, i): lane s reads split s's max and sum (32
+// splits at a time), and each lane sums its dims d ≡ lane (mod 32) over the
+// splits, with split t's factor broadcast from lane t.
+template <int D, int N>
 __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  constexpr int MAXPER = (D + 31) / 32;
   const View& p = op.in[0];
+  const View& out = op.out;
   const float* pb = reinterpret_cast<const float*>(base(s, p));
-  const int64_t splits = p.shape[1];
-  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
-    int64_t pi[5] = {idx[0], 0, idx[1], idx[2], 0};
+  const int64_t splits = p.shape[1], Sq = out.shape[2], nh = hi - lo;
+  const int64_t st4 = p.stride[4];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t r = warp; r < out.shape[0] * nh * Sq; r += warps) {
+    const int64_t b = r / (nh * Sq), h = lo + (r / Sq) % nh, i = r % Sq;
+    int64_t pi[5] = {b, 0, h, i, 0};
+    const int64_t row0 = offset_of(p, pi);
     float M = -INFINITY;
-    for (int64_t sp = 0; sp < splits; ++sp) {
-      pi[1] = sp;
-      M = fmaxf(M, __ldcg(pb + offset_of(p, pi)));
+    for (int64_t s0 = lane; s0 < splits; s0 += 32) {
+      const int64_t off = row0 + s0 * p.stride[1];
+      if (__ldcg(pb + off + st4) > 0.f) M = fmaxf(M, __ldcg(pb + off));
     }
-    float L = 0.f, o = 0.f;
-    for (int64_t sp = 0; sp < splits; ++sp) {
-      pi[1] = sp;
-      const int64_t off = offset_of(p, pi);
-      const float l = __ldcg(pb + off + p.stride[4]);
-      if (l == 0.f) continue;
-      const float f = __expf(__ldcg(pb + off) - M);
-      L += l * f;
-      o += __ldcg(pb + off + (2 + idx[3]) * p.stride[4]) * f;
+    M = warp_max(M);
+    float L = 0.f, o[MAXPER];
+#pragma unroll
+    for (int e = 0; e < MAXPER; ++e) o[e] = 0.f;
+    for (int64_t s0 = 0; s0 < splits; s0 += 32) {
+      const int64_t mine = s0 + lane;
+      float f = 0.f;
+      if (mine < splits) {
+        const int64_t off = row0 + mine * p.stride[1];
+        const float l = __ldcg(pb + off + st4);
+        f = l > 0.f ? __expf(__ldcg(pb + off) - M) : 0.f;
+        L += l * f;
+      }
+      const int n = (int)min((int64_t)32, splits - s0);
+#pragma unroll 2
+      for (int t = 0; t < n; ++t) {
+        const float ft = __shfl_sync(0xffffffffu, f, t);
+        if (ft == 0.f) continue;  // the same for every lane
+        const float* acc = pb + row0 + (s0 + t) * p.stride[1] + 2 * st4;
+#pragma unroll
+        for (int e = 0; e < MAXPER; ++e) {
+          const int64_t d = lane + 32 * e;
+          if (d < D) o[e] += __ldcg(acc + d * st4) * ft;
+        }
+      }
     }
-    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), L > 0.f ? o / L : NAN);
-  });
+    L = warp_sum(L);
+#pragma unroll
+    for (int e = 0; e < MAXPER; ++e) {
+      const int64_t d = lane + 32 * e;
+      if (d >= D) continue;
+      int64_t oi[4] = {b, h, i, d};
+      store_elem(base(s, out), out.dtype, offset_of(out, oi), L > 0.f ? o[e] / L : NAN);
+    }
+  }
 }
 
 }  // namespace mpk

@@ -12,6 +12,7 @@ template <typename E, int N>
 __device__ void elementwise(const Op& op, int lo, int hi, const Slots<N>& s) {
   for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
     double in[MPK_MAX_INPUTS];
+#pragma unroll 1
     for (int i = 0; i < op.num_in; ++i) in[i] = load_elem(base(s, op.in[i]), op.in[i].dtype, offset_of(op.in[i], idx));
     store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), E::eval(in, idx));
   });
@@ -35,6 +36,7 @@ __device__ void cat(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
     int64_t in_idx[MPK_MAX_RANK];
     for (int k = 0; k < op.out.rank; ++k) in_idx[k] = idx[k];
     int64_t off = idx[d];
+#pragma unroll 1
     for (int i = 0; i < op.num_in; ++i) {
       if (off < op.in[i].shape[d]) {
         in_idx[d] = off;

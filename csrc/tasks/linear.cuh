@@ -93,6 +93,7 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
     int64_t idx[2] = {m, k};
     double in[MPK_MAX_INPUTS];
     in[0] = load_elem(base(s, op.in[0]), op.in[0].dtype, offset_of(op.in[0], idx));
+#pragma unroll 1
     for (int j = op.pro_first; j < op.num_in; ++j)
       in[1 + j - op.pro_first] = load_elem(base(s, op.in[j]), op.in[j].dtype, offset_of(op.in[j], idx));
     xs[k] = (float)round_to(op.pro_dtype, E::eval(in, idx));

@@ -226,7 +226,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 					flags |= flagWeight
 				}
 			case ir.Elementwise:
-				pro = fmt.Sprintf("mpk::ExprPro<Expr%d>", gen.expr(p.Expr))
+				pro = fmt.Sprintf("mpk::ExprPro<Expr%d>", gen.expr(p.Expr, touchesF64(op)))
 			}
 		}
 		code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s>(op, lo, hi, s, smem);", T, K, op.Attr.Residual, pro)
@@ -257,13 +257,19 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			code = fmt.Sprintf("mpk::attention_partial<%s, %d, %d>(op, lo, hi, s, smem);", T, D, G)
 		}
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4)
+	case ir.AttnMerge:
+		D := op.Out.Shape[op.Out.Rank()-1]
+		if D > 256 {
+			return "", fmt.Errorf("codegen: attention head dim %d is not supported on the GPU (up to 256)", D)
+		}
+		code = fmt.Sprintf("mpk::attn_merge<%d>(op, lo, hi, s, smem);", D)
 	case ir.RMSNorm:
 		if op.Attr.HasWeight {
 			flags |= flagWeight
 		}
 		code = "mpk::rmsnorm(op, lo, hi, s, smem);"
 	case ir.Elementwise:
-		code = fmt.Sprintf("mpk::elementwise<Expr%d>(op, lo, hi, s);", gen.expr(op.Attr.Expr))
+		code = fmt.Sprintf("mpk::elementwise<Expr%d>(op, lo, hi, s);", gen.expr(op.Attr.Expr, touchesF64(op)))
 	default:
 		code = fmt.Sprintf("mpk::%s(op, lo, hi, s, smem);", op.Kind.String())
 	}
@@ -281,11 +287,25 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		reduceCode(op.Attr.Reduce), proFirst, proDType, floatLit(eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
 }
 
+// touchesF64 reports whether op reads or writes a float64 view: only then do
+// its transcendental functions run in double precision.
+func touchesF64(op *ir.Op) bool {
+	for _, v := range append([]ir.View{op.Out}, op.In...) {
+		if v.DType() == ir.F64 {
+			return true
+		}
+	}
+	return false
+}
+
 // expr emits a functor for an elementwise expression and returns its id.
-// Expressions evaluate in double: they are small and may mix int64 positions
-// with floats; the final cast rounds as eager does.
-func (gen *generator) expr(e *ir.Expr) int {
-	body := exprC(e)
+// Arithmetic runs in double (expressions may mix int64 positions with
+// floats; the final cast rounds as eager does). Transcendental functions run
+// in fp32, as eager computes them for fp32, bf16 and fp16 tensors, unless the
+// op touches float64: the double versions are large routines, and code size
+// is what a rarely run task waits on (instruction fetch from L2).
+func (gen *generator) expr(e *ir.Expr, fp64 bool) int {
+	body := exprC(e, fp64)
 	if gen.exprIDs == nil {
 		gen.exprIDs = map[string]int{}
 	}
@@ -301,11 +321,26 @@ func (gen *generator) expr(e *ir.Expr) int {
 
 var binOps = map[ir.ExprOp]string{ir.EAdd: "+", ir.ESub: "-", ir.EMul: "*", ir.EDiv: "/"}
 var cmpOps = map[ir.ExprOp]string{ir.ELt: "<", ir.ELe: "<=", ir.EGt: ">", ir.EGe: ">=", ir.EEq: "==", ir.ENe: "!="}
+
+// funcs32 are the fp32 versions of the transcendental functions (see expr).
+var funcs32 = map[ir.ExprOp]string{ir.EExp: "expf", ir.ELog: "logf", ir.ESqrt: "sqrtf", ir.ERsqrt: "rsqrtf",
+	ir.ESin: "sinf", ir.ECos: "cosf", ir.ETanh: "tanhf", ir.EErf: "erff", ir.EPow: "mpk::powf_",
+	ir.ESigmoid: "mpk::sigmoidf", ir.ESilu: "mpk::siluf", ir.EGelu: "mpk::geluf", ir.EGeluTanh: "mpk::gelu_tanhf"}
+
 var funcs = map[ir.ExprOp]string{ir.EExp: "exp", ir.ELog: "log", ir.ESqrt: "sqrt", ir.ERsqrt: "rsqrt", ir.ESin: "sin",
 	ir.ECos: "cos", ir.ETanh: "tanh", ir.EAbs: "fabs", ir.EErf: "erf", ir.EMax: "fmax", ir.EMin: "fmin", ir.EPow: "mpk::powd"}
 
-func exprC(e *ir.Expr) string {
-	a := func(i int) string { return exprC(e.Args[i]) }
+func exprC(e *ir.Expr, fp64 bool) string {
+	a := func(i int) string { return exprC(e.Args[i], fp64) }
+	if !fp64 {
+		if f, ok := funcs32[e.Op]; ok {
+			args := make([]string, len(e.Args))
+			for i := range e.Args {
+				args[i] = "(float)(" + a(i) + ")"
+			}
+			return fmt.Sprintf("(double)%s(%s)", f, strings.Join(args, ", "))
+		}
+	}
 	switch e.Op {
 	case ir.ELoad:
 		return fmt.Sprintf("in[%d]", e.Input)

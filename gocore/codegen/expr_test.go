@@ -65,13 +65,38 @@ func TestExprC(t *testing.T) {
 	covered := map[ir.ExprOp]bool{}
 	for _, c := range cases {
 		covered[c.e.Op] = true
-		if got := exprC(c.e); got != c.want {
+		if got := exprC(c.e, true); got != c.want {
 			t.Errorf("exprC(%s) = %q, want %q", c.e, got, c.want)
 		}
 	}
 	for op := ir.ELoad; op <= ir.EIsNaN; op++ {
 		if !covered[op] {
 			t.Errorf("no exprC case for expression op %s", op)
+		}
+	}
+}
+
+func TestExprCFloat32Functions(t *testing.T) {
+	L := ir.Load
+	a := func(op ir.ExprOp, xs ...*ir.Expr) *ir.Expr { return ir.Apply(op, xs...) }
+	cases := []struct {
+		e    *ir.Expr
+		want string
+	}{
+		{a(ir.EExp, L(0)), "(double)expf((float)(in[0]))"},
+		{a(ir.ECos, a(ir.EMul, L(0), L(1))), "(double)cosf((float)((in[0] * in[1])))"},
+		{a(ir.EPow, L(0), ir.Const(2)), "(double)mpk::powf_((float)(in[0]), (float)(2))"},
+		{a(ir.ESilu, L(0)), "(double)mpk::siluf((float)(in[0]))"},
+		{a(ir.ESigmoid, L(0)), "(double)mpk::sigmoidf((float)(in[0]))"},
+		{a(ir.EGelu, L(0)), "(double)mpk::geluf((float)(in[0]))"},
+		{a(ir.EGeluTanh, L(0)), "(double)mpk::gelu_tanhf((float)(in[0]))"},
+		{a(ir.EAdd, L(0), L(1)), "(in[0] + in[1])"}, // arithmetic stays double
+		{a(ir.EMax, L(0), L(1)), "fmax(in[0], in[1])"},
+		{ir.Cast(ir.I64, a(ir.EAdd, L(0), ir.Const(1))), "mpk::round_to(4, (in[0] + 1))"},
+	}
+	for _, c := range cases {
+		if got := exprC(c.e, false); got != c.want {
+			t.Errorf("exprC(%s, fp32) = %q, want %q", c.e, got, c.want)
 		}
 	}
 }
