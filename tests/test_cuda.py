@@ -79,17 +79,22 @@ def _dtype(name: str) -> torch.dtype:
 
 
 @torch.no_grad()
-def test_timings_and_cache_hit(core_lib, fresh_dynamo):
+def test_timings_and_cache_hit(core_lib, fresh_dynamo, monkeypatch, tmp_path):
+    """A cold compile into an empty cache, then a warm one that hits all three
+    caches (exported graph, core result, nvcc module) and still runs."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
     cm, cache, toks = _compiled_tiny_llama({"sync": True})
     cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
     first = backend.last_compiled
-    assert first.core_ms > 0 and first.load_s >= 0
-    assert "core" in first.timing()
+    assert first.core_ms > 0 and first.load_s >= 0 and not first.build.cache_hit
+    assert "core" in first.timing() and first.front_timing.startswith("AOTAutograd ")
     torch._dynamo.reset()
     cm, cache, toks = _compiled_tiny_llama({"sync": True})
     cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
     second = backend.last_compiled
     assert second is not first and second.build.cache_hit and second.nvcc_s is None
+    assert second.summary.get("core_cache_hit") and "core cache hit" in second.timing()
+    assert second.front_timing == "AOTAutograd skipped (graph cache hit)"
     assert second.last_status is not None and second.last_status["aborted"] == 0
 
 

@@ -429,7 +429,8 @@ def _make_classes():
             """Compile cost after Dynamo: AOTAutograd (or the graph cache), the Go
             core, nvcc (or the cache), loading."""
             front = f"{self.front_timing}, " if self.front_timing else ""
-            return f"{front}core {self.core_ms:.1f} ms, {self.build.describe()}, load {self.load_s:.2f} s"
+            core = "core cache hit" if self.summary.get("core_cache_hit") else f"core {self.core_ms:.1f} ms"
+            return f"{front}{core}, {self.build.describe()}, load {self.load_s:.2f} s"
 
         def check_status(self) -> None:
             """Reads the device status; raises MpkRuntimeError (and resets the

@@ -6,9 +6,11 @@ lives in Go, named by a handle, until Compiled is garbage collected."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import threading
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -134,3 +136,48 @@ def compile_bytes(data: bytes) -> Compiled:
         raise errors.from_wire(res.get("error"))
     return Compiled(handle=int(handle), summary=res.get("summary") or {},
                     outputs=res.get("outputs") or [], result=res, _lib=lib)
+
+
+_lib_digest: str | None = None
+
+
+def _library_digest() -> str:
+    """sha256 of the core library file (once per process): a rebuilt core
+    invalidates every cached result."""
+    global _lib_digest
+    if _lib_digest is None:
+        h = hashlib.sha256()
+        with open(library_path(), "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        _lib_digest = h.hexdigest()
+    return _lib_digest
+
+
+def compile_cached(request: dict, root: Path) -> Compiled:
+    """compile() for requests whose result is used without the core afterwards
+    (the cuda target: sources, tables and output specs; no handle to run).
+    The result is stored under root/core, keyed by the core library's digest
+    and the request (options included); a hit returns it with handle 0 and
+    summary["core_cache_hit"] set (and core_ms 0), skipping the core (most of a second on an
+    8B model). A missing or unreadable entry is a miss, never an error."""
+    raw = json.dumps(request, separators=(",", ":"), allow_nan=False).encode()
+    key = hashlib.sha256(_library_digest().encode() + b"\0" + raw).hexdigest()
+    path = root / "core" / f"{key}.json.z"
+    try:
+        res = json.loads(zlib.decompress(path.read_bytes()))
+        summary = dict(res.get("summary") or {}, core_cache_hit=True, core_ms=0.0)
+        return Compiled(handle=0, summary=summary, outputs=res.get("outputs") or [], result=res)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, zlib.error):
+        path.unlink(missing_ok=True)
+    compiled = compile_bytes(raw if _zstd is None else _zstd.ZstdCompressor(level=3).compress(raw))
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(zlib.compress(json.dumps(compiled.result, separators=(",", ":")).encode(), 1))
+        os.replace(tmp, path)
+    except OSError:  # a read-only or full cache only costs the next start its speed
+        tmp.unlink(missing_ok=True)
+    return compiled

@@ -1,4 +1,5 @@
-"""The exported-graph cache: a warm start skips AOTAutograd and computes the same."""
+"""The warm-start caches: the exported-graph cache (a hit skips AOTAutograd)
+and the core-result cache of the cuda target (a hit skips the Go core)."""
 
 from __future__ import annotations
 
@@ -79,3 +80,56 @@ def test_cache_can_be_turned_off(core_lib, fresh_dynamo, monkeypatch, tmp_path):
     res = check.run_check(model="tiny-qwen3", target="reference", log=lambda s: None)
     assert res.ok, res.line
     assert not (tmp_path / "graphs").exists()
+
+
+def test_hit_with_parameters_on_the_graph_module(core_lib, fresh_dynamo, monkeypatch, tmp_path):
+    """A graph module that holds its parameters and buffers (AOTAutograd lifts
+    them ahead of the inputs): a cache hit must pass them first too."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(8, 4), requires_grad=False)
+            self.register_buffer("b", torch.randn(8))
+
+        def forward(self, x):
+            return (torch.nn.functional.linear(x, self.w) + self.b,)  # Dynamo graphs return tuples
+
+    m = M()
+    gm = torch.fx.symbolic_trace(m)
+    assert len(list(gm.parameters())) == 1
+    x = torch.randn(2, 4)
+    want = m(x)[0]
+    outs, fronts = [], []
+    from torch._guards import TracingContext, tracing
+    for _ in range(2):
+        with torch.no_grad(), tracing(TracingContext(None)):  # as under Dynamo: AOTAutograd leaves its metadata there
+            fn = backend.mpk_backend(gm, [x], options={"target": "reference"})
+            outs.append(fn(x))
+        fronts.append(backend.last_compiled.front_timing)
+    assert fronts[0].startswith("AOTAutograd ") and fronts[1] == "AOTAutograd skipped (graph cache hit)"
+    for out in outs:
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_core_result_cache_for_the_cuda_target(core_lib, fresh_dynamo, monkeypatch, tmp_path):
+    """`mpk build` (the cuda target's compile path, no GPU needed) twice: the
+    second finds the core's result; a corrupt entry is a miss and is rebuilt."""
+    from mpk import build
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    first = build.export_for_cuda("tiny-qwen3", workers=8)
+    assert not first.summary.get("core_cache_hit") and first.summary["core_ms"] > 0
+    second = build.export_for_cuda("tiny-qwen3", workers=8)
+    assert second.summary.get("core_cache_hit") and second.summary["core_ms"] == 0.0
+    assert second.sources == first.sources and second.output_specs == first.output_specs
+    assert second.summary["tasks"] == first.summary["tasks"]
+    other = build.export_for_cuda("tiny-qwen3", workers=16)  # options are part of the key
+    assert not other.summary.get("core_cache_hit") and other.sources != first.sources
+    entries = list((tmp_path / "core").iterdir())
+    assert len(entries) == 2
+    for e in entries:
+        e.write_bytes(b"not zlib")
+    again = build.export_for_cuda("tiny-qwen3", workers=8)
+    assert not again.summary.get("core_cache_hit") and again.sources == first.sources
