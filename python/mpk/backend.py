@@ -189,12 +189,18 @@ def _with_lifted(fn: "CompiledGraph", lifted: list[torch.Tensor]):
         return fn
 
     def call(*args):
-        if len(args) == 1 and isinstance(args[0], list):
-            args = tuple(args[0])
-        return fn(*lifted, *args)
+        return fn(*lifted, *unbox(args, len(fn.inputs) - len(lifted)))
 
     call.compiled = fn
     return call
+
+
+def unbox(args: tuple, n_inputs: int) -> tuple:
+    """The arguments of a call made in either convention: one per input, or
+    (AOTAutograd's boxed convention) one list holding them all."""
+    if len(args) == 1 and isinstance(args[0], list) and n_inputs != 1:
+        return tuple(args[0])
+    return args
 
 
 def _device_of(tensors: Sequence[Any]) -> torch.device:
@@ -427,8 +433,7 @@ class CompiledGraph:
         self.last_run = self.compiled.run_reference(list(args) + outs, self.seed)
 
     def __call__(self, *args):
-        if len(args) == 1 and isinstance(args[0], list) and len(self.inputs) != 1:
-            args = tuple(args[0])  # boxed calling convention
+        args = unbox(args, len(self.inputs))
         self.check_args(args)
         outs = self._outputs(args)
         self._run(args, outs)

@@ -367,7 +367,7 @@ def cuda_callable(request, compiled, opts, display_names, returns_sequence, devi
 def _make_classes():
     import torch
 
-    from .backend import CompiledGraph as Base
+    from .backend import CompiledGraph as Base, unbox
 
     class BuildOnlyGraph(Base):
         """What the backend returns with build_only: the core's result (for `mpk
@@ -380,8 +380,7 @@ def _make_classes():
             self.sources = dict(compiled.result.get("cuda") or {})
 
         def __call__(self, *args):
-            if len(args) == 1 and isinstance(args[0], list) and len(self.inputs) != 1:
-                args = tuple(args[0])
+            args = unbox(args, len(self.inputs))
             self.calls += 1
             with torch.no_grad():
                 return self.gm(*args)

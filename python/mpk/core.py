@@ -5,6 +5,7 @@ lives in Go, named by a handle, until Compiled is garbage collected."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -171,7 +172,8 @@ def compile_cached(request: dict, root: Path) -> Compiled:
     except FileNotFoundError:
         pass
     except (OSError, ValueError, zlib.error):
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
     compiled = compile_bytes(raw if _zstd is None else _zstd.ZstdCompressor(level=3).compress(raw))
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     try:
@@ -179,5 +181,6 @@ def compile_cached(request: dict, root: Path) -> Compiled:
         tmp.write_bytes(zlib.compress(json.dumps(compiled.result, separators=(",", ":")).encode(), 1))
         os.replace(tmp, path)
     except OSError:  # a read-only or full cache only costs the next start its speed
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return compiled

@@ -66,9 +66,11 @@ def _target_identity(t: Any) -> str:
     return name + (" " + _code_digest(code) if isinstance(code, types.CodeType) else "")
 
 
-def _put_graph(h, gm: torch.fx.GraphModule) -> bool:
-    """Hashes a graph module's code, targets and constant attributes; False when
-    it holds something the key cannot describe."""
+def _put_graph(h, gm: torch.fx.GraphModule, lifted: frozenset[str] = frozenset()) -> bool:
+    """Hashes a graph module's code, targets and constant attributes (not the
+    values of `lifted` ones: parameters and buffers AOTAutograd passes as
+    inputs, keyed by their layout); False when it holds something the key
+    cannot describe."""
     _put(h, "code", gm.code)
     for node in gm.graph.nodes:
         if node.op == "call_function":
@@ -76,6 +78,8 @@ def _put_graph(h, gm: torch.fx.GraphModule) -> bool:
         elif node.op == "call_module":
             return False  # a module's forward is not in gm.code
         elif node.op == "get_attr":
+            if node.target in lifted:
+                continue
             v = gm
             for part in str(node.target).split("."):
                 v = getattr(v, part)
@@ -99,13 +103,14 @@ def key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
     here = Path(__file__).parent
     for name in _KEYED_SOURCES:
         _put(h, name, (here / name).read_bytes())
-    for n, p in [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]:
+    lifted = [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
+    for n, p in lifted:
         _put(h, "lifted", f"{n} {_tensor_meta(p)}")
     for x in example_inputs:
         if type(x) not in (torch.Tensor, torch.nn.Parameter):
             return None  # SymInts, subclasses: AOTAutograd does more than trace
         _put(h, "input", _tensor_meta(x))
-    if not _put_graph(h, gm):
+    if not _put_graph(h, gm, frozenset(n for n, _ in lifted)):
         return None
     return h.hexdigest()
 
