@@ -332,14 +332,16 @@ var funcs = map[ir.ExprOp]string{ir.EExp: "exp", ir.ELog: "log", ir.ESqrt: "sqrt
 
 func exprC(e *ir.Expr, fp64 bool) string {
 	a := func(i int) string { return exprC(e.Args[i], fp64) }
-	if !fp64 {
-		if f, ok := funcs32[e.Op]; ok {
-			args := make([]string, len(e.Args))
-			for i := range e.Args {
-				args[i] = "(float)(" + a(i) + ")"
-			}
-			return fmt.Sprintf("(double)%s(%s)", f, strings.Join(args, ", "))
+	// args renders the arguments, each wrapped as wrap says ("%s" for none).
+	args := func(wrap string) string {
+		out := make([]string, len(e.Args))
+		for i := range e.Args {
+			out[i] = fmt.Sprintf(wrap, a(i))
 		}
+		return strings.Join(out, ", ")
+	}
+	if f, ok := funcs32[e.Op]; ok && !fp64 {
+		return fmt.Sprintf("(double)%s(%s)", f, args("(float)(%s)"))
 	}
 	switch e.Op {
 	case ir.ELoad:
@@ -390,11 +392,7 @@ func exprC(e *ir.Expr, fp64 bool) string {
 		return fmt.Sprintf("(double)(%s %s %s)", a(0), op, a(1))
 	}
 	if f, ok := funcs[e.Op]; ok {
-		args := make([]string, len(e.Args))
-		for i := range e.Args {
-			args[i] = a(i)
-		}
-		return fmt.Sprintf("%s(%s)", f, strings.Join(args, ", "))
+		return fmt.Sprintf("%s(%s)", f, args("%s"))
 	}
 	panic(fmt.Sprintf("codegen: no CUDA for expression op %s", e.Op))
 }
