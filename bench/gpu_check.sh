@@ -7,7 +7,8 @@
 #   prefill  the same with --prefill 16 --steps 2 for each model in $PREFILL_MODELS
 #   warm     bench/warm_start.py twice for $WARM_MODEL (the second run is the warm start)
 #   bench    bench/bench.py for $BENCH_MODELS
-# Everything is tee'd to $OUT/; a failing part does not stop the others.
+# Everything is tee'd to $OUT/ (the logs end up in $OUT/logs.tar.gz, beside
+# summary.txt and bench.json); a failing part does not stop the others.
 # Exit status: 0 when every part passed.
 #
 #   PARTS="check" MODELS="tiny-llama" OUT=outputs/gpu_check bash bench/gpu_check.sh
@@ -87,4 +88,6 @@ fi
 
 echo "---- summary"
 cat "$OUT/summary.txt"
+# The device tool returns at most 8 files: the logs travel as one archive.
+(cd "$OUT" && ls ./*.log >/dev/null 2>&1 && tar -czf logs.tar.gz --remove-files ./*.log)
 exit "$failed"
