@@ -255,7 +255,7 @@ def _bf16_rule(m, name, fill, state, token_steps, max_len, eager, got, log=print
     as the steps found it, upcast), so the judge measures the steps alone."""
     ref = float32_copy(m, name)
     device = next(m.parameters()).device
-    cache = _make_cache(ref, max_len, device, fill)
+    cache = _make_cache(ref, max_len, device, fill[:, :1])  # allocates; restore overwrites it all
     restore(cache, state)
     judge = _steps(ref, cache, token_steps, device)
     del ref, cache

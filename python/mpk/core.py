@@ -5,18 +5,16 @@ lives in Go, named by a handle, until Compiled is garbage collected."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import json
 import os
 import threading
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import errors
+from . import cachefile, errors
 
 try:  # zstd is optional: the core also accepts raw JSON.
     import zstandard as _zstd
@@ -77,11 +75,17 @@ def _take(lib, out: ctypes.c_void_p, n: ctypes.c_size_t) -> dict:
         raise errors.InternalError(f"the mpk core returned malformed JSON: {e}") from None
 
 
+def request_json(request: dict) -> bytes:
+    """A request as the JSON the core reads (before compression)."""
+    return json.dumps(request, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _compress(raw: bytes) -> bytes:
+    return raw if _zstd is None else _zstd.ZstdCompressor(level=3).compress(raw)
+
+
 def encode_request(request: dict) -> bytes:
-    raw = json.dumps(request, separators=(",", ":"), allow_nan=False).encode()
-    if _zstd is None:
-        return raw
-    return _zstd.ZstdCompressor(level=3).compress(raw)
+    return _compress(request_json(request))
 
 
 @dataclass
@@ -162,25 +166,13 @@ def compile_cached(request: dict, root: Path) -> Compiled:
     and the request (options included); a hit returns it with handle 0 and
     summary["core_cache_hit"] set (and core_ms 0), skipping the core (most of a second on an
     8B model). A missing or unreadable entry is a miss, never an error."""
-    raw = json.dumps(request, separators=(",", ":"), allow_nan=False).encode()
+    raw = request_json(request)
     key = hashlib.sha256(_library_digest().encode() + b"\0" + raw).hexdigest()
     path = root / "core" / f"{key}.json.z"
-    try:
-        res = json.loads(zlib.decompress(path.read_bytes()))
+    res = cachefile.read(path)
+    if isinstance(res, dict):
         summary = dict(res.get("summary") or {}, core_cache_hit=True, core_ms=0.0)
         return Compiled(handle=0, summary=summary, outputs=res.get("outputs") or [], result=res)
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError, zlib.error):
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
-    compiled = compile_bytes(raw if _zstd is None else _zstd.ZstdCompressor(level=3).compress(raw))
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(zlib.compress(json.dumps(compiled.result, separators=(",", ":")).encode(), 1))
-        os.replace(tmp, path)
-    except OSError:  # a read-only or full cache only costs the next start its speed
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    compiled = compile_bytes(_compress(raw))
+    cachefile.write(path, compiled.result)
     return compiled

@@ -14,15 +14,15 @@ arguments as they are. See `trivial_wrapper`."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import types
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from . import cachefile
 
 FORMAT = 1
 # Edits to these change what a request holds or means; their text is in the key.
@@ -141,37 +141,21 @@ def _path(root: Path, k: str) -> Path:
 def load(root: Path, k: str) -> Entry | None:
     """The stored entry, or None (missing or unreadable: a miss, never an error)."""
     p = _path(root, k)
+    d = cachefile.read(p)
+    if d is None:
+        return None
     try:
-        d = json.loads(zlib.decompress(p.read_bytes()))
         if d.get("format") != FORMAT or d.get("key") != k:
             return None
         return Entry(d["request"], bool(d["returns_sequence"]), list(d["display_names"]))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError, zlib.error):
-        try:
-            p.unlink()
-        except OSError:
-            pass
+    except (AttributeError, KeyError, TypeError):
+        cachefile.discard(p)
         return None
 
 
 def store(root: Path, k: str, request: dict, returns_sequence: bool, display_names: Sequence[str]) -> None:
-    """Writes an entry atomically (a reader sees the old file or the new one);
-    a full disk or a read-only cache only costs the next start its speed."""
+    """Writes an entry (see cachefile: atomic, and never an error)."""
     body = {k2: v for k2, v in request.items() if k2 != "options"}
-    data = zlib.compress(json.dumps({"format": FORMAT, "key": k, "request": body,
+    cachefile.write(_path(root, k), {"format": FORMAT, "key": k, "request": body,
                                      "returns_sequence": returns_sequence,
-                                     "display_names": list(display_names)},
-                                    separators=(",", ":")).encode(), 1)
-    p = _path(root, k)
-    tmp = p.with_suffix(f".tmp{os.getpid()}")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        os.replace(tmp, p)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+                                     "display_names": list(display_names)})
