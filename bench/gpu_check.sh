@@ -5,7 +5,9 @@
 #   check    `python -m mpk check --target cuda --steps $STEPS --cache-tokens $CACHE_TOKENS`
 #            for each model in $MODELS
 #   prefill  the same with --prefill 16 --steps 2 for each model in $PREFILL_MODELS
-#   warm     bench/warm_start.py twice for $WARM_MODEL (the second run is the warm start)
+#   warm     warm start of $WARM_MODEL: bench/warm_start.py --save (mpk.precompile; cold, or
+#            warm caches after `check`), then --load in a new process (timed and judged)
+#   warm_tc  bench/warm_start.py twice through torch.compile (the second run re-traces Dynamo)
 #   bench    bench/bench.py for $BENCH_MODELS
 # Everything is tee'd to $OUT/ (the logs end up in $OUT/logs.tar.gz, beside
 # summary.txt and bench.json); a failing part does not stop the others.
@@ -79,8 +81,14 @@ if has prefill; then
   done
 fi
 if has warm; then
-  run "warm_cold_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL"
-  run "warm_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL"
+  step_file=$(mktemp -d)/$WARM_MODEL.mpk
+  run "warm_save_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL" --save "$step_file"
+  run "warm_load_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL" --load "$step_file"
+  grep -h "WARM START\|bf16 rule" "$OUT/warm_load_$WARM_MODEL.log" | tee -a "$OUT/summary.txt"
+fi
+if has warm_tc; then
+  run "warm_tc_cold_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL"
+  run "warm_tc_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL"
 fi
 if has bench; then
   run bench "$PY" bench/bench.py --models $BENCH_MODELS --cache-tokens "$CACHE_TOKENS" --json "$OUT/bench.json"

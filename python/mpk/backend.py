@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from . import build, core, export, graph_cache
+from . import aot, build, core, export, graph_cache
 from .errors import ArgumentError, MpkError
 
 TARGETS = ("cuda", "reference")
@@ -133,6 +133,9 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
     if kwargs:  # e.g. someone calling the backend by hand with flat options
         options = {**(options or {}), **kwargs}
     opts = resolve_options(options)
+    if opts["build_only"] and aot.saving():
+        raise MpkError("the build_only option cannot be precompiled (it runs the graph eagerly)",
+                       kind="bad_request")
 
     for i, x in enumerate(example_inputs):
         if isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
@@ -160,9 +163,10 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
             fn = compile_request(request, opts, entry.display_names, entry.returns_sequence,
                                  _device_of([*lifted, *example_inputs]))
             fn.front_timing = "AOTAutograd skipped (graph cache hit)"
-            return _with_lifted(fn, lifted)
+            return aot.SavableGraph(fn, lifted)
 
     t_aot = time.perf_counter()
+    unwrapped: list[CompiledGraph] = []  # the graph, when AOTAutograd's wrapper has nothing to do
 
     def fw_compiler(fx_gm: torch.fx.GraphModule, fx_inputs: Sequence[Any]):
         aot_s = time.perf_counter() - t_aot
@@ -171,28 +175,32 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
         disp = names if len(names) == n else None
         fn = compile_graph(fx_gm, fx_inputs, opts, input_kinds=k, display_names=disp)
         fn.front_timing = f"AOTAutograd {aot_s:.2f} s"
-        if cache_key is not None and graph_cache.trivial_wrapper(
-                len(lifted) + len(example_inputs), n_outputs, n, fn.n_outputs):
-            graph_cache.store(build.cache_root(), cache_key, fn.request, returns_sequence, fn.display_names)
+        if graph_cache.trivial_wrapper(len(lifted) + len(example_inputs), n_outputs, n, fn.n_outputs):
+            unwrapped.append(fn)
+            if cache_key is not None:
+                graph_cache.store(build.cache_root(), cache_key, fn.request, returns_sequence, fn.display_names)
         return fn
 
-    with torch.no_grad():
-        return aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
-                                     keep_inference_input_mutations=True)
+    with torch.no_grad(), _no_autograd_cache():
+        wrapped = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
+                                        keep_inference_input_mutations=True)
+    if unwrapped and not opts["build_only"]:  # the same callable a graph-cache hit returns
+        return aot.SavableGraph(unwrapped[0], lifted)
+    if aot.saving():
+        raise MpkError("this graph cannot be precompiled: it needs AOTAutograd's runtime wrapper "
+                       "(an input mutation kept outside the graph, an output aliasing an input, or "
+                       "duplicated inputs)", hint="use torch.compile(model, backend='mpk') for it",
+                       kind="bad_request")
+    return wrapped
 
 
-def _with_lifted(fn: "CompiledGraph", lifted: list[torch.Tensor]):
-    """Dynamo calls with its placeholders only; parameters and buffers that
-    stayed on the graph module (not inlined as inputs) go first, as
-    aot_module_simplified would pass them."""
-    if not lifted:
-        return fn
-
-    def call(*args):
-        return fn(*lifted, *unbox(args, len(fn.inputs) - len(lifted)))
-
-    call.compiled = fn
-    return call
+def _no_autograd_cache():
+    """AOTAutograd's own cache stores Inductor's output code, never mpk's
+    callable; precompile (aot_compile) forces it on, which would fail on ours."""
+    cfg = torch._functorch.config
+    off = {k: False for k in ("enable_autograd_cache", "force_autograd_cache", "bundled_autograd_cache")
+           if hasattr(cfg, k)}
+    return cfg.patch(off)
 
 
 def unbox(args: tuple, n_inputs: int) -> tuple:
@@ -265,6 +273,7 @@ class CompiledGraph:
     def __init__(self, request: dict, compiled: core.Compiled, opts: dict,
                  display_names: Sequence[str] | None, returns_sequence: bool):
         self.request = request
+        self.opts = opts
         self.compiled = compiled
         self.summary = compiled.summary
         self.seed = opts["wire"]["seed"]
@@ -287,6 +296,10 @@ class CompiledGraph:
             index[n["args"][0]["node"]] for n in request["graph"]["nodes"]
             if n["target"] == "aten.copy_.default" and n["args"] and n["args"][0].get("k") == "node"
             and n["args"][0].get("node") in index)
+
+    def timing(self) -> str:
+        """Compile cost after Dynamo (the cuda target adds the Go core, nvcc, loading)."""
+        return self.front_timing or "compiled"
 
     def _describe(self, i: int) -> str:
         name = self.inputs[i]["name"]

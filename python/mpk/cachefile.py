@@ -15,10 +15,20 @@ from pathlib import Path
 from typing import Any
 
 
+def encode(value: Any) -> bytes:
+    """A JSON value as compressed bytes (also the payload of a precompiled graph)."""
+    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
+
+
+def decode(data: bytes) -> Any:
+    """The value `encode` wrote; ValueError or zlib.error when the bytes are not one."""
+    return json.loads(zlib.decompress(data))
+
+
 def read(path: Path) -> Any | None:
     """The stored value, or None (missing, or unreadable and now removed)."""
     try:
-        return json.loads(zlib.decompress(path.read_bytes()))
+        return decode(path.read_bytes())
     except FileNotFoundError:
         return None
     except (OSError, ValueError, zlib.error):
@@ -33,7 +43,7 @@ def discard(path: Path) -> None:
 
 
 def write(path: Path, value: Any) -> None:
-    data = zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
+    data = encode(value)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,250 @@
+"""Warm starts without Dynamo: compile a model's step once, save it, load it in
+a later process.
+
+torch.compile traces the model's Python code again in every process (Dynamo:
+6.6-9.4 s for Qwen3-8B on the H100 host), and no backend can skip that.
+Dynamo's AOT precompile can: it saves the bytecode Dynamo generated around the
+graph, the guards, and the backend's result. mpk's result saves as its wire
+request (the exported ATen graph); a load finds the Go core's result and the
+nvcc module in mpk's caches (or rebuilds them, slower, when the cache is gone).
+
+    step = mpk.precompile(model, "step.mpk", input_ids=tok, past_key_values=cache)
+    # in a later process, with the same model code, shapes and dtypes:
+    step = mpk.load(model, "step.mpk")
+    out = step(input_ids=tok, past_key_values=cache)
+
+Guards on module globals and on object identity cannot cross a process and
+are left out; the guards on the arguments (tensor shapes, dtypes, devices,
+strides, Python values the trace specialised on) stay, and every call's tensors
+are also checked against the compiled layouts."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import io
+import json
+import os
+import re
+import threading
+import types
+from builtins import type  # noqa: A004 - see _forward
+from typing import Any, Sequence
+
+import torch
+
+from . import cachefile
+from .errors import ArgumentError, MpkError
+
+FORMAT = 1
+MAGIC = b"mpk-precompiled-step\n"
+
+try:  # torch >= 2.9
+    from torch._dynamo.aot_compile_types import SerializableCallable as _Savable
+except ImportError:  # pragma: no cover - older torch: graphs run but cannot be saved
+    _Savable = object
+
+_saving = threading.local()
+
+
+def saving() -> bool:
+    """True while `precompile` traces: the backend must return a SavableGraph."""
+    return getattr(_saving, "on", False)
+
+
+def _forward(model, *args, **kwargs):
+    # What is traced and saved. Dynamo's bytecode around the graph loads
+    # builtins such as `type` as globals, and torch 2.11 resolves them in this
+    # module's dict only; hence the explicit import above.
+    return model(*args, **kwargs)
+
+
+class SavableGraph(_Savable):
+    """What the backend returns when AOTAutograd's runtime wrapper has nothing
+    to do (see graph_cache.trivial_wrapper): the compiled graph, called with
+    Dynamo's arguments. Parameters left on the graph module (not lifted to
+    inputs by Dynamo) are passed first, as AOTAutograd would."""
+
+    def __init__(self, graph, lifted: Sequence[torch.Tensor] = ()):
+        self.graph = graph
+        self.lifted = tuple(lifted)
+
+    def __call__(self, *args):
+        if not self.lifted:
+            return self.graph(*args)
+        from .backend import unbox
+        return self.graph(*self.lifted, *unbox(args, len(self.graph.inputs) - len(self.lifted)))
+
+    @classmethod
+    def serialize_compile_artifacts(cls, fn: "SavableGraph") -> bytes:
+        if fn.lifted:
+            raise MpkError(f"cannot save a graph that holds {len(fn.lifted)} parameters or buffers "
+                           "as graph-module attributes", kind="bad_request",
+                           hint="keep torch._dynamo.config.inline_inbuilt_nn_modules=True (the default)")
+        g = fn.graph
+        return cachefile.encode({"format": FORMAT, "request": g.request, "opts": g.opts,
+                                 "display_names": g.display_names, "returns_sequence": g.returns_sequence,
+                                 "device": str(g.device)})
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data: bytes) -> "SavableGraph":
+        from . import backend
+        try:
+            saved = cachefile.decode(data)
+        except ValueError as e:
+            raise MpkError(f"the precompiled graph is unreadable: {e}", kind="bad_request") from None
+        if saved.get("format") != FORMAT:
+            raise MpkError(f"the precompiled graph has format {saved.get('format')}, this mpk reads {FORMAT}",
+                           hint="precompile it again with this version of mpk", kind="bad_request")
+        device = torch.device(saved["device"])
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        graph = backend.compile_request(saved["request"], saved["opts"], saved["display_names"],
+                                        saved["returns_sequence"], device)
+        graph.front_timing = "loaded from a precompiled file"
+        return cls(graph)
+
+
+def _portable_guards(entries) -> list[bool]:
+    """Keeps the guards that mean the same in another process: drops those on
+    globals and those whose check compares object identity (ID_MATCH and the
+    kinds derived from it), which torch cannot save."""
+    from torch._dynamo.guards import CheckFunctionManager
+    unsavable = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
+    return [not (e.is_global or e.guard_type in unsavable
+                 or unsavable.intersection(e.derived_guard_types or ())) for e in entries]
+
+
+@contextlib.contextmanager
+def _aot_enabled():
+    cfg = torch._dynamo.config
+    with cfg.patch(enable_aot_compile=True) if hasattr(cfg, "enable_aot_compile") else contextlib.nullcontext():
+        yield
+
+
+class Precompiled:
+    """A model's compiled step: call it as the model. Holds the model, whose
+    parameters and buffers are the graph's inputs."""
+
+    def __init__(self, model: torch.nn.Module, fn: Any):
+        self.model = model
+        self._fn = fn
+
+    def __call__(self, *args, **kwargs):
+        try:
+            with torch.no_grad():  # as it was traced; mpk compiles inference only
+                return self._fn(self.model, *args, **kwargs)
+        except RuntimeError as e:
+            if not str(e).startswith("GuardManager check failed"):
+                raise
+            failed = re.search(r"verbose_code_parts=\[(.*?)\],", str(e), re.S)
+            raise ArgumentError("this call does not match the precompiled graph: failed check "
+                                f"{failed.group(1) if failed else e}",
+                                hint="call with the shapes, dtypes and options it was precompiled "
+                                     "with, or precompile again") from None
+
+    def save(self, path: str) -> None:
+        """Writes the step to `path` (atomically): mpk's header, then torch's payload."""
+        header = json.dumps({"format": FORMAT, "torch": torch.__version__,
+                             "globals": _minted_globals(self._fn)}).encode()
+        payload = type(self._fn).serialize(self._fn).serialized_data
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(MAGIC + len(header).to_bytes(8, "little") + header + payload)
+        os.replace(tmp, path)
+
+
+def _minted_globals(fn) -> dict[str, str]:
+    """The globals Dynamo minted while tracing (names like
+    ___module_collections_<id>_c0) that the saved bytecode loads and torch's
+    payload does not carry (torch 2.15 mints some); each as "module" or
+    "module:qualified.name", to import when loading."""
+    env = fn._artifacts.runtime_env
+    provided = set(env.import_sources) | set(env.used_globals) | {fn._artifacts.backend_id}
+    scope = globals()
+    out = {}
+    for name in sorted(set(getattr(env, "external_refs", ())) - provided):
+        if name not in scope or name.startswith("__compiled_fn"):
+            continue  # a builtin, resolved through __builtins__; or the graph itself
+        value = scope[name]
+        if isinstance(value, types.ModuleType):
+            out[name] = value.__name__
+        elif _importable(value):
+            out[name] = f"{value.__module__}:{value.__qualname__}"
+        else:
+            raise MpkError(f"cannot save the step: its bytecode loads the global {name} "
+                           f"({type(value).__name__}), which cannot be imported by name", kind="bad_request")
+    return out
+
+
+def _importable(value: Any) -> bool:
+    mod, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not mod or not qual or "<" in qual:
+        return False
+    try:
+        return _resolve(f"{mod}:{qual}") is value
+    except Exception:  # noqa: BLE001 - any import or lookup failure means "not importable"
+        return False
+
+
+def _resolve(spec: str) -> Any:
+    mod, _, qual = spec.partition(":")
+    obj = importlib.import_module(mod)
+    for part in qual.split(".") if qual else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def precompile(model: torch.nn.Module, path: str | None, *args, options: dict | None = None,
+               **kwargs) -> Precompiled:
+    """Compiles `model(*args, **kwargs)` with the mpk backend (as torch.compile
+    would, fullgraph, static shapes) and saves it to `path` (unless None).
+    Nothing runs: the example arguments give shapes, dtypes and devices."""
+    from .backend import mpk_backend
+    with _aot_enabled():  # torch 2.11 attaches .aot_compile only when enabled at torch.compile
+        compile_fn = torch.compile(_forward, backend=functools.partial(mpk_backend, options=options),
+                                   fullgraph=True, dynamic=False,
+                                   options={"guard_filter_fn": _portable_guards})
+    if not hasattr(compile_fn, "aot_compile"):
+        raise MpkError(f"torch {torch.__version__} has no AOT precompile (torch.compile(...).aot_compile)",
+                       hint="use torch >= 2.10, or torch.compile(model, backend='mpk')", kind="bad_request")
+    _saving.on = True
+    try:
+        with _aot_enabled(), torch.no_grad():
+            fn = compile_fn.aot_compile(((model, *args), kwargs))
+    finally:
+        _saving.on = False
+    step = Precompiled(model, fn)
+    if path is not None:
+        step.save(path)
+    return step
+
+
+def load(model: torch.nn.Module, path: str) -> Precompiled:
+    """The step `precompile` saved to `path`, bound to `model` (the same
+    architecture, shapes and dtypes; its weights may differ)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 8:
+        raise MpkError(f"{path} is not a step saved by mpk.precompile", kind="bad_request")
+    n = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
+    start = len(MAGIC) + 8
+    try:
+        header = json.loads(data[start:start + n])
+    except ValueError:
+        raise MpkError(f"{path} has an unreadable header", kind="bad_request") from None
+    if header.get("format") != FORMAT:
+        raise MpkError(f"{path} has format {header.get('format')}, this mpk reads {FORMAT}",
+                       hint="precompile it again with this version of mpk", kind="bad_request")
+    try:
+        scope = {**globals(), **{k: _resolve(v) for k, v in header.get("globals", {}).items()}}
+        with _aot_enabled():
+            fn = torch.compiler.load_compiled_function(io.BytesIO(data[start + n:]), f_globals=scope)
+    except MpkError:
+        raise
+    except Exception as e:  # unpickling, imports and torch's compatibility checks raise many kinds
+        raise MpkError(f"cannot load the precompiled step {path}: {type(e).__name__}: {e}",
+                       hint=f"precompile it again with this torch ({torch.__version__}; it was saved "
+                            f"with {header.get('torch')}), mpk and GPU", kind="bad_request") from e
+    return Precompiled(model, fn)
