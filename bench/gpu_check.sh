@@ -47,7 +47,7 @@ CORE=${MPK_PREBUILT_CORE:-.prebuilt/libmpkcore.so}
 [ -f "$CORE" ] || CORE=python/mpk/libmpkcore.so
 {
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv || true
-  "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+  "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
   which nvcc && nvcc --version | tail -2 || ls /usr/local/cuda/bin/nvcc
 } >"$OUT/env.log" 2>&1
 cat "$OUT/env.log"
