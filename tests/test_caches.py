@@ -135,3 +135,14 @@ def test_core_result_cache_for_the_cuda_target(core_lib, fresh_dynamo, monkeypat
         e.write_bytes(b"not zlib")
     again = build.export_for_cuda("tiny-qwen3", workers=8)
     assert not again.summary.get("core_cache_hit") and again.sources == first.sources
+
+
+def test_core_cache_key_ignores_dict_order(core_lib, fresh_dynamo, monkeypatch, tmp_path):
+    """A graph-cache hit rebuilds the request with the options added last; it
+    must still find the core result the cold compile stored."""
+    from mpk import build, core
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    req = build.export_for_cuda("tiny-qwen3", workers=8).request
+    reordered = {k: req[k] for k in reversed(list(req))}
+    assert list(reordered) != list(req)
+    assert core.compile_cached(reordered, build.cache_root()).summary.get("core_cache_hit")

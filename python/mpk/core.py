@@ -76,8 +76,10 @@ def _take(lib, out: ctypes.c_void_p, n: ctypes.c_size_t) -> dict:
 
 
 def request_json(request: dict) -> bytes:
-    """A request as the JSON the core reads (before compression)."""
-    return json.dumps(request, separators=(",", ":"), allow_nan=False).encode()
+    """A request as the JSON the core reads (before compression). Keys are
+    sorted: the same request must give the same bytes (the core-result cache
+    keys on them), however its dicts were assembled."""
+    return json.dumps(request, separators=(",", ":"), allow_nan=False, sort_keys=True).encode()
 
 
 def _compress(raw: bytes) -> bytes:
