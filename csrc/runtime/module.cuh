@@ -30,9 +30,17 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   if (threadIdx.x == 0) s_step = *(volatile uint32_t*)st.epoch + 1;
   __syncthreads();
   const uint32_t step = s_step;
-  for (int q = queue_start[w]; q < queue_start[w + 1]; ++q) {
+  const int q_end = queue_start[w + 1];
+  for (int q = queue_start[w]; q < q_end; ++q) {
     const int t = queue[q];
     const mpk::Task task = tasks[t];
+    if (threadIdx.x == 0) {  // weights one task ahead (the first task's own as well)
+      if (q == queue_start[w] && task.op >= 0) mpk::prefetch_weights(ops[task.op], task.lo, task.hi, slots);
+      if (q + 1 < q_end) {
+        const mpk::Task next = tasks[queue[q + 1]];
+        if (next.op >= 0) mpk::prefetch_weights(ops[next.op], next.lo, next.hi, slots);
+      }
+    }
 #ifdef MPK_TRACE
     if (threadIdx.x == 0) trace_records[t].wait_ns = mpk::globaltimer();
 #endif

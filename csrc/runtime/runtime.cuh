@@ -200,6 +200,27 @@ __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, in
   }
 }
 
+// prefetch_weights asks L2 for the weight rows [lo, hi) of a Linear task, in
+// bulk and without holding registers. A worker issues it for its next task
+// before waiting on the current one's event, so streaming the weights (which
+// no task writes) overlaps the wait and the current task instead of following
+// them. Only a hint: nothing waits for it, and other ops are left alone.
+template <int N>
+__device__ __forceinline__ void prefetch_weights(const Op& op, int lo, int hi, const Slots<N>& s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (op.kind != OP_LINEAR || op.in[1].rank != 2 || op.in[1].stride[1] != 1 || hi <= lo) return;
+  const View& w = op.in[1];
+  const int64_t esz = dtype_size(w.dtype);
+  const uintptr_t first = reinterpret_cast<uintptr_t>(base(s, w)) + (w.offset + (int64_t)lo * w.stride[0]) * esz;
+  const uintptr_t end = first + ((int64_t)(hi - lo - 1) * w.stride[0] + w.shape[1]) * esz;
+  for (uintptr_t a = first & ~uintptr_t(15); a < end;) {  // 16-byte aligned, sizes multiples of 16
+    const uint32_t bytes = (uint32_t)min((uintptr_t)1 << 20, ((end - a) + 15) & ~uintptr_t(15));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(bytes) : "memory");
+    a += bytes;
+  }
+#endif
+}
+
 // signal_event publishes a finished task: every thread's writes are complete
 // (the caller synchronised the block), then one release add at gpu scope.
 __device__ __forceinline__ void signal_event(const State& st, int e) {

@@ -26,18 +26,32 @@ template <int D, int G, int N>
 __device__ __forceinline__ void load_queries(SoftmaxState<D, G>& st, const Op& op, const Slots<N>& s, int64_t b,
                                              int64_t h0, int64_t i, int lane) {
   const View& q = op.in[0];
+  const bool inline_loads = float_kind(q.dtype);  // all G·PER loads in flight at once
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     st.mx[g] = -INFINITY;
     st.l[g] = 0.f;
+    int64_t qi[4] = {b, h0 + g, i, 0};
+    const int64_t row = offset_of(q, qi);
 #pragma unroll
     for (int e = 0; e < st.PER; ++e) {
       const int c = lane * st.PER + e;
-      int64_t qi[4] = {b, h0 + g, i, c};
-      st.qv[g][e] = c < D ? (float)load_elem(base(s, q), q.dtype, offset_of(q, qi)) * op.scale : 0.f;
+      const int64_t off = row + c * q.stride[3];
+      const float x = c >= D ? 0.f : inline_loads ? ld_float(base(s, q), q.dtype, off)
+                                                  : (float)load_elem(base(s, q), q.dtype, off);
+      st.qv[g][e] = x * op.scale;
       st.acc[g][e] = 0.f;
     }
   }
+}
+
+// mask_add reads a mask element as the score's addend: 0 or -inf for a bool
+// mask, the value for a float one. Inline for those kinds, so a batch's mask
+// loads go out together with its K and V loads.
+__device__ __forceinline__ float mask_add(const char* mb, int32_t dt, int64_t off) {
+  if (dt == DT_BOOL) return reinterpret_cast<const volatile unsigned char*>(mb)[off] ? 0.f : -INFINITY;
+  if (float_kind(dt)) return ld_float(mb, dt, off);
+  return (float)load_elem(mb, dt, off);
 }
 
 // Vector type of BYTES bytes for one non-coherent load.
@@ -119,10 +133,7 @@ __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float add = live ? 0.f : -INFINITY;
-        if (live && has_mask) {
-          const double m = load_elem(mb, op.in[3].dtype, mrow[g] + j * op.in[3].stride[3]);
-          add = op.in[3].dtype == DT_BOOL ? (m != 0.0 ? 0.f : -INFINITY) : (float)m;
-        }
+        if (live && has_mask) add = mask_add(mb, op.in[3].dtype, mrow[g] + j * op.in[3].stride[3]);
         sc[u][g] = add;
       }
     }
@@ -315,10 +326,13 @@ __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char
     const int64_t b = r / (nh * Sq), h = lo + (r / Sq) % nh, i = r % Sq;
     int64_t pi[5] = {b, 0, h, i, 0};
     const int64_t row0 = offset_of(p, pi);
-    float M = -INFINITY;
+    // Lane s holds split s's max and sum (the first 32 splits: kept for the sums below).
+    float M = -INFINITY, m0 = -INFINITY, l0 = 0.f;
     for (int64_t s0 = lane; s0 < splits; s0 += 32) {
       const int64_t off = row0 + s0 * p.stride[1];
-      if (__ldcg(pb + off + st4) > 0.f) M = fmaxf(M, __ldcg(pb + off));
+      const float l = __ldcg(pb + off + st4), m = __ldcg(pb + off);
+      if (s0 == lane) m0 = m, l0 = l;
+      if (l > 0.f) M = fmaxf(M, m);
     }
     M = warp_max(M);
     float L = 0.f, o[MAXPER];
@@ -329,20 +343,24 @@ __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char
       float f = 0.f;
       if (mine < splits) {
         const int64_t off = row0 + mine * p.stride[1];
-        const float l = __ldcg(pb + off + st4);
-        f = l > 0.f ? __expf(__ldcg(pb + off) - M) : 0.f;
+        const float l = s0 == 0 ? l0 : __ldcg(pb + off + st4);
+        f = l > 0.f ? __expf((s0 == 0 ? m0 : __ldcg(pb + off)) - M) : 0.f;
         L += l * f;
       }
       const int n = (int)min((int64_t)32, splits - s0);
-#pragma unroll 2
+      // Eight splits' outputs in flight per lane; a split with no weight (no
+      // positions, or all masked) adds nothing, whatever its row holds.
+#pragma unroll 8
       for (int t = 0; t < n; ++t) {
         const float ft = __shfl_sync(0xffffffffu, f, t);
-        if (ft == 0.f) continue;  // the same for every lane
         const float* acc = pb + row0 + (s0 + t) * p.stride[1] + 2 * st4;
 #pragma unroll
         for (int e = 0; e < MAXPER; ++e) {
           const int64_t d = lane + 32 * e;
-          if (d < D) o[e] += __ldcg(acc + d * st4) * ft;
+          if (d < D) {
+            const float a = __ldcg(acc + d * st4);
+            o[e] += ft == 0.f ? 0.f : a * ft;
+          }
         }
       }
     }

@@ -79,6 +79,58 @@ __device__ void reduce(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   });
 }
 
+// Fast paths for rows of floats. The generic loops call load_elem (out of
+// line, to keep code small) and find each element's offset by 64-bit division,
+// so every element costs a memory latency of its own; decode's per-head ops
+// (q/k RMSNorm, RoPE, the KV write) are a few thousand elements on one worker,
+// and that latency chain made them 7-15 us each. When every view's last dim is
+// contiguous and every dtype a float kind, rows are read with inline loads
+// issued together and offsets are found once per row.
+__device__ __forceinline__ bool float_kind(int32_t dt) {
+  return dt == DT_FLOAT32 || dt == DT_BFLOAT16 || dt == DT_FLOAT16;
+}
+
+__device__ __forceinline__ bool float_row(const View& v) { return float_kind(v.dtype) && v.stride[v.rank - 1] == 1; }
+
+__device__ __forceinline__ float ld_float(const char* p, int32_t dt, int64_t i) {
+  if (dt == DT_FLOAT32) return __ldcg(reinterpret_cast<const float*>(p) + i);
+  const unsigned short b = __ldcg(reinterpret_cast<const unsigned short*>(p) + i);
+  return dt == DT_BFLOAT16 ? __uint_as_float(static_cast<unsigned>(b) << 16) : __half2float(__ushort_as_half(b));
+}
+
+__device__ __forceinline__ void st_float(char* p, int32_t dt, int64_t i, float v) {
+  if (dt == DT_FLOAT32) reinterpret_cast<float*>(p)[i] = v;
+  else if (dt == DT_BFLOAT16) reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  else reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
+}
+
+// round_float is round_to for the float kinds, in fp32 (the same values:
+// products and sums of such operands round once either way).
+__device__ __forceinline__ float round_float(int32_t dt, float v) {
+  if (dt == DT_BFLOAT16) return __bfloat162float(__float2bfloat16_rn(v));
+  if (dt == DT_FLOAT16) return __half2float(__float2half_rn(v));
+  return v;
+}
+
+// Rows of a tile: the index of row `row` (flat over all dims but the last,
+// with [lo, hi) along split_dim), last index 0. rows_of gives their count.
+__device__ __forceinline__ int64_t rows_of(const int64_t* shape, int rank, int split, int lo, int hi) {
+  int64_t rows = 1;
+  for (int d = 0; d < rank - 1; ++d) rows *= d == split ? (int64_t)(hi - lo) : shape[d];
+  return rows;
+}
+
+__device__ __forceinline__ void row_index(int64_t* idx, int64_t row, const int64_t* shape, int rank, int split,
+                                          int lo, int hi) {
+  idx[rank - 1] = 0;
+#pragma unroll 1
+  for (int d = rank - 2; d >= 0; --d) {
+    const int64_t ext = d == split ? (int64_t)(hi - lo) : shape[d];
+    idx[d] = row % ext + (d == split ? lo : 0);
+    row /= ext;
+  }
+}
+
 // read_index loads an index element, wrapping negatives; out of range → -1.
 __device__ __forceinline__ int64_t read_index(const char* p, const View& v, const int64_t* idx, int64_t size) {
   int64_t i = (int64_t)load_elem(p, v.dtype, offset_of(v, idx));
@@ -128,6 +180,25 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
   const View& ids = op.in[0];
   const View& src = op.in[1];
   const int d = op.dim;
+  const int r = src.rank - 1;
+  if (d < r && float_row(src) && float_row(op.out)) {
+    // Row by row; a tile cut along the last dim takes columns [lo, hi) of every row.
+    const bool cut_last = op.split_dim == r;
+    const int split = cut_last ? -1 : op.split_dim;
+    const int64_t j0 = cut_last ? lo : 0, D = cut_last ? (int64_t)(hi - lo) : src.shape[r];
+    const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi);
+    for (int64_t t = threadIdx.x; t < rows * D; t += blockDim.x) {
+      int64_t idx[MPK_MAX_RANK];
+      row_index(idx, t / D, src.shape, src.rank, split, lo, hi);
+      const int64_t j = j0 + t % D;
+      const int64_t pos = read_index(base(s, ids), ids, idx + d, op.out.shape[d]);
+      const float v = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
+      if (pos < 0) continue;  // an out-of-range position writes nothing
+      idx[d] = pos;
+      st_float(base(s, op.out), op.out.dtype, offset_of(op.out, idx) + j, v);
+    }
+    return;
+  }
   for_each_index(src.shape, src.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
     int64_t pos = read_index(base(s, ids), ids, idx + d, op.out.shape[d]);
     if (pos < 0) return;  // an out-of-range position writes nothing
@@ -147,6 +218,26 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const int r = op.out.rank - 1;
   const int64_t h = x.shape[r] / 2;
   const int32_t dt = op.out.dtype;
+  if (float_row(x) && float_row(op.in[1]) && float_row(op.in[2]) && float_row(op.out) && op.split_dim != r) {
+    // A thread takes the pair (j, j+h) of a row: six loads issued together.
+    const View &c = op.in[1], &sn = op.in[2];
+    const int64_t rows = rows_of(op.out.shape, op.out.rank, op.split_dim, lo, hi);
+    for (int64_t t = threadIdx.x; t < rows * h; t += blockDim.x) {
+      int64_t idx[MPK_MAX_RANK];
+      row_index(idx, t / h, op.out.shape, op.out.rank, op.split_dim, lo, hi);
+      const int64_t j = t % h;
+      const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
+      const float x1 = ld_float(base(s, x), x.dtype, xo), x2 = ld_float(base(s, x), x.dtype, xo + h);
+      const float c1 = ld_float(base(s, c), c.dtype, co), c2 = ld_float(base(s, c), c.dtype, co + h);
+      const float s1 = ld_float(base(s, sn), sn.dtype, so), s2 = ld_float(base(s, sn), sn.dtype, so + h);
+      const float r1 = round_float(dt, round_float(dt, x1 * c1) + round_float(dt, round_float(dt, -x2) * s1));
+      const float r2 = round_float(dt, round_float(dt, x2 * c2) + round_float(dt, round_float(dt, x1) * s2));
+      const int64_t oo = offset_of(op.out, idx) + j;
+      st_float(base(s, op.out), dt, oo, r1);
+      st_float(base(s, op.out), dt, oo + h, r2);
+    }
+    return;
+  }
   for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
     int64_t pidx[MPK_MAX_RANK];
     for (int k = 0; k <= r; ++k) pidx[k] = idx[k];
@@ -190,6 +281,37 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
     rows *= ext[d];
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  constexpr int kMaxPer = 8;  // fast path: rows of up to 256 elements held in registers
+  if (float_row(x) && float_row(op.out) && (!has_w || float_row(op.in[1])) && D % 32 == 0 && D <= 32 * kMaxPer &&
+      (r == 0 || op.split_dim != r)) {
+    const int per = (int)(D / 32);
+    for (int64_t row = warp; row < rows; row += warps) {
+      int64_t idx[MPK_MAX_RANK];
+      row_index(idx, row, x.shape, x.rank, r > 0 ? op.split_dim : -1, lo, hi);
+      const int64_t xo = offset_of(x, idx), oo = offset_of(op.out, idx);
+      const int64_t wo = has_w ? offset_of(op.in[1], idx) : 0;
+      float v[kMaxPer], w[kMaxPer];
+      float ss = 0.f;
+#pragma unroll
+      for (int k = 0; k < kMaxPer; ++k) {
+        if (k < per) {
+          v[k] = ld_float(base(s, x), x.dtype, xo + k * 32 + lane);
+          w[k] = has_w ? ld_float(base(s, op.in[1]), op.in[1].dtype, wo + k * 32 + lane) : 1.f;
+          ss += v[k] * v[k];
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const float inv = rsqrtf(ss / (float)D + op.eps);
+#pragma unroll
+      for (int k = 0; k < kMaxPer; ++k) {
+        if (k < per) {
+          const float y = round_float(x.dtype, v[k] * inv);
+          st_float(base(s, op.out), op.out.dtype, oo + k * 32 + lane, has_w ? y * w[k] : y);
+        }
+      }
+    }
+    return;
+  }
   for (int64_t row = warp; row < rows; row += warps) {
     int64_t idx[MPK_MAX_RANK];
     int64_t rem = row;
