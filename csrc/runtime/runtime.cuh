@@ -200,6 +200,30 @@ __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, in
   }
 }
 
+// Weights are read once per step and outnumber L2 (tens of MB a layer against
+// 50 MB): their lines are marked evict-first, so streaming them does not push
+// out what every task re-reads (op descriptors, code, activations, the KV cache).
+__device__ __forceinline__ uint64_t weight_policy() {
+  uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+  return p;
+}
+
+// ld_weight: a 16-byte non-coherent weight load under that policy.
+__device__ __forceinline__ uint4 ld_weight(const void* p, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+#else
+  return __ldg(reinterpret_cast<const uint4*>(p));
+#endif
+}
+
 // prefetch_weights asks L2 for the weight rows [lo, hi) of a Linear task, in
 // bulk and without holding registers. A worker issues it for its next task
 // before waiting on the current one's event, so streaming the weights (which
@@ -213,9 +237,11 @@ __device__ __forceinline__ void prefetch_weights(const Op& op, int lo, int hi, c
   const int64_t esz = dtype_size(w.dtype);
   const uintptr_t first = reinterpret_cast<uintptr_t>(base(s, w)) + (w.offset + (int64_t)lo * w.stride[0]) * esz;
   const uintptr_t end = first + ((int64_t)(hi - lo - 1) * w.stride[0] + w.shape[1]) * esz;
+  const uint64_t policy = weight_policy();
   for (uintptr_t a = first & ~uintptr_t(15); a < end;) {  // 16-byte aligned, sizes multiples of 16
     const uint32_t bytes = (uint32_t)min((uintptr_t)1 << 20, ((end - a) + 15) & ~uintptr_t(15));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a), "r"(bytes),
+                 "l"(policy) : "memory");
     a += bytes;
   }
 #endif

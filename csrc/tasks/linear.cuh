@@ -170,6 +170,7 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
   const int64_t row_stride = w.stride[0];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const bool vec = (reinterpret_cast<uintptr_t>(W) % 16 == 0) && (row_stride % VEC == 0) && (K % VEC == 0);
+  const uint64_t policy = weight_policy();
   for (int64_t m = 0; m < x.shape[0]; ++m) {
     __syncthreads();
     stage_x<K>(PRO{}, op, m, xs, s);
@@ -184,7 +185,7 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
       if (vec) {
 #pragma unroll 4
         for (int k = lane * VEC; k < K; k += 32 * VEC) {
-          uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k));
+          uint4 raw = ld_weight(row + k, policy);
           acc += dot16(raw, xs + k, static_cast<T*>(nullptr));
         }
       } else {
