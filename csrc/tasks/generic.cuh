@@ -210,10 +210,100 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
   });
 }
 
+// rope_normed is rope with an RMSNorm prologue (op.pro_first > 0): each row of
+// x is normalised first (in[0] is the norm's input, in[pro_first] its weight),
+// rounded to pro_dtype as the norm's output was. A warp takes a row: lane l
+// holds elements l, l+32, ..., so with h a multiple of 32 both halves of every
+// rotated pair sit in one lane and the row never leaves registers.
+template <int N>
+__device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
+  const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[op.pro_first];
+  const int r = op.out.rank - 1;
+  const int64_t D = x.shape[r], h = D / 2;
+  const int32_t dt = op.out.dtype;
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  const int split = op.split_dim == r ? -1 : op.split_dim;
+  const int64_t rows = rows_of(op.out.shape, op.out.rank, split, lo, hi);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  constexpr int kMaxPer = 8;
+  if (float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
+      h % 32 == 0 && D <= 32 * kMaxPer && split == op.split_dim) {
+    const int per = (int)(D / 32), hp = per / 2;  // element k*32+lane's partner is (k+hp)*32+lane
+    for (int64_t row = warp; row < rows; row += warps) {
+      int64_t idx[MPK_MAX_RANK];
+      row_index(idx, row, op.out.shape, op.out.rank, split, lo, hi);
+      const int64_t xo = offset_of(x, idx), co = offset_of(c, idx), so = offset_of(sn, idx);
+      const int64_t wo = has_w ? offset_of(w, idx) : 0, oo = offset_of(op.out, idx);
+      float v[kMaxPer], g[kMaxPer], cv[kMaxPer], sv[kMaxPer];
+      float ss = 0.f;
+#pragma unroll
+      for (int k = 0; k < kMaxPer; ++k) {
+        if (k >= per) continue;
+        const int64_t j = k * 32 + lane;
+        v[k] = ld_float(base(s, x), x.dtype, xo + j);
+        g[k] = has_w ? ld_float(base(s, w), w.dtype, wo + j) : 1.f;
+        cv[k] = ld_float(base(s, c), c.dtype, co + j);
+        sv[k] = ld_float(base(s, sn), sn.dtype, so + j);
+        ss += v[k] * v[k];
+      }
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const float inv = rsqrtf(ss / (float)D + op.eps);
+#pragma unroll
+      for (int k = 0; k < kMaxPer; ++k) {
+        if (k >= per) continue;
+        const float y = round_float(x.dtype, v[k] * inv);
+        v[k] = round_float(op.pro_dtype, has_w ? y * g[k] : y);
+      }
+#pragma unroll
+      for (int k = 0; k < kMaxPer / 2; ++k) {
+        if (k >= hp) continue;
+        const float x1 = v[k], x2 = v[k + hp];
+        const float r1 = round_float(dt, round_float(dt, x1 * cv[k]) + round_float(dt, round_float(dt, -x2) * sv[k]));
+        const float r2 = round_float(dt, round_float(dt, x2 * cv[k + hp]) + round_float(dt, round_float(dt, x1) * sv[k + hp]));
+        st_float(base(s, op.out), dt, oo + k * 32 + lane, r1);
+        st_float(base(s, op.out), dt, oo + (k + hp) * 32 + lane, r2);
+      }
+    }
+    return;
+  }
+  // Any layout or dtype: a thread per output element, the row's norm
+  // recomputed for each (slow, and only for what the path above rejects).
+  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t ridx[MPK_MAX_RANK];
+    for (int k = 0; k <= r; ++k) ridx[k] = idx[k];
+    float ss = 0.f;
+    for (int64_t j = 0; j < D; ++j) {
+      ridx[r] = j;
+      const float a = (float)load_elem(base(s, x), x.dtype, offset_of(x, ridx));
+      ss += a * a;
+    }
+    const float inv = rsqrtf(ss / (float)D + op.eps);
+    auto normed = [&](int64_t j) {
+      ridx[r] = j;
+      double y = round_to(x.dtype, (double)((float)load_elem(base(s, x), x.dtype, offset_of(x, ridx)) * inv));
+      if (has_w) y *= load_elem(base(s, w), w.dtype, offset_of(w, ridx));
+      return round_to(op.pro_dtype, y);
+    };
+    const int64_t j = idx[r];
+    const double xv = normed(j);
+    double rot = normed(j < h ? j + h : j - h);
+    if (j < h) rot = -rot;
+    ridx[r] = j;
+    const double cj = load_elem(base(s, c), c.dtype, offset_of(c, ridx));
+    const double sj = load_elem(base(s, sn), sn.dtype, offset_of(sn, ridx));
+    store_elem(base(s, op.out), dt, offset_of(op.out, idx),
+               round_to(dt, round_to(dt, xv * cj) + round_to(dt, round_to(dt, rot) * sj)));
+  });
+}
+
 // rope: out = x·cos + rotate_half(x)·sin along the last dim, rounding each
 // product to the output dtype as eager does.
 template <int N>
 __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
+  if (op.pro_first > 0) {
+    rope_normed(op, lo, hi, s);
+    return;
+  }
   const View& x = op.in[0];
   const int r = op.out.rank - 1;
   const int64_t h = x.shape[r] / 2;

@@ -268,6 +268,14 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			flags |= flagWeight
 		}
 		code = "mpk::rmsnorm(op, lo, hi, s, smem);"
+	case ir.RoPE:
+		if p := op.Attr.Pro; p != nil { // an RMSNorm of each row first
+			proFirst, proDType, eps = p.First, int(p.DType), p.Eps
+			if p.HasWeight {
+				flags |= flagWeight
+			}
+		}
+		code = "mpk::rope(op, lo, hi, s, smem);"
 	case ir.Elementwise:
 		code = fmt.Sprintf("mpk::elementwise<Expr%d>(op, lo, hi, s);", gen.expr(op.Attr.Expr, touchesF64(op)))
 	default:

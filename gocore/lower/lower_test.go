@@ -50,15 +50,16 @@ func TestLowerRealModels(t *testing.T) {
 			k := countKinds(g)
 			qwen := strings.Contains(c.file, "qwen3")
 			// Every RMSNorm before a projection is folded into the Linears
-			// that read it; Qwen3's per-head q/k norms stay ops of their own.
+			// that read it; Qwen3's per-head q/k norms into the RoPE after them.
 			headNorms := 0
 			if qwen {
 				headNorms = 2 * c.layers
 			}
 			want := map[string]int{
-				"rmsnorm":                  headNorms,
+				"rmsnorm":                  0,
 				"rmsnorm+linear":           5*c.layers + 1, // q, k, v, gate, up; the LM head
-				"rope":                     2 * c.layers,
+				"rmsnorm+rope":             headNorms,
+				"rope":                     2*c.layers - headNorms,
 				"attention":                c.layers,
 				"kv_write":                 2 * c.layers,
 				"linear+residual":          c.layers, // o_proj

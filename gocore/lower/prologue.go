@@ -69,3 +69,77 @@ func hasIndex(e *ir.Expr) bool {
 	})
 	return found
 }
+
+// foldNormIntoRoPE folds an RMSNorm whose output only a RoPE reads as x
+// (Qwen3's per-head q/k norm) into that RoPE as a prologue: each row is
+// normalised and rotated in registers, one dependent stage fewer per layer on
+// the path to attention. The norm's rows must be the RoPE's rows; the RoPE may
+// read them through a permuted view (the heads transposed), which the norm's
+// inputs are viewed through as well.
+func foldNormIntoRoPE(g *ir.Graph) {
+	u := analyze(g)
+	index := make(map[*ir.Op]int, len(g.Ops))
+	for i, op := range g.Ops {
+		index[op] = i
+	}
+	dead := map[*ir.Op]bool{}
+	for _, p := range g.Ops {
+		if p.Kind != ir.RMSNorm || p.Out.Buf.Kind != ir.Temp || !p.Out.IsWhole() || u.outputs[p.Out.Buf.ID] ||
+			len(u.writers[p.Out.Buf.ID]) != 1 || len(u.readers[p.Out.Buf.ID]) != 1 {
+			continue
+		}
+		r := u.readers[p.Out.Buf.ID][0]
+		if r.Kind != ir.RoPE || r.Attr.Pro != nil || r.In[0].Buf != p.Out.Buf || r.In[1].Buf == p.Out.Buf ||
+			r.In[2].Buf == p.Out.Buf || writtenBetween(g, index[p], index[r], p.In) {
+			continue
+		}
+		var vs []ir.View
+		for _, v := range p.In {
+			cv, ok := throughView(r.In[0], p.Out, v)
+			if !ok {
+				break
+			}
+			vs = append(vs, cv)
+		}
+		if len(vs) != len(p.In) {
+			continue
+		}
+		r.Attr.Pro = &ir.Prologue{Kind: ir.RMSNorm, First: len(r.In), Eps: p.Attr.Eps, HasWeight: p.Attr.HasWeight,
+			DType: p.Out.DType()}
+		r.In = append(append([]ir.View{vs[0]}, r.In[1:]...), vs[1:]...)
+		r.Label = "rmsnorm+" + r.Label
+		dead[p] = true
+	}
+	removeOps(g, dead)
+}
+
+// throughView returns the view of v (shaped like out) that reads, at each
+// index of reader, the element of v at the index of out that reader reads.
+// reader must permute out's dims (dims of size 1 aside) and keep its last dim
+// last, so rows stay rows.
+func throughView(reader, out, v ir.View) (ir.View, bool) {
+	if reader.Offset != out.Offset || reader.Numel() != out.Numel() || len(v.Shape) != len(out.Shape) {
+		return ir.View{}, false
+	}
+	used := make([]bool, len(out.Shape))
+	strides := make([]int64, len(reader.Shape))
+	last := len(reader.Shape) - 1
+	for d, n := range reader.Shape {
+		if n == 1 && d != last {
+			continue // any stride reads the one element
+		}
+		k := -1
+		for c := range out.Shape {
+			if !used[c] && out.Shape[c] == n && out.Strides[c] == reader.Strides[d] && (out.Shape[c] > 1 || c == len(out.Shape)-1) {
+				k = c
+				break
+			}
+		}
+		if k < 0 || (d == last) != (k == len(out.Shape)-1) {
+			return ir.View{}, false
+		}
+		used[k] = true
+		strides[d] = v.Strides[k]
+	}
+	return ir.View{Buf: v.Buf, Offset: v.Offset, Shape: append([]int64(nil), reader.Shape...), Strides: strides}, true
+}

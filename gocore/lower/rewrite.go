@@ -36,6 +36,7 @@ var rewrites = []struct {
 	{"linear", linear},
 	{"fuse_residual", fuseResidual},
 	{"fuse_prologue", fusePrologue},
+	{"norm_rope", foldNormIntoRoPE},
 	{"dce", deadCode},
 	{"bind_outputs", bindOutputs},
 	{"label", label},

@@ -207,7 +207,12 @@ func (x *exec) rope(op *ir.Op, b tgraph.Box) error {
 	var xs, cs, ss []float64
 	out := make([]int64, in.Rank())
 	return each(lead, func(idx []int64) error {
-		xs, cs, ss = x.row(in, idx, xs), x.row(op.In[1], idx, cs), x.row(op.In[2], idx, ss)
+		if op.Attr.Pro != nil { // x is an RMSNorm of its inputs, row by row
+			xs = x.normRow(op.ProIn(), idx, op.Attr.Pro, xs)
+		} else {
+			xs = x.row(in, idx, xs)
+		}
+		cs, ss = x.row(op.In[1], idx, cs), x.row(op.In[2], idx, ss)
 		h := len(xs) / 2
 		copy(out, idx)
 		for j := range xs {
@@ -258,28 +263,36 @@ func (x *exec) linearInput(op *ir.Op, m int64, dst []float64) []float64 {
 	dst = dst[:0]
 	switch pro.Kind {
 	case ir.RMSNorm:
-		xr := x.row(in[0], []int64{m}, nil)
-		var w []float64
-		if pro.HasWeight {
-			w = x.row(in[1], []int64{m}, nil)
-		}
-		ss := 0.0
-		for _, v := range xr {
-			ss += v * v
-		}
-		inv := 1 / math.Sqrt(float64(float32(ss/float64(K)))+pro.Eps)
-		for k, v := range xr {
-			y := round(in[0].DType(), round(ir.F32, v*inv))
-			if pro.HasWeight {
-				y *= w[k]
-			}
-			dst = append(dst, round(pro.DType, y))
-		}
+		dst = x.normRow(in, []int64{m}, pro, dst)
 	default:
 		fake := &ir.Op{In: in}
 		for k := int64(0); k < K; k++ {
 			dst = append(dst, round(pro.DType, x.eval(fake, pro.Expr, []int64{m, k})))
 		}
+	}
+	return dst
+}
+
+// normRow is an RMSNorm prologue's result for the row at lead: in[0] is x,
+// in[1] the weight when it has one; rounded as the folded op's output was.
+func (x *exec) normRow(in []ir.View, lead []int64, pro *ir.Prologue, dst []float64) []float64 {
+	xr := x.row(in[0], lead, nil)
+	var w []float64
+	if pro.HasWeight {
+		w = x.row(in[1], lead, nil)
+	}
+	ss := 0.0
+	for _, v := range xr {
+		ss += v * v
+	}
+	inv := 1 / math.Sqrt(float64(float32(ss/float64(len(xr))))+pro.Eps)
+	dst = dst[:0]
+	for k, v := range xr {
+		y := round(in[0].DType(), round(ir.F32, v*inv))
+		if pro.HasWeight {
+			y *= w[k]
+		}
+		dst = append(dst, round(pro.DType, y))
 	}
 	return dst
 }
