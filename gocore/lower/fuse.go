@@ -11,10 +11,7 @@ func fuseElementwise(g *ir.Graph) {
 	for changed := true; changed; {
 		changed = false
 		u := analyze(g)
-		index := make(map[*ir.Op]int, len(g.Ops))
-		for i, op := range g.Ops {
-			index[op] = i
-		}
+		index := opIndex(g)
 		touched, fused := map[*ir.Op]bool{}, map[*ir.Op]bool{}
 		for _, c := range g.Ops {
 			if c.Kind != ir.Elementwise || touched[c] {

@@ -8,10 +8,7 @@ import "mpk/gocore/ir"
 // synchronisation, disappears. Every reader gets its own copy of the prologue.
 func fusePrologue(g *ir.Graph) {
 	u := analyze(g)
-	index := make(map[*ir.Op]int, len(g.Ops))
-	for i, op := range g.Ops {
-		index[op] = i
-	}
+	index := opIndex(g)
 	dead := map[*ir.Op]bool{}
 	for _, p := range g.Ops {
 		if p.Kind != ir.RMSNorm && p.Kind != ir.Elementwise || p.Out.Buf.Kind != ir.Temp || !p.Out.IsWhole() || u.outputs[p.Out.Buf.ID] {
@@ -78,10 +75,7 @@ func hasIndex(e *ir.Expr) bool {
 // inputs are viewed through as well.
 func foldNormIntoRoPE(g *ir.Graph) {
 	u := analyze(g)
-	index := make(map[*ir.Op]int, len(g.Ops))
-	for i, op := range g.Ops {
-		index[op] = i
-	}
+	index := opIndex(g)
 	dead := map[*ir.Op]bool{}
 	for _, p := range g.Ops {
 		if p.Kind != ir.RMSNorm || p.Out.Buf.Kind != ir.Temp || !p.Out.IsWhole() || u.outputs[p.Out.Buf.ID] ||
@@ -142,4 +136,13 @@ func throughView(reader, out, v ir.View) (ir.View, bool) {
 		strides[d] = v.Strides[k]
 	}
 	return ir.View{Buf: v.Buf, Offset: v.Offset, Shape: append([]int64(nil), reader.Shape...), Strides: strides}, true
+}
+
+// opIndex maps each op to its position in g.Ops.
+func opIndex(g *ir.Graph) map[*ir.Op]int {
+	index := make(map[*ir.Op]int, len(g.Ops))
+	for i, op := range g.Ops {
+		index[op] = i
+	}
+	return index
 }
