@@ -4,46 +4,10 @@
 // a launch); x is staged in shared memory as fp32.
 #pragma once
 #include "runtime/runtime.cuh"
+#include "tasks/dot.cuh"
 #include "tasks/generic.cuh"
 
 namespace mpk {
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// dot8 multiplies 16 bytes of weights with the matching fp32 activations.
-__device__ __forceinline__ float dot16(const uint4& raw, const float* x, __nv_bfloat16*) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 f = __bfloat1622float2(h[i]);
-    acc += f.x * x[2 * i] + f.y * x[2 * i + 1];
-  }
-  return acc;
-}
-
-__device__ __forceinline__ float dot16(const uint4& raw, const float* x, __half*) {
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 f = __half22float2(h[i]);
-    acc += f.x * x[2 * i] + f.y * x[2 * i + 1];
-  }
-  return acc;
-}
-
-__device__ __forceinline__ float dot16(const uint4& raw, const float* x, float*) {
-  const float* f = reinterpret_cast<const float*>(&raw);
-  return f[0] * x[0] + f[1] * x[1] + f[2] * x[2] + f[3] * x[3];
-}
-
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(float v) { return v; }
 
 // How a Linear gets row m of x into shared memory (fp32): read it, or compute
 // it with the op the compiler folded into the load (an RMSNorm, or an

@@ -1,0 +1,117 @@
+// The weight ring: shared-memory pages that a worker's loader warp fills with
+// bulk async copies (cp.async.bulk, completing on an mbarrier) and that its
+// consumer warps drain. The loader walks the worker's task queue ahead of the
+// consumers and waits only for a free page, never for an event: weights are
+// not written during a launch, so the next task's weights stream in while
+// the consumers still wait for that task's inputs (DESIGN.md, Bandwidth).
+//
+// Pages are numbered by one sequence per launch, shared by both sides: page
+// `seq` lives in slot seq % P and is that slot's (seq / P)-th fill, so a
+// side waits on a slot's barrier with parity (seq / P) & 1. A parity wait is
+// only meaningful one phase ahead, so both sides take pages strictly in
+// order: the loader fills page seq once page seq - P is released, and every
+// consumer warp reads page seq only after it released page seq - 1.
+#pragma once
+#include <stdint.h>
+
+namespace mpk {
+
+constexpr int kPageBytes = 16384;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+// mbar_test reports whether the barrier's phase with this parity completed.
+__device__ __forceinline__ bool mbar_test(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+
+// mbar_expect_bytes arrives once and tells the barrier how many bytes of
+// bulk copies must land before its phase completes.
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+// bulk_load copies bytes (a multiple of 16, both addresses 16-byte aligned)
+// from global to shared memory, completing on bar, under an L2 policy.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
+// The barriers of a ring of P pages, in shared memory.
+template <int P>
+struct RingBars {
+  uint64_t full[P];   // one arrival (the loader's expect) plus the page's bytes
+  uint64_t empty[P];  // the consumers' releases (see Ring::init)
+};
+
+// Ring is a worker's view of its page ring: P pages of PAGE bytes at `pages`.
+template <int P, int PAGE = kPageBytes>
+struct Ring {
+  static constexpr int kPages = P;
+  static constexpr int kBytes = PAGE;
+  RingBars<P>* bars;  // the empty barriers count one arrival per consumer warp
+  char* pages;
+
+  __device__ __forceinline__ char* page(uint32_t seq) const { return pages + (seq % P) * PAGE; }
+
+  // init is called by one thread before any other use (then a block barrier).
+  __device__ void init(int consumer_warps) const {
+    for (int i = 0; i < P; ++i) {
+      mbar_init(&bars->full[i], 1);
+      mbar_init(&bars->empty[i], consumer_warps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+
+  // Loader side: is page seq's slot free (drained by the consumers of page seq - P)?
+  __device__ __forceinline__ bool slot_free(uint32_t seq) const {
+    return seq < P || mbar_test(&bars->empty[seq % P], ((seq / P) + 1) & 1);
+  }
+
+  // Loader side (one thread): start filling page seq with bytes from src.
+  __device__ __forceinline__ void fill(uint32_t seq, const void* src, uint32_t bytes, uint64_t policy) const {
+    uint64_t* bar = &bars->full[seq % P];
+    mbar_expect_bytes(bar, bytes);
+    bulk_load(page(seq), src, bytes, bar, policy);
+  }
+
+  // Consumer side: has page seq landed?
+  __device__ __forceinline__ bool ready(uint32_t seq) const {
+    return mbar_test(&bars->full[seq % P], (seq / P) & 1);
+  }
+
+  // Consumer side, once per warp after its last read of page seq.
+  __device__ __forceinline__ void release(uint32_t seq) const {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(&bars->empty[seq % P]);
+  }
+
+};
+
+// pages_of is how many pages of page_bytes a stream of bytes takes.
+__host__ __device__ constexpr uint32_t pages_of(uint64_t bytes, int page_bytes = kPageBytes) {
+  return (uint32_t)((bytes + page_bytes - 1) / page_bytes);
+}
+
+}  // namespace mpk

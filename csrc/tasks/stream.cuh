@@ -1,0 +1,172 @@
+// The consumer side of a weight stream. A streamed task's weights are the
+// rows [0, R) of a row-major [R, K] slice (contiguous in memory), arriving in
+// the worker's ring (runtime/ring.cuh) as pages in order. The consumer warps
+// multiply each page, as it lands, with the M rows of x staged in shared
+// memory as fp32 ([M][K]), so every weight byte is read once per step
+// whatever M is.
+//
+// Each warp load covers CHUNK consecutive elements of one row (K is a
+// multiple of CHUNK), and its dot with row m of x is a partial sum written
+// to part[c * M + m] for chunk c of the task. Rows are summed from their
+// chunks in a fixed order afterwards (row_dot), so results do not depend on
+// which warp finished first.
+#pragma once
+#include "runtime/abi_gen.cuh"
+#include "runtime/ring.cuh"
+#include "tasks/dot.cuh"
+
+namespace mpk {
+
+template <typename T>
+struct StreamOf {
+  static constexpr int VEC = 16 / (int)sizeof(T);  // elements per 16-byte load
+  static constexpr int CHUNK = 32 * VEC;           // elements per warp load: one partial sum
+};
+
+// dot_regs is 16 bytes of weights times the matching x, held in registers.
+template <typename T>
+__device__ __forceinline__ float dot_regs(const uint4& raw, const float* x);
+
+template <>
+__device__ __forceinline__ float dot_regs<__nv_bfloat16>(const uint4& raw, const float* x) {
+  // A bf16 is the top half of an fp32: a pair's high element is a mask, its low one a shift.
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(w[i] << 16), x[2 * i], acc);
+    acc = fmaf(__uint_as_float(w[i] & 0xffff0000u), x[2 * i + 1], acc);
+  }
+  return acc;
+}
+
+template <>
+__device__ __forceinline__ float dot_regs<__half>(const uint4& raw, const float* x) {
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    acc = fmaf(f.x, x[2 * i], fmaf(f.y, x[2 * i + 1], acc));
+  }
+  return acc;
+}
+
+template <>
+__device__ __forceinline__ float dot_regs<float>(const uint4& raw, const float* x) {
+  return __uint_as_float(raw.x) * x[0] + __uint_as_float(raw.y) * x[1] + __uint_as_float(raw.z) * x[2] +
+         __uint_as_float(raw.w) * x[3];
+}
+
+// consumer_sync is a barrier of the consumer warps only (the loader warp
+// never joins it).
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(MPK_THREADS) : "memory"); }
+
+// page_split is how many pages a row of K weights spans: 1 when a page
+// holds whole rows, else the fewest S dividing K into whole warp chunks that
+// fit a page. 0 when K is not a multiple of a warp chunk: such a Linear does
+// not stream.
+__host__ __device__ constexpr int page_split(int K, int slot_elems, int chunk) {
+  if (K <= 0 || K % chunk != 0) return 0;
+  for (int s = 1; s <= K / chunk; ++s)
+    if (K % s == 0 && (K / s) % chunk == 0 && K / s <= slot_elems) return s;
+  return 0;
+}
+
+// page_elems is how many weights a page of a [R, K] stream holds: whole rows
+// (as many as fit), or 1/S of a row. Either way page p starts at column
+// (p mod S)·E, so a consumer thread reads the same columns of every S-th
+// page and keeps its x in registers for the whole task.
+__host__ __device__ constexpr int page_elems(int K, int slot_elems, int chunk) {
+  const int s = page_split(K, slot_elems, chunk);
+  return s == 0 ? 0 : s == 1 ? slot_elems / K * K : K / s;
+}
+
+// stream_x_regs is how many x values a consumer thread holds for a stream
+// of K-wide rows and M rows of x (stream_dots takes at most 32).
+template <typename T>
+__host__ __device__ constexpr int stream_x_regs(int K, int M, int slot_bytes) {
+  const int vec = 16 / (int)sizeof(T), e = page_elems(K, slot_bytes / (int)sizeof(T), 32 * vec);
+  return e == 0 ? 0 : M * page_split(K, slot_bytes / (int)sizeof(T), 32 * vec) * ((e + MPK_THREADS * vec - 1) / (MPK_THREADS * vec)) * vec;
+}
+
+// stream_dots consumes the pages of one task's stream of `elems` weights
+// (page seq onwards; seq is advanced past them) and writes one partial per
+// warp load: thread t's i-th load of a page covers elements i·PASS + VEC·t,
+// a warp's 32 loads one CHUNK of one row. xs is x staged as fp32 [M][K].
+// wait(seq) returns once page seq has landed, or false to give up. The loop
+// has no data-dependent exit before a shuffle, so shuffles stay plain SHFL.
+template <typename T, int K, int M, class R, class Wait>
+__device__ __forceinline__ bool stream_dots(const R ring, uint32_t& seq, uint64_t elems, const float* xs, float* part,
+                                            Wait wait) {
+  constexpr int VEC = StreamOf<T>::VEC, CHUNK = StreamOf<T>::CHUNK;
+  constexpr int SLOT = R::kBytes / (int)sizeof(T);
+  constexpr int S = page_split(K, SLOT, CHUNK);     // pages per row (1: whole rows per page)
+  constexpr int E = page_elems(K, SLOT, CHUNK);     // elements per page
+  constexpr int PASS = MPK_THREADS * VEC;           // elements per load of every thread
+  constexpr int Q = (E + PASS - 1) / PASS;          // loads per thread per page
+  static_assert(S > 0, "K does not suit a weight stream");
+  static_assert(M * S * Q * VEC <= 32, "x of this many rows does not fit in registers");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // This thread's x: the same columns on every S-th page.
+  float x[M][S * Q * VEC];
+#pragma unroll
+  for (int ph = 0; ph < S; ++ph)
+#pragma unroll
+    for (int i = 0; i < Q; ++i) {
+      const int off = i * PASS + threadIdx.x * VEC;
+      const int col = (ph * E + (off < E ? off : 0)) % K;
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int v = 0; v < VEC; v += 4) {
+          const float4 f = *reinterpret_cast<const float4*>(xs + m * K + col + v);
+          float* d = &x[m][(ph * Q + i) * VEC + v];
+          d[0] = f.x, d[1] = f.y, d[2] = f.z, d[3] = f.w;
+        }
+    }
+  const uint32_t pages = (uint32_t)((elems + E - 1) / E);  // a multiple of S
+  for (uint32_t p0 = 0; p0 < pages; p0 += S) {
+#pragma unroll
+    for (int ph = 0; ph < S; ++ph, ++seq) {
+      const uint32_t p = p0 + ph;
+      if (!wait(seq)) return false;
+      const uint4* pg = reinterpret_cast<const uint4*>(ring.page(seq)) + threadIdx.x;
+      const int64_t left = (int64_t)elems - (int64_t)p * E;  // elements of this page in the task
+#pragma unroll
+      for (int i = 0; i < Q; ++i) {
+        const int first = i * PASS + warp * CHUNK;  // the warp's chunk in the page
+        const bool live = first < E && first < left;  // the same for the whole warp
+        const uint4 raw = live ? pg[i * MPK_THREADS] : make_uint4(0, 0, 0, 0);
+        float d[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) d[m] = warp_sum(dot_regs<T>(raw, x[m] + (ph * Q + i) * VEC));
+        if (live && lane == 0) {
+          const int64_t c = ((int64_t)p * E + first) / CHUNK;
+#pragma unroll
+          for (int m = 0; m < M; ++m) part[c * M + m] = d[m];
+        }
+      }
+      ring.release(seq);
+    }
+  }
+  return true;
+}
+
+// row_dot is row r's dot with row m of x: its partials summed in order.
+template <typename T, int K, int M>
+__device__ __forceinline__ float row_dot(const float* part, int r, int m) {
+  constexpr int PPR = K / StreamOf<T>::CHUNK;  // partials per row
+  float v = 0.f;
+#pragma unroll 8
+  for (int j = 0; j < PPR; ++j) v += part[(r * PPR + j) * M + m];
+  return v;
+}
+
+// The partials a task of `elems` weights writes, in floats (at most).
+template <typename T, int M>
+__host__ __device__ constexpr int64_t partial_floats(int64_t elems) {
+  return elems / StreamOf<T>::CHUNK * M;
+}
+
+}  // namespace mpk
