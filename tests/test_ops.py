@@ -17,3 +17,31 @@ def test_constant_pad(core_lib, fresh_dynamo, pad):
     x = torch.randn(3, 5)
     got = torch.compile(f, backend="mpk", options={"target": "reference"}, fullgraph=True, dynamic=False)(x)
     torch.testing.assert_close(got, f(x))
+
+
+def _compiled(f):
+    check.ensure_backend_registered()
+    return torch.compile(f, backend="mpk", options={"target": "reference"}, fullgraph=True, dynamic=False)
+
+
+@pytest.mark.parametrize("case", ["adjacent", "apart", "negative", "three"])
+def test_index_with_several_tensors(core_lib, fresh_dynamo, case):
+    """x[i, j] with broadcast index tensors, as HF's padding_mask[batch_idx, kv_idx]."""
+    x = torch.randn(3, 4, 5)
+    b = torch.arange(3).view(3, 1, 1)
+    k = torch.tensor([[[4, 0, 2]]])
+    fs = {
+        "adjacent": lambda x, b, k: x[b, k.clamp(max=3)] * 2,
+        "apart": lambda x, b, k: x[b, :, k] + 1,
+        "negative": lambda x, b, k: x[:, k.clamp(max=3) - 4, k - 5] + 1,
+        "three": lambda x, b, k: x[b, k.clamp(max=3), k] - 1,
+    }
+    got = _compiled(fs[case])(x, b, k)
+    torch.testing.assert_close(got, fs[case](x, b, k))
+
+
+def test_index_out_of_range_is_an_error(core_lib, fresh_dynamo):
+    """An index past its own dim is rejected, even where the flat index would be in range."""
+    x = torch.randn(3, 4)
+    with pytest.raises(Exception, match="out of range"):
+        _compiled(lambda x, i, j: x[i, j] + 1)(x, torch.tensor([0]), torch.tensor([4]))

@@ -200,36 +200,122 @@ func embeddingOp(l *lowerer) {
 	l.set(&out)
 }
 
-// indexOp lowers x[..., idx, ...] with one index tensor (the others None).
+// indexOp lowers x[..., idx, ...] (aten.index.Tensor). One index tensor
+// gathers along its dim; several are first combined into one flat index over
+// their dims (multiIndex), so every form runs as one Gather.
 func indexOp(l *lowerer) {
 	x := l.tensorArg(0, "self")
 	a := l.arg(1, "indices")
 	if a == nil || a.K != "list" {
 		l.failf("index needs a list of indices")
 	}
-	dim := -1
-	var idx ir.View
+	var dims []int
+	var idxs []ir.View
 	for i, e := range a.List {
 		if e.K == "none" {
 			continue
 		}
-		if dim >= 0 {
-			l.unsupported("advanced indexing with more than one index tensor")
+		idx := l.tensor(e)
+		if idx.DType() == ir.Bool {
+			l.unsupported("indexing with a boolean mask (its result shape depends on the data)")
 		}
-		dim, idx = i, l.tensor(e)
+		dims, idxs = append(dims, i), append(idxs, idx)
 	}
-	if dim < 0 {
+	if len(dims) == 0 {
 		v := x.Clone()
 		l.set(&v)
 		return
 	}
-	if idx.DType() == ir.Bool {
-		l.unsupported("indexing with a boolean mask (its result shape depends on the data)")
+	if len(dims) > x.Rank() {
+		l.failf("index with %d index tensors into a %d-d tensor", len(dims), x.Rank())
+	}
+	dim, idx := dims[0], idxs[0]
+	if len(dims) > 1 {
+		x, dim, idx = l.multiIndex(x, dims, idxs)
 	}
 	shape := append(append(append([]int64{}, x.Shape[:dim]...), idx.Shape...), x.Shape[dim+1:]...)
 	out := l.temp(x.DType(), shape)
 	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{x, idx}, Out: out, Attr: ir.Attrs{Dim: dim}})
 	l.set(&out)
+}
+
+// multiIndex turns indexing by several tensors (HF's padding_mask[batch_idx,
+// kv_idx]) into indexing by one: the indexed dims of x merge into one dim and
+// an elementwise op computes the flat index Σ idxᵢ·strideᵢ over the index
+// tensors' broadcast shape. As in PyTorch, the result's index dims stand where
+// the indexed dims were when those are adjacent, and first otherwise. A
+// negative index counts from the end of its dim; one out of range in its own
+// dim makes the flat index out of range, so the Gather still rejects it.
+func (l *lowerer) multiIndex(x ir.View, dims []int, idxs []ir.View) (ir.View, int, ir.View) {
+	k := len(dims)
+	adjacent := dims[k-1]-dims[0] == k-1
+	perm, at := identity(x.Rank()), dims[0]
+	if !adjacent {
+		perm, at = append([]int{}, dims...), 0
+		for d := range x.Shape {
+			if !containsInt(dims, d) {
+				perm = append(perm, d)
+			}
+		}
+	}
+	xp := permute(x, perm)
+	n := ir.Numel(xp.Shape[at : at+k])
+	merged := append(append(append([]int64{}, xp.Shape[:at]...), n), xp.Shape[at+k:]...)
+	xm := l.reshape(xp, merged)
+
+	var shape []int64
+	for _, v := range idxs {
+		shape = broadcastShapes(l, shape, v.Shape)
+	}
+	ins := make([]ir.View, k)
+	var flat, ok *ir.Expr
+	stride := n
+	for i, v := range idxs {
+		ins[i] = broadcast(l, v, shape)
+		size := x.Shape[dims[i]]
+		stride /= size
+		raw := ir.Load(i)
+		w := ir.Apply(ir.EWhere, ir.Apply(ir.ELt, raw, ir.Const(0)), ir.Apply(ir.EAdd, raw, ir.Const(float64(size))), raw)
+		in := ir.Apply(ir.EAnd, ir.Apply(ir.EGe, w, ir.Const(0)), ir.Apply(ir.ELt, w, ir.Const(float64(size))))
+		term := ir.Apply(ir.EMul, w, ir.Const(float64(stride)))
+		if i == 0 {
+			flat, ok = term, in
+		} else {
+			flat, ok = ir.Apply(ir.EAdd, flat, term), ir.Apply(ir.EAnd, ok, in)
+		}
+	}
+	idx := l.temp(ir.I64, shape)
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: ins, Out: idx,
+		Attr: ir.Attrs{Expr: ir.Cast(ir.I64, ir.Apply(ir.EWhere, ok, flat, ir.Const(float64(n))))}})
+	return xm, at, idx
+}
+
+// broadcastShapes is the numpy broadcast of shapes a and b.
+func broadcastShapes(l *lowerer, a, b []int64) []int64 {
+	if len(a) < len(b) {
+		a, b = b, a
+	}
+	out := append([]int64(nil), a...)
+	for i := range b {
+		j := len(a) - len(b) + i
+		switch {
+		case b[i] == out[j] || b[i] == 1:
+		case out[j] == 1:
+			out[j] = b[i]
+		default:
+			l.failf("index tensors of shapes %v and %v do not broadcast", a, b)
+		}
+	}
+	return out
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
 }
 
 func catOp(l *lowerer) {
