@@ -2,8 +2,11 @@
 
 The model gets a StaticCache already holding --cache-tokens tokens (so the
 cache tensors are real graph inputs); eager and mpk then run the same step(s)
-from identical cache state and their logits are compared. The last line is
-`PASS rel_err=...` or `FAIL ...`."""
+from identical cache state and their logits and caches are compared. The model
+is a named one (--model) or any local HF config (--config, random weights).
+--mask passes a 2-D attention_mask over the whole cache, as serving code does;
+with --batch > 1 it left-pads the rows by different amounts and passes the
+position_ids generate would. The last line is `PASS rel_err=...` or `FAIL ...`."""
 
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ class CheckResult:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny-llama", choices=models.MODELS)
+    p.add_argument("--config", default=None, metavar="PATH",
+                   help="a local HF config.json (or a directory holding one) instead of --model")
     p.add_argument("--target", default="reference", choices=("reference", "cuda"))
     p.add_argument("--prefill", type=int, default=1, metavar="N",
                    help="tokens per step (1: decode; 16: a 16-token prefill chunk)")
@@ -50,6 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=tuple(DTYPES),
                    help="model dtype (default: float32 for reference, bfloat16 for cuda)")
     p.add_argument("--steps", type=int, default=1, help="steps run back to back")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step")
+    p.add_argument("--mask", action="store_true",
+                   help="pass a 2-D attention_mask over the whole cache (left-padded rows when --batch > 1)")
 
 
 def ensure_backend_registered() -> None:
@@ -73,14 +81,17 @@ def _layers(cache):
 
 
 def snapshot(cache) -> list[dict]:
-    """Copies of everything a step mutates: each layer's keys, values and position counter."""
+    """Copies of everything a step mutates: each layer's keys, values and
+    position counter (a sliding-window layer also counts in a Python int)."""
     state = []
     for layer in _layers(cache):
         d = {}
-        for attr in ("keys", "values", "cumulative_length"):
+        for attr in ("keys", "values", "cumulative_length", "cumulative_length_int"):
             v = getattr(layer, attr, None)
             if isinstance(v, torch.Tensor):
                 d[attr] = v.detach().clone()
+            elif isinstance(v, int):
+                d[attr] = v
         state.append(d)
     return state
 
@@ -90,15 +101,67 @@ def restore(cache, state: list[dict]) -> None:
     """Writes a snapshot back in place, so the cache keeps its addresses."""
     for layer, d in zip(_layers(cache), state):
         for attr, v in d.items():
-            getattr(layer, attr).copy_(v)
+            if isinstance(v, torch.Tensor):
+                getattr(layer, attr).copy_(v)
+            else:
+                setattr(layer, attr, v)
 
 
-def _make_cache(model, max_len, device, tokens):
+def _make_cache(model, max_len, device, tokens, **inputs):
+    """A StaticCache of max_len filled eagerly with tokens (and inputs: the
+    attention mask and position ids that go with them)."""
     from transformers import StaticCache
     cache = StaticCache(config=model.config, max_cache_len=max_len)
     with torch.no_grad():
-        model(input_ids=tokens.to(device), past_key_values=cache, use_cache=True)
+        model(input_ids=tokens.to(device), past_key_values=cache, use_cache=True,
+              **{k: v.to(device) for k, v in inputs.items()})
     return cache
+
+
+def left_pads(batch: int, cache_tokens: int) -> list[int]:
+    """Left padding per row of a padded batch: none on row 0, up to half the
+    filled cache on the last, so every row sees a different mask."""
+    return [b * (cache_tokens // 2) // max(batch - 1, 1) for b in range(batch)]
+
+
+@dataclass
+class Plan:
+    """What a check feeds the model: the prompt that fills the cache and each
+    step's inputs, all on the CPU."""
+    fill: torch.Tensor
+    fill_inputs: dict
+    steps: list[dict]
+
+
+def plan_inputs(vocab: int, batch: int, cache_tokens: int, prefill: int, steps: int, mask: bool,
+                max_len: int, seed: int) -> Plan:
+    """Random tokens; with mask, a 2-D attention_mask over the whole cache
+    (ones on every real token so far, zeros on left padding and the unused
+    tail) and, for a padded batch, position_ids that skip the padding."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    fill = torch.randint(0, vocab, (batch, cache_tokens), generator=gen)
+    pads = left_pads(batch, cache_tokens) if mask and batch > 1 else [0] * batch
+    fill_inputs = {}
+    if mask:
+        m = torch.ones(batch, cache_tokens, dtype=torch.long)
+        for b, p in enumerate(pads):
+            m[b, :p] = 0
+        fill_inputs["attention_mask"] = m
+        if batch > 1:
+            fill_inputs["position_ids"] = (m.cumsum(-1) - 1).clamp_min(0)
+    plan = Plan(fill, fill_inputs, [])
+    for s in range(steps):
+        step = {"input_ids": torch.randint(0, vocab, (batch, prefill), generator=gen)}
+        if mask:
+            start = cache_tokens + s * prefill
+            m = torch.zeros(batch, max_len, dtype=torch.long)
+            for b, p in enumerate(pads):
+                m[b, p:start + prefill] = 1
+            step["attention_mask"] = m
+            if batch > 1:
+                step["position_ids"] = torch.stack([torch.arange(start - p, start - p + prefill) for p in pads])
+        plan.steps.append(step)
+    return plan
 
 
 def decode_setup(name: str, cache_tokens: int, dtype=torch.bfloat16, device="cuda", extra: int = 16, seed: int = 0):
@@ -109,15 +172,18 @@ def decode_setup(name: str, cache_tokens: int, dtype=torch.bfloat16, device="cud
     return model, _make_cache(model, cache_tokens + extra, device, prompt)
 
 
-def _steps(fn, cache, token_steps, device, times: list | None = None):
-    """Runs the steps back to back (the cache position advances); logits per
-    step. `times` gets each step's wall time in seconds (the .cpu() syncs)."""
+def _steps(fn, cache, steps: list, device, times: list | None = None):
+    """Runs the steps (each token ids or a dict of inputs) back to back (the
+    cache position advances); logits per step. `times` gets each step's wall
+    time in seconds (the .cpu() syncs)."""
     import time
     out = []
     with torch.no_grad():
-        for toks in token_steps:
+        for step in steps:
+            inputs = step if isinstance(step, dict) else {"input_ids": step}
+            inputs = {k: v.to(device) for k, v in inputs.items()}
             t0 = time.perf_counter()
-            r = fn(input_ids=toks.to(device), past_key_values=cache, use_cache=True)
+            r = fn(**inputs, past_key_values=cache, use_cache=True)
             out.append(r.logits.float().cpu().clone())
             if times is not None:
                 times.append(time.perf_counter() - t0)
@@ -126,13 +192,15 @@ def _steps(fn, cache, token_steps, device, times: list | None = None):
 
 def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int = 1, seed: int = 0,
               workers: int | None = None, cache_tokens: int = 64, dtype: str | None = None,
-              steps: int = 1, log: Callable[[str], None] = print, exec_seed: int | None = None) -> CheckResult:
-    """Runs the check; logs the summary and the result line; returns the result."""
+              steps: int = 1, log: Callable[[str], None] = print, exec_seed: int | None = None,
+              batch: int = 1, mask: bool = False) -> CheckResult:
+    """Runs the check; logs the summary and the result line; returns the result.
+    `model` is a named model or a path to a local HF config."""
     from . import backend
     before = backend.compile_count
     try:
         return _run_check(model, target, prefill, seed, workers, cache_tokens, dtype, steps, log,
-                          seed if exec_seed is None else exec_seed)
+                          seed if exec_seed is None else exec_seed, batch, mask)
     except MpkError as e:
         from . import backend
         fn = backend.last_compiled
@@ -144,7 +212,8 @@ def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int
         return res
 
 
-def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps, log, exec_seed) -> CheckResult:
+def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps, log, exec_seed,
+               batch, mask) -> CheckResult:
     from . import backend
 
     ensure_backend_registered()
@@ -157,19 +226,17 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
             return res
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    if prefill < 1 or steps < 1 or cache_tokens < 1:
-        raise ValueError("--prefill, --steps and --cache-tokens must be positive")
+    if prefill < 1 or steps < 1 or cache_tokens < 1 or batch < 1:
+        raise ValueError("--prefill, --steps, --cache-tokens and --batch must be positive")
 
     torch.manual_seed(seed)
     m = models.build(name, dtype=DTYPES[dtype], device=device, seed=seed)
-    vocab = m.config.vocab_size
-    gen = torch.Generator().manual_seed(seed + 1)
-    fill = torch.randint(0, vocab, (1, cache_tokens), generator=gen)
-    token_steps = [torch.randint(0, vocab, (1, prefill), generator=gen) for _ in range(steps)]
     max_len = cache_tokens + prefill * steps
     max_len = (max_len + 63) // 64 * 64
+    plan = plan_inputs(m.config.vocab_size, batch, cache_tokens, prefill, steps, mask, max_len, seed)
+    fill, token_steps = plan.fill, plan.steps
 
-    cache = _make_cache(m, max_len, device, fill)
+    cache = _make_cache(m, max_len, device, fill, **plan.fill_inputs)
     state = snapshot(cache)
     if not state or "keys" not in state[0] or "cumulative_length" not in state[0]:
         raise RuntimeError("this transformers version's StaticCache has no keys/values/"
@@ -203,8 +270,8 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     err = max(rel_err(g, e) for g, e in zip(got, eager))
     cache_err = max(rel_err(a[k].float(), b[k].float()) for a, b in zip(mpk_cache, eager_cache)
                     for k in ("keys", "values"))
-    pos_ok = all(torch.equal(a["cumulative_length"], b["cumulative_length"])
-                 for a, b in zip(mpk_cache, eager_cache))
+    pos_ok = all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k]
+                 for a, b in zip(mpk_cache, eager_cache) for k in a if k.startswith("cumulative_length"))
     last = getattr(fn, "last_run", None) or {}
     res = CheckResult(False, "", rel_err=err, tasks=int(summary.get("tasks", 0)),
                       events=int(summary.get("events", 0)), executed=int(last.get("executed", 0)),
@@ -298,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(p)
     a = p.parse_args(argv)
     try:
-        res = run_check(a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype, a.steps,
-                        exec_seed=a.exec_seed)
+        res = run_check(a.config or a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype,
+                        a.steps, exec_seed=a.exec_seed, batch=a.batch, mask=a.mask)
     except Exception as e:  # the last line must say FAIL, whatever broke
         import traceback
         traceback.print_exc()

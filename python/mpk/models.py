@@ -6,9 +6,12 @@ build in seconds rather than minutes."""
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import torch
+
+from . import families
 
 _LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -37,12 +40,7 @@ def _llama32_1b():
 
 
 CONFIGS: dict[str, Callable] = {
-    "tiny-llama": lambda: _llama(vocab_size=256, hidden_size=64, intermediate_size=128,
-                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                 max_position_embeddings=512),
-    "tiny-qwen3": lambda: _qwen3(vocab_size=256, hidden_size=64, intermediate_size=128,
-                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                 head_dim=16, max_position_embeddings=512),
+    **families.CONFIGS,  # tiny-llama, tiny-qwen3, tiny-phi3, ...: one per tested family
     "llama-3.2-1b": _llama32_1b,
     "qwen3-0.6b": lambda: _qwen3(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
                                  num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
@@ -62,27 +60,39 @@ MODELS = tuple(CONFIGS)
 
 
 def config(name: str):
-    try:
+    """The config of a named model, or of a local HF config: a config.json file
+    or a directory holding one (what save_pretrained writes)."""
+    if name in CONFIGS:
         cfg = CONFIGS[name]()
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+    elif os.path.exists(name):
+        from transformers import AutoConfig
+        cfg = AutoConfig.from_pretrained(name)
+    else:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}, or a path to a config.json")
     cfg._attn_implementation = "sdpa"
     return cfg
 
 
+def attention_implementation(cfg) -> str:
+    """SDPA where the model class supports it (Gemma 2 does not: its soft-capping
+    needs the eager attention), else eager."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+    cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(cfg), None)
+    return "sdpa" if cls is None or getattr(cls, "_supports_sdpa", True) else "eager"
+
+
 @torch.no_grad()
 def fill_random(model: torch.nn.Module, seed: int = 0, std: float = 0.02) -> None:
-    """Seeded weights: norm weights (1-D, name contains 'norm') are 1, the rest N(0, std)."""
+    """Seeded weights: norm weights (1-D, name contains 'norm') are 1, the rest
+    (biases included) N(0, std)."""
     gens: dict[torch.device, torch.Generator] = {}
     seen = set()
     for name, p in model.named_parameters():
         if id(p) in seen:  # tied weights
             continue
         seen.add(id(p))
-        if p.dim() == 1 and "norm" in name:
+        if p.dim() == 1 and "norm" in name and not name.endswith("bias"):
             p.fill_(1.0)
-        elif p.dim() == 1:
-            p.zero_()
         else:
             g = gens.get(p.device)
             if g is None:
@@ -101,8 +111,10 @@ def build(name: str, dtype: torch.dtype = torch.float32, device: str | torch.dev
     from transformers.initialization import no_init_weights
 
     cfg = config(name)
+    attn = attention_implementation(cfg)
+    cfg._attn_implementation = attn
     with no_init_weights(), torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attn)
     model.to(dtype)
     # no_init_weights also skips init_weights' tie_weights(): tie here, before filling.
     if getattr(cfg, "tie_word_embeddings", False):
