@@ -45,3 +45,33 @@ def test_index_out_of_range_is_an_error(core_lib, fresh_dynamo):
     x = torch.randn(3, 4)
     with pytest.raises(Exception, match="out of range"):
         _compiled(lambda x, i, j: x[i, j] + 1)(x, torch.tensor([0]), torch.tensor([4]))
+
+
+@pytest.mark.parametrize("case", ["split", "split_sizes", "chunk", "chunk_uneven", "unbind", "stack"])
+def test_split_and_stack(core_lib, fresh_dynamo, case):
+    """Pieces of a tensor are views of it; stack is a concatenation along a new dim."""
+    fs = {
+        "split": lambda x: [p * (i + 1) for i, p in enumerate(x.split(3, dim=-1))],
+        "split_sizes": lambda x: [p + i for i, p in enumerate(x.split([1, 5, 2], dim=-1))],
+        "chunk": lambda x: (lambda a, b: a * torch.sigmoid(b))(*x.chunk(2, dim=-1)),
+        "chunk_uneven": lambda x: [p - i for i, p in enumerate(x.chunk(3, dim=1))],
+        "unbind": lambda x: (lambda a, b, c: a * b - c)(*(x * 2).unbind(0)),
+        "stack": lambda x: torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2) + 1,
+    }
+    x = torch.randn(3, 5, 8)
+    got = _compiled(fs[case])(x)
+    torch.testing.assert_close(got, fs[case](x))
+
+
+@pytest.mark.parametrize("affine", ["both", "weight", "none", "2d"])
+def test_layer_norm(core_lib, fresh_dynamo, affine):
+    x = torch.randn(2, 3, 16) * 3 + 1
+    w, b = torch.randn(16), torch.randn(16)
+    fs = {
+        "both": lambda x: F.layer_norm(x, (16,), w, b, 1e-5),
+        "weight": lambda x: F.layer_norm(x, (16,), w, None, 1e-6),
+        "none": lambda x: F.layer_norm(x, (16,)),  # OLMo's non-parametric norm
+        "2d": lambda x: F.layer_norm(x, (3, 16), w.expand(3, 16) * 2, None),
+    }
+    got = _compiled(fs[affine])(x)
+    torch.testing.assert_close(got, fs[affine](x), rtol=1e-5, atol=1e-5)

@@ -325,6 +325,10 @@ func (l *lowerer) lowerNode() {
 		l.set(f(l))
 		return
 	}
+	if f, ok := splitOps[name]; ok {
+		l.set(f(l)...)
+		return
+	}
 	if b, ok := elementwiseOps[name]; ok {
 		l.elementwise(b)
 		return

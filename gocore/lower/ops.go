@@ -9,27 +9,29 @@ import (
 
 // computeOps lower the ATen ops that are not elementwise and not views.
 var computeOps = map[string]func(l *lowerer){
-	"mm.default":              mmOp,
-	"bmm.default":             bmmOp,
-	"addmm.default":           addmmOp,
-	"mean.dim":                reduceOp("mean"),
-	"mean.default":            reduceOp("mean"),
-	"sum.dim_IntList":         reduceOp("sum"),
-	"sum.default":             reduceOp("sum"),
-	"amax.default":            reduceOp("amax"),
-	"amin.default":            reduceOp("amin"),
-	"argmax.default":          reduceOp("argmax"),
-	"_softmax.default":        softmaxOp,
-	"embedding.default":       embeddingOp,
-	"index.Tensor":            indexOp,
-	"cat.default":             catOp,
-	"index_copy.default":      indexCopyOp(false),
-	"index_copy_.default":     indexCopyOp(true),
-	"copy_.default":           copyInPlaceOp,
-	"clone.default":           cloneOp,
-	"lift_fresh_copy.default": cloneOp,
-	"contiguous.default":      cloneOp,
-	"constant_pad_nd.default": padOp,
+	"mm.default":                mmOp,
+	"bmm.default":               bmmOp,
+	"addmm.default":             addmmOp,
+	"mean.dim":                  reduceOp("mean"),
+	"mean.default":              reduceOp("mean"),
+	"sum.dim_IntList":           reduceOp("sum"),
+	"sum.default":               reduceOp("sum"),
+	"amax.default":              reduceOp("amax"),
+	"amin.default":              reduceOp("amin"),
+	"argmax.default":            reduceOp("argmax"),
+	"_softmax.default":          softmaxOp,
+	"native_layer_norm.default": layerNormOp,
+	"embedding.default":         embeddingOp,
+	"index.Tensor":              indexOp,
+	"cat.default":               catOp,
+	"stack.default":             stackOp,
+	"index_copy.default":        indexCopyOp(false),
+	"index_copy_.default":       indexCopyOp(true),
+	"copy_.default":             copyInPlaceOp,
+	"clone.default":             cloneOp,
+	"lift_fresh_copy.default":   cloneOp,
+	"contiguous.default":        cloneOp,
+	"constant_pad_nd.default":   padOp,
 }
 
 // padOp lowers constant_pad_nd: fill the output with the value, then copy the
@@ -335,6 +337,28 @@ func catOp(l *lowerer) {
 			l.failf("cat of a %d-d tensor into %d-d", v.Rank(), len(shape))
 		}
 		ins = append(ins, v)
+	}
+	out := l.temp(l.outDType(0), shape)
+	l.emit(&ir.Op{Kind: ir.Cat, In: ins, Out: out, Attr: ir.Attrs{Dim: dim}})
+	l.set(&out)
+}
+
+// stackOp lowers stack as a Cat of the tensors, each viewed with the new
+// size-1 dim.
+func stackOp(l *lowerer) {
+	a := l.arg(0, "tensors")
+	if a == nil || a.K != "list" || len(a.List) == 0 {
+		l.failf("stack needs a non-empty list of tensors")
+	}
+	shape := l.outShape(0)
+	dim := wrapDim(l, l.intArg(1, "dim", 0), len(shape))
+	var ins []ir.View
+	for _, e := range a.List {
+		v := l.tensor(e)
+		if v.Rank() != len(shape)-1 {
+			l.failf("stack of a %d-d tensor into %d-d", v.Rank(), len(shape))
+		}
+		ins = append(ins, insertDim(v, dim))
 	}
 	out := l.temp(l.outDType(0), shape)
 	l.emit(&ir.Op{Kind: ir.Cat, In: ins, Out: out, Attr: ir.Attrs{Dim: dim}})

@@ -29,6 +29,84 @@ var viewOps = map[string]func(l *lowerer) *ir.View{
 	"_reshape_alias.default": reshapeOp,
 }
 
+// splitOps lower the view ops with several outputs: each piece is a view.
+var splitOps = map[string]func(l *lowerer) []*ir.View{
+	"split.Tensor":             splitOp,
+	"split_with_sizes.default": splitWithSizesOp,
+	"chunk.default":            chunkOp,
+	"unbind.int":               unbindOp,
+}
+
+// pieces views consecutive slices of v along d with the given sizes.
+func pieces(l *lowerer, v ir.View, d int, sizes []int64) []*ir.View {
+	var out []*ir.View
+	off := int64(0)
+	for _, n := range sizes {
+		if n < 0 || off+n > v.Shape[d] {
+			l.failf("split sizes %v do not fit dim %d of size %d", sizes, d, v.Shape[d])
+		}
+		p := v.Clone()
+		p.Offset += off * v.Strides[d]
+		p.Shape[d] = n
+		out = append(out, &p)
+		off += n
+	}
+	if off != v.Shape[d] {
+		l.failf("split sizes %v do not add up to dim %d of size %d", sizes, d, v.Shape[d])
+	}
+	return out
+}
+
+// evenSizes cuts n into pieces of size (the last one smaller), as split does.
+func evenSizes(n, size int64) []int64 {
+	var sizes []int64
+	for off := int64(0); off < n || len(sizes) == 0; off += size {
+		sizes = append(sizes, min(size, n-off))
+		if size <= 0 {
+			break
+		}
+	}
+	return sizes
+}
+
+func splitOp(l *lowerer) []*ir.View {
+	v := l.tensorArg(0, "self")
+	d := wrapDim(l, l.intArg(2, "dim", 0), v.Rank())
+	size := l.intArg(1, "split_size", 1)
+	if size <= 0 && v.Shape[d] > 0 {
+		l.failf("split size %d must be positive", size)
+	}
+	return pieces(l, v, d, evenSizes(v.Shape[d], size))
+}
+
+func splitWithSizesOp(l *lowerer) []*ir.View {
+	v := l.tensorArg(0, "self")
+	d := wrapDim(l, l.intArg(2, "dim", 0), v.Rank())
+	return pieces(l, v, d, l.intsArg(1, "split_sizes"))
+}
+
+// chunkOp: chunks of ceil(n/chunks), as many as that takes.
+func chunkOp(l *lowerer) []*ir.View {
+	v := l.tensorArg(0, "self")
+	d := wrapDim(l, l.intArg(2, "dim", 0), v.Rank())
+	chunks := l.intArg(1, "chunks", 1)
+	if chunks <= 0 {
+		l.failf("chunk count %d must be positive", chunks)
+	}
+	return pieces(l, v, d, evenSizes(v.Shape[d], max((v.Shape[d]+chunks-1)/chunks, 1)))
+}
+
+func unbindOp(l *lowerer) []*ir.View {
+	v := l.tensorArg(0, "self")
+	d := wrapDim(l, l.intArg(1, "dim", 0), v.Rank())
+	var out []*ir.View
+	for i := int64(0); i < v.Shape[d]; i++ {
+		s := selectView(v, d, i)
+		out = append(out, &s)
+	}
+	return out
+}
+
 func wrapDim(l *lowerer, d int64, rank int) int {
 	r := int64(rank)
 	if r == 0 {
@@ -110,14 +188,20 @@ func unsqueezeOp(l *lowerer) *ir.View {
 	if d < 0 || d > int64(rank) {
 		l.failf("unsqueeze dim %d out of range", d)
 	}
+	out := insertDim(v, int(d))
+	return &out
+}
+
+// insertDim views v with a new size-1 dim at d.
+func insertDim(v ir.View, d int) ir.View {
 	stride := int64(1)
-	if int(d) < rank {
+	if d < v.Rank() {
 		stride = v.Strides[d] * v.Shape[d]
 	}
 	out := ir.View{Buf: v.Buf, Offset: v.Offset}
 	out.Shape = append(append(append([]int64{}, v.Shape[:d]...), 1), v.Shape[d:]...)
 	out.Strides = append(append(append([]int64{}, v.Strides[:d]...), stride), v.Strides[d:]...)
-	return &out
+	return out
 }
 
 func squeezeOp(l *lowerer) *ir.View {
@@ -269,10 +353,16 @@ func selectOp(l *lowerer) *ir.View {
 	if i < 0 || i >= v.Shape[d] {
 		l.failf("select index %d out of range for size %d", i, v.Shape[d])
 	}
+	out := selectView(v, d, i)
+	return &out
+}
+
+// selectView is v with dim d fixed at index i.
+func selectView(v ir.View, d int, i int64) ir.View {
 	out := ir.View{Buf: v.Buf, Offset: v.Offset + i*v.Strides[d]}
 	out.Shape = append(append([]int64{}, v.Shape[:d]...), v.Shape[d+1:]...)
 	out.Strides = append(append([]int64{}, v.Strides[:d]...), v.Strides[d+1:]...)
-	return &out
+	return out
 }
 
 func asStridedOp(l *lowerer) *ir.View {
