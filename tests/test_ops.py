@@ -75,3 +75,67 @@ def test_layer_norm(core_lib, fresh_dynamo, affine):
     }
     got = _compiled(fs[affine])(x)
     torch.testing.assert_close(got, fs[affine](x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("values", [[-1], [3.0, 1.0, 4.0, 1.0, 5.0], [[0, 2, 4], [6, 8, 10]],
+                                    [float("-inf"), 0.0]])
+def test_tensor_constant(core_lib, fresh_dynamo, values):
+    """A tensor constant the graph reads (get_attr) is embedded in the compiled graph."""
+    def f(x):
+        c = torch.tensor(values, dtype=x.dtype)
+        return x + c.flatten()[-1] + c.flatten()[0].clamp(min=-9)
+
+    x = torch.randn(4)
+    torch.testing.assert_close(_compiled(f)(x), f(x))
+
+
+def test_tensor_constant_indexes_a_cache_row(core_lib, fresh_dynamo):
+    """HF's sliding-window cache: roll the cache left by one, then write the new
+    row at torch.tensor([-1]); the cache is an input written in place."""
+    def f(cache, k):
+        new = cache.roll(-1, dims=-2)
+        new[:, :, torch.tensor([-1])] = k
+        cache.copy_(new)
+        return cache * 1
+
+    cache, k = torch.randn(1, 2, 6, 4), torch.randn(1, 2, 1, 4)
+    want_cache = cache.clone()
+    want = f(want_cache, k)
+    got = _compiled(f)(cache, k)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(cache, want_cache)
+
+
+def test_too_many_constant_values_is_unsupported(core_lib, fresh_dynamo):
+    import mpk
+    values = [float(i * i % 37) for i in range(100)]
+
+    def f(x):
+        return x + torch.tensor(values)
+
+    with pytest.raises(mpk.UnsupportedOpError, match="tensor constant of 100 distinct values"):
+        _compiled(f)(torch.randn(100))
+
+
+@pytest.mark.parametrize("shifts,dims", [(-1, -2), (2, 0), ((1, -3), (0, 2)), (5, None), (0, 1)])
+def test_roll(core_lib, fresh_dynamo, shifts, dims):
+    def f(x):
+        return (x * 2).roll(shifts, dims) + 1
+
+    x = torch.randn(3, 4, 5)
+    torch.testing.assert_close(_compiled(f)(x), f(x))
+
+
+@pytest.mark.parametrize("case", ["rows", "broadcast_values"])
+def test_index_put(core_lib, fresh_dynamo, case):
+    def f(x, v, i):
+        y = x * 1
+        if case == "rows":
+            y[:, i] = v
+        else:
+            y[i] = v[0, 0]
+        return y
+
+    x, v = torch.randn(3, 5, 2), torch.randn(3, 2, 2)
+    i = {"rows": torch.tensor([4, -5]), "broadcast_values": torch.tensor([2, -3])}[case]
+    torch.testing.assert_close(_compiled(f)(x, v, i), f(x, v, i))

@@ -25,6 +25,9 @@ var computeOps = map[string]func(l *lowerer){
 	"index.Tensor":              indexOp,
 	"cat.default":               catOp,
 	"stack.default":             stackOp,
+	"roll.default":              rollOp,
+	"index_put.default":         indexPutOp(false),
+	"index_put_.default":        indexPutOp(true),
 	"index_copy.default":        indexCopyOp(false),
 	"index_copy_.default":       indexCopyOp(true),
 	"copy_.default":             copyInPlaceOp,
@@ -32,6 +35,7 @@ var computeOps = map[string]func(l *lowerer){
 	"lift_fresh_copy.default":   cloneOp,
 	"contiguous.default":        cloneOp,
 	"constant_pad_nd.default":   padOp,
+	"mpk.constant":              constantOp,
 }
 
 // padOp lowers constant_pad_nd: fill the output with the value, then copy the
@@ -365,35 +369,51 @@ func stackOp(l *lowerer) {
 	l.set(&out)
 }
 
-// indexCopyOp lowers index_copy: the functional form copies self into a
-// fresh buffer and writes the rows there; the inplace pass later makes that
-// buffer the cache itself when the graph copies the result back.
-func indexCopyOp(inPlace bool) func(l *lowerer) {
-	return func(l *lowerer) {
-		self := l.tensorArg(0, "self")
-		dim := wrapDim(l, l.intArg(1, "dim", 0), self.Rank())
-		idx, src := l.tensorArg(2, "index"), l.tensorArg(3, "source")
-		if idx.Rank() > 1 {
-			l.failf("index_copy index must be 0-d or 1-d, got %v", idx.Shape)
+// rollOp lowers roll as, for each rolled dim, a Cat of the two slices that
+// trade places; without dims it rolls the flattened tensor.
+func rollOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	shifts, dims := l.intsArg(1, "shifts"), l.intsArg(2, "dims")
+	if len(dims) == 0 {
+		if len(shifts) != 1 {
+			l.failf("roll without dims takes one shift, got %v", shifts)
 		}
-		dst := self
-		if !inPlace {
-			dst = l.temp(self.DType(), self.Shape)
-			l.emit(&ir.Op{Kind: ir.Copy, In: []ir.View{self}, Out: dst})
-		}
-		if idx.Rank() == 0 {
-			idx = ir.View{Buf: idx.Buf, Offset: idx.Offset, Shape: []int64{1}, Strides: []int64{1}}
-			src = ir.View{Buf: src.Buf, Offset: src.Offset,
-				Shape:   append(append(append([]int64{}, src.Shape[:dim]...), 1), src.Shape[dim:]...),
-				Strides: append(append(append([]int64{}, src.Strides[:dim]...), 0), src.Strides[dim:]...)}
-		}
-		if src.Rank() != dst.Rank() || src.Shape[dim] != idx.Shape[0] {
-			l.failf("index_copy of source %v with %d indices into %v along dim %d", src.Shape, idx.Shape[0], dst.Shape, dim)
-		}
-		l.emit(&ir.Op{Kind: ir.KVWrite, In: []ir.View{idx, src}, Out: dst, Attr: ir.Attrs{Dim: dim}})
-		v := dst.Clone()
+		flat := l.rolled(l.reshape(x, []int64{x.Numel()}), 0, shifts[0])
+		v := l.reshape(flat, x.Shape)
 		l.set(&v)
+		return
 	}
+	if len(shifts) != len(dims) {
+		l.failf("roll with %d shifts for %d dims", len(shifts), len(dims))
+	}
+	v := x
+	for i, d := range dims {
+		v = l.rolled(v, wrapDim(l, d, x.Rank()), shifts[i])
+	}
+	l.set(&v)
+}
+
+// rolled returns v rolled by s along d: out[i] = v[(i - s) mod n].
+func (l *lowerer) rolled(v ir.View, d int, s int64) ir.View {
+	n := v.Shape[d]
+	var ins []ir.View
+	if n > 0 {
+		s = (s%n + n) % n
+		tail, head := v.Clone(), v.Clone()
+		tail.Offset += (n - s) * v.Strides[d]
+		tail.Shape[d] = s
+		head.Shape[d] = n - s
+		for _, p := range []ir.View{tail, head} {
+			if p.Shape[d] > 0 {
+				ins = append(ins, p)
+			}
+		}
+	}
+	out := l.temp(v.DType(), v.Shape)
+	if len(ins) > 0 {
+		l.emit(&ir.Op{Kind: ir.Cat, In: ins, Out: out, Attr: ir.Attrs{Dim: d}})
+	}
+	return out
 }
 
 func copyInPlaceOp(l *lowerer) {

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Sequence
 import torch
 import torch.fx
 
-from .errors import MpkError
+from .errors import MpkError, UnsupportedOpError
 
 WIRE_VERSION = 1
 
@@ -142,12 +142,48 @@ class _Exporter:
         raise ExportError(f"argument of type {type(a).__name__} ({a!r}) cannot be exported",
                           node=node.name, op=_target_name(node), source=source_line(node))
 
+    def constant(self, node: torch.fx.Node) -> dict:
+        """A tensor constant the graph reads (get_attr, e.g. torch.tensor([-1]) in
+        HF's cache code) travels inside the request as an "mpk.constant" node
+        whose one argument lists its values in row-major order."""
+        v = self.gm
+        for part in str(node.target).split("."):
+            v = getattr(v, part, None)
+        where = dict(node=node.name, op="get_attr", source=source_line(node))
+        if not isinstance(v, torch.Tensor):
+            raise ExportError(f"graph reads attribute {node.target!r}, which is a {type(v).__name__}, "
+                              "not a tensor", kind="internal", **where)
+        if v.numel() > MAX_CONSTANT_ELEMENTS:
+            raise UnsupportedOpError(f"mpk does not support a tensor constant of {v.numel()} elements "
+                                     f"(it embeds up to {MAX_CONSTANT_ELEMENTS})",
+                                     hint="pass the tensor as an input, or register it as a buffer", **where)
+        meta = tensor_meta(v, node)
+        meta["strides"], meta["offset"] = list(_contiguous_strides(meta["shape"])), 0
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():  # AOTAutograd calls the compiler under its fake mode
+            values = v.detach().cpu().flatten().tolist()
+        return {"name": node.name, "target": "mpk.constant",
+                "args": [{"k": "list", "list": [self.arg(x, node) for x in values]}],
+                "kwargs": {}, "outs": [meta], "source": source_line(node)}
+
     def outs(self, node: torch.fx.Node) -> list:
         val = node.meta.get("val")
         if val is None:
             val = node.meta.get("example_value")
         vals = list(val) if isinstance(val, (list, tuple)) else [val]
         return [tensor_meta(v, node) if isinstance(v, torch.Tensor) else None for v in vals]
+
+
+# Tensor constants are embedded value by value; larger ones belong in inputs.
+MAX_CONSTANT_ELEMENTS = 4096
+
+
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return strides[::-1]
 
 
 def _guess_kind(name: str) -> str:
@@ -189,9 +225,8 @@ def export_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             outputs = [ex.arg(o, node) for o in outs]
             continue
         if node.op == "get_attr":
-            raise ExportError(f"graph reads attribute {node.target!r}; mpk expects every tensor "
-                              "as a graph input", node=node.name, op="get_attr",
-                              source=source_line(node), kind="internal")
+            nodes.append(ex.constant(node))
+            continue
         if node.op != "call_function":
             raise ExportError(f"unexpected FX node kind {node.op}", node=node.name,
                               op=str(node.target), source=source_line(node), kind="internal")
