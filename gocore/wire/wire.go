@@ -33,7 +33,9 @@
 //	{"k": "list", "list": [Arg, ...]}
 //
 // Python resolves operator.getitem nodes into node Args with an index, so no
-// getitem node ever appears. In-place writes to inputs (the KV cache, the
+// getitem node ever appears. A tensor constant the graph reads (an FX
+// get_attr) is a node with target "mpk.constant" whose one argument is the
+// list of its values in row-major order, and whose outs meta is contiguous. In-place writes to inputs (the KV cache, the
 // cache's position counter) appear as aten.copy_.default nodes whose first
 // argument is the input.
 //
