@@ -6,8 +6,9 @@ import sys
 
 USAGE = """usage: python -m mpk <command> [options]
   check           compile a model step with mpk and compare it with eager
-                  [--model NAME] [--target reference|cuda] [--prefill N] [--seed S] [--workers N]
-                  [--cache-tokens N] [--dtype float32|bfloat16] [--steps N]
+                  [--model NAME | --config PATH] [--target reference|cuda] [--prefill N] [--seed S]
+                  [--workers N] [--cache-tokens N] [--dtype float32|bfloat16] [--steps N]
+                  [--batch N] [--mask]
   build           compile for the cuda target without a GPU; write module.cu (and module.so)
                   --out DIR [--model NAME] [--workers N] [--dtype bfloat16|float32] [--arch 90a]
   validate-suite  the validator's adversarial mutant suite [--n N] [--seed S]"""

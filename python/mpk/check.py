@@ -30,6 +30,7 @@ class CheckResult:
     ok: bool
     line: str
     rel_err: float = float("nan")
+    cache_err: float = float("nan")  # the KV cache after the steps, against eager's
     tasks: int = 0
     events: int = 0
     executed: int = 0
@@ -41,9 +42,10 @@ class CheckResult:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="tiny-llama", choices=models.MODELS)
-    p.add_argument("--config", default=None, metavar="PATH",
-                   help="a local HF config.json (or a directory holding one) instead of --model")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", default="tiny-llama", choices=models.MODELS)
+    which.add_argument("--config", default=None, metavar="PATH",
+                       help="any local HF config.json (or a directory holding one): random weights")
     p.add_argument("--target", default="reference", choices=("reference", "cuda"))
     p.add_argument("--prefill", type=int, default=1, metavar="N",
                    help="tokens per step (1: decode; 16: a 16-token prefill chunk)")
@@ -273,7 +275,7 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     pos_ok = all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k]
                  for a, b in zip(mpk_cache, eager_cache) for k in a if k.startswith("cumulative_length"))
     last = getattr(fn, "last_run", None) or {}
-    res = CheckResult(False, "", rel_err=err, tasks=int(summary.get("tasks", 0)),
+    res = CheckResult(False, "", rel_err=err, cache_err=cache_err, tasks=int(summary.get("tasks", 0)),
                       events=int(summary.get("events", 0)), executed=int(last.get("executed", 0)),
                       core_ms=float(summary.get("core_ms", 0.0)), summary=summary)
     res.compiles, res.cold_s = compiles, times[0]
@@ -281,8 +283,8 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     timing = fn.timing() if hasattr(fn, "timing") else f"core {res.core_ms:.1f} ms"
     log(f"compiles: {compiles} in {steps} step(s); cold step {res.cold_s:.2f} s ({timing}); "
         f"warm step {res.warm_ms:.3f} ms")
-    stats = (f"rel_err={err:.3e} tasks={res.tasks} events={res.events} executed={res.executed} "
-             f"core_ms={res.core_ms:.1f} compiles={compiles}")
+    stats = (f"rel_err={err:.3e} cache_err={cache_err:.3e} tasks={res.tasks} events={res.events} "
+             f"executed={res.executed} core_ms={res.core_ms:.1f} compiles={compiles}")
 
     if dtype == "float32":
         tol = FP32_REFERENCE_TOL if target == "reference" else FP32_CUDA_TOL

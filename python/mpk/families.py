@@ -9,6 +9,7 @@ is this list (a test keeps the two equal)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 # Shared tiny sizes; sliding windows are shorter than the cache the checks
@@ -24,30 +25,53 @@ def _cfg(cls: str, **kw):
     return getattr(transformers, cls)(**{**_TINY, **kw})
 
 
-# (README name, model name, config builder)
-FAMILIES: list[tuple[str, str, Callable]] = [
-    ("Llama", "tiny-llama", lambda: _cfg("LlamaConfig")),
-    ("Mistral", "tiny-mistral", lambda: _cfg("MistralConfig", head_dim=16, sliding_window=None)),
-    ("Mistral (sliding window)", "tiny-mistral-sw",
-     lambda: _cfg("MistralConfig", head_dim=16, sliding_window=WINDOW)),
-    ("Qwen2", "tiny-qwen2", lambda: _cfg("Qwen2Config")),
-    ("Qwen3", "tiny-qwen3", lambda: _cfg("Qwen3Config", head_dim=16)),
-    ("Phi-3", "tiny-phi3", lambda: _cfg("Phi3Config")),
-    ("Phi", "tiny-phi", lambda: _cfg("PhiConfig")),
-    ("Gemma", "tiny-gemma", lambda: _cfg("GemmaConfig", head_dim=16)),
-    ("Gemma 2", "tiny-gemma2",
-     lambda: _cfg("Gemma2Config", head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW)),
-    ("Gemma 3", "tiny-gemma3",
-     lambda: _cfg("Gemma3TextConfig", head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW,
-                  layer_types=["sliding_attention", "full_attention"])),
-    ("Granite", "tiny-granite",
-     lambda: _cfg("GraniteConfig", embedding_multiplier=12.0, residual_multiplier=0.22,
-                  attention_multiplier=0.0078125, logits_scaling=8.0)),
-    ("OLMo", "tiny-olmo", lambda: _cfg("OlmoConfig", clip_qkv=8.0)),
-    ("OLMo 2", "tiny-olmo2", lambda: _cfg("Olmo2Config")),
-    ("SmolLM3", "tiny-smollm3", lambda: _cfg("SmolLM3Config", no_rope_layer_interval=2)),
-    ("StableLM", "tiny-stablelm", lambda: _cfg("StableLmConfig", use_qkv_bias=True)),
-    ("GPT-NeoX", "tiny-gpt-neox", lambda: _cfg("GPTNeoXConfig", num_attention_heads=4)),
+@dataclass(frozen=True)
+class Family:
+    name: str      # as the README's table names it
+    model: str     # the model name for `python -m mpk check --model`
+    features: str  # what it exercises beyond Llama
+    config: Callable
+
+
+FAMILIES: list[Family] = [
+    Family("Llama", "tiny-llama", "RMSNorm, SwiGLU, RoPE, GQA",
+           lambda: _cfg("LlamaConfig")),
+    Family("Mistral", "tiny-mistral", "no sliding window",
+           lambda: _cfg("MistralConfig", head_dim=16, sliding_window=None)),
+    Family("Mistral (sliding window)", "tiny-mistral-sw",
+           "sliding-window cache (roll, constant index), offset mask",
+           lambda: _cfg("MistralConfig", head_dim=16, sliding_window=WINDOW)),
+    Family("Qwen2", "tiny-qwen2", "q/k/v biases",
+           lambda: _cfg("Qwen2Config")),
+    Family("Qwen3", "tiny-qwen3", "per-head q/k RMSNorm",
+           lambda: _cfg("Qwen3Config", head_dim=16)),
+    Family("Phi-3", "tiny-phi3", "fused qkv and gate/up projections (split, chunk)",
+           lambda: _cfg("Phi3Config")),
+    Family("Phi", "tiny-phi",
+           "LayerNorm, GELU (tanh formula), partial rotary, parallel attention + MLP, biases",
+           lambda: _cfg("PhiConfig")),
+    Family("Gemma", "tiny-gemma", "(1 + w) RMSNorm, GELU (tanh), scaled embeddings, tied head",
+           lambda: _cfg("GemmaConfig", head_dim=16)),
+    Family("Gemma 2", "tiny-gemma2",
+           "attention and logit soft-capping (eager attention), sliding layers, sandwich norms",
+           lambda: _cfg("Gemma2Config", head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW)),
+    Family("Gemma 3", "tiny-gemma3", "q/k norm, sliding and full layers with their own RoPE",
+           lambda: _cfg("Gemma3TextConfig", head_dim=16, query_pre_attn_scalar=16, sliding_window=WINDOW,
+                        layer_types=["sliding_attention", "full_attention"])),
+    Family("Granite", "tiny-granite", "embedding, residual, attention and logit multipliers",
+           lambda: _cfg("GraniteConfig", embedding_multiplier=12.0, residual_multiplier=0.22,
+                        attention_multiplier=0.0078125, logits_scaling=8.0)),
+    Family("OLMo", "tiny-olmo", "LayerNorm without parameters, q/k/v clipping",
+           lambda: _cfg("OlmoConfig", clip_qkv=8.0)),
+    Family("OLMo 2", "tiny-olmo2", "q/k RMSNorm over all heads, norms after attention and MLP",
+           lambda: _cfg("Olmo2Config")),
+    Family("SmolLM3", "tiny-smollm3", "layers without RoPE",
+           lambda: _cfg("SmolLM3Config", no_rope_layer_interval=2)),
+    Family("StableLM", "tiny-stablelm", "LayerNorm with bias, partial rotary, q/k/v biases",
+           lambda: _cfg("StableLmConfig", use_qkv_bias=True)),
+    Family("GPT-NeoX", "tiny-gpt-neox",
+           "fused per-head qkv, LayerNorm, GELU, partial rotary, parallel residual, biases",
+           lambda: _cfg("GPTNeoXConfig")),
 ]
 
-CONFIGS: dict[str, Callable] = {model: build for _, model, build in FAMILIES}
+CONFIGS: dict[str, Callable] = {f.model: f.config for f in FAMILIES}

@@ -1,0 +1,68 @@
+"""Every HF decoder family of mpk.families, called the four ways users call it,
+on the reference target against eager in float32: logits and the KV cache
+after the step within 1e-4 (relative L2), one compile. The README's table of
+families is generated from the same lists (test_readme_table)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mpk import check, families
+
+# The cache holds more tokens than a sliding window, so sliding-window layers
+# run full (their roll-and-overwrite update and an offset mask).
+CACHE_TOKENS = 32
+
+# README column → check.run_check arguments.
+CALLS = {
+    "decode": {},
+    "decode, 2-D mask": {"mask": True},
+    "4-token chunk, mask": {"mask": True, "prefill": 4},
+    "batch 4, left padding": {"mask": True, "batch": 4},
+}
+
+MODELS = [f.model for f in families.FAMILIES]
+
+
+@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("model", MODELS)
+def test_family(core_lib, fresh_dynamo, model, call):
+    lines = []
+    res = check.run_check(model=model, target="reference", cache_tokens=CACHE_TOKENS, seed=0,
+                          log=lines.append, **CALLS[call])
+    assert res.ok, "\n".join(lines)
+    assert res.rel_err <= 1e-4 and res.cache_err <= 1e-4 and res.compiles == 1
+    assert res.executed == res.tasks > 0
+
+
+def test_sliding_windows_run_full():
+    assert families.WINDOW < CACHE_TOKENS
+
+
+def readme_table() -> str:
+    head = ["Family", "`--model`", "exercises", *CALLS]
+    rows = [head, ["---"] * len(head)]
+    rows += [[f.name, f"`{f.model}`", f.features, *["pass"] * len(CALLS)] for f in families.FAMILIES]
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)
+
+
+def test_readme_table():
+    """The README lists exactly the families test_family checks, each with all four calls."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    m = re.search(r"<!-- families -->\n(.*?)\n<!-- /families -->", readme, re.S)
+    assert m, "README.md has no <!-- families --> table"
+    assert m.group(1) == readme_table(), ("the README's table of families is out of date; replace it with:\n"
+                                          + readme_table())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_check_config_file(core_lib, fresh_dynamo, tmp_path, capsys, model):
+    """`python -m mpk check --config` takes the config.json save_pretrained writes."""
+    from mpk import models
+    models.config(model).save_pretrained(tmp_path)
+    code = check.main(["--config", str(tmp_path / "config.json"), "--cache-tokens", str(CACHE_TOKENS), "--mask"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert code == 0 and last.startswith("PASS rel_err="), last
