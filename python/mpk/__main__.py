@@ -10,7 +10,8 @@ USAGE = """usage: python -m mpk <command> [options]
                   [--workers N] [--cache-tokens N] [--dtype float32|bfloat16] [--steps N]
                   [--batch N] [--mask]
   build           compile for the cuda target without a GPU; write module.cu (and module.so)
-                  --out DIR [--model NAME] [--workers N] [--dtype bfloat16|float32] [--arch 90a]
+                  --out DIR [--model NAME | --config PATH] [--workers N] [--dtype bfloat16|float32]
+                  [--prefill N] [--batch N] [--mask] [--arch 90a]
   validate-suite  the validator's adversarial mutant suite [--n N] [--seed S]"""
 
 

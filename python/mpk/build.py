@@ -497,8 +497,10 @@ def _graph_classes():
 # --------------------------------------------------------------------------
 
 def export_for_cuda(model_name: str, dtype: str = "bfloat16", workers: int = 132, seed: int = 0,
-                    cache_tokens: int = 64, prefill: int = 1, extra: dict | None = None):
-    """Compiles one decode step of a model for the cuda target on the CPU
+                    cache_tokens: int = 64, prefill: int = 1, extra: dict | None = None,
+                    batch: int = 1, mask: bool = False):
+    """Compiles one step of a model (a named model or a local HF config; the
+    inputs `python -m mpk check` gives it) for the cuda target on the CPU
     (build_only) and returns the BuildOnlyGraph holding the core's result."""
     import torch
 
@@ -506,18 +508,15 @@ def export_for_cuda(model_name: str, dtype: str = "bfloat16", workers: int = 132
 
     check.ensure_backend_registered()
     m = models.build(model_name, dtype=check.DTYPES[dtype], device="cpu", seed=seed)
-    gen = torch.Generator().manual_seed(seed + 1)
-    vocab = m.config.vocab_size
-    fill = torch.randint(0, vocab, (1, cache_tokens), generator=gen)
-    toks = torch.randint(0, vocab, (1, prefill), generator=gen)
     max_len = (cache_tokens + prefill + 63) // 64 * 64
-    cache = check._make_cache(m, max_len, "cpu", fill)
+    plan = check.plan_inputs(m.config.vocab_size, batch, cache_tokens, prefill, 1, mask, max_len, seed)
+    cache = check._make_cache(m, max_len, "cpu", plan.fill, **plan.fill_inputs)
     opts = {"target": "cuda", "build_only": True, "num_workers": workers, "seed": seed, **(extra or {})}
     torch._dynamo.reset()
     before = backend.compile_count
     cm = torch.compile(m, backend="mpk", options=opts, fullgraph=True, dynamic=False)
     with torch.no_grad():
-        cm(input_ids=toks, past_key_values=cache, use_cache=True)
+        cm(**plan.steps[0], past_key_values=cache, use_cache=True)
     fn = backend.last_compiled
     if backend.compile_count == before or fn is None:
         raise MpkError("the mpk backend was not called (nothing compiled)", kind="internal")
@@ -530,13 +529,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             "CPU (no GPU needed); write module.cu and friends to --out, "
                                             "and module.so where nvcc is found.")
     from . import models
-    p.add_argument("--model", default="tiny-llama", choices=models.MODELS)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", default="tiny-llama", choices=models.MODELS)
+    which.add_argument("--config", default=None, metavar="PATH", help="a local HF config.json instead")
     p.add_argument("--out", required=True, help="directory for the generated files")
     p.add_argument("--workers", type=int, default=132, help="num_workers (default 132, an H100's SMs)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prefill", type=int, default=1, help="tokens per step")
     p.add_argument("--cache-tokens", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1, help="sequences per step")
+    p.add_argument("--mask", action="store_true", help="a 2-D attention mask, as `mpk check --mask`")
     p.add_argument("--arch", default=None, help="e.g. 90a (default: $MPK_CUDA_ARCH, the GPU, else 90a)")
     p.add_argument("--no-nvcc", action="store_true", help="write the sources only")
     a = p.parse_args(argv)
@@ -544,7 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        fn = export_for_cuda(a.model, a.dtype, a.workers, a.seed, a.cache_tokens, a.prefill)
+        fn = export_for_cuda(a.config or a.model, a.dtype, a.workers, a.seed, a.cache_tokens, a.prefill,
+                             batch=a.batch, mask=a.mask)
     except MpkError as e:
         print(f"mpk error ({e.kind}): {e}")
         print("BUILT 0 tasks, cuda 0 bytes, nvcc skipped")
