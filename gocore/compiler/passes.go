@@ -131,7 +131,9 @@ func summarize(c *Compiled) {
 	}
 	s.Text = text
 	for _, v := range c.Ops.Outputs {
-		spec := wire.OutputSpec{Kind: "new", DType: v.DType().String(), Shape: v.Shape, Strides: v.Strides, Offset: v.Offset}
+		// A 0-d output's shape is [], never null.
+		spec := wire.OutputSpec{Kind: "new", DType: v.DType().String(), Shape: append([]int64{}, v.Shape...),
+			Strides: append([]int64{}, v.Strides...), Offset: v.Offset}
 		if v.Buf.Kind == ir.Input {
 			spec.Kind, spec.Input = "input", v.Buf.Index
 		}
