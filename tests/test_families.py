@@ -38,6 +38,35 @@ def test_family(core_lib, fresh_dynamo, model, call):
     assert res.executed == res.tasks > 0
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_left_padded_prefill_into_an_empty_cache(core_lib, fresh_dynamo, model):
+    """A compiled prefill of a left-padded batch into a fresh StaticCache (its
+    tensors are made inside the step): padded queries see no key at all, and
+    attention gives them 0, as eager does."""
+    import torch
+    from transformers import StaticCache
+
+    from mpk import models
+    check.ensure_backend_registered()
+    m = models.build(model)
+    ids = torch.randint(0, m.config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, :3] = 0
+    inputs = dict(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0))
+
+    def run(fn):
+        cache = StaticCache(config=m.config, max_cache_len=64)
+        with torch.no_grad():
+            logits = fn(**inputs, past_key_values=cache, use_cache=True).logits
+        return logits, [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+    want, want_cache = run(m)
+    got, got_cache = run(torch.compile(m, backend="mpk", options={"target": "reference"}, fullgraph=True,
+                                       dynamic=False))
+    assert check.rel_err(got, want) <= 1e-4
+    assert max(check.rel_err(g, w) for g, w in zip(got_cache, want_cache)) <= 1e-4
+
+
 def test_sliding_windows_run_full():
     assert families.WINDOW < CACHE_TOKENS
 

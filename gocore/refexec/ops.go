@@ -311,7 +311,8 @@ func (x *exec) matmul(op *ir.Op, b tgraph.Box) error {
 }
 
 // attention computes softmax(q·kᵀ·scale + mask)·v per query row; query head
-// h reads KV head h/G.
+// h reads KV head h/G. A row the mask hides entirely (a padded query) is 0,
+// as PyTorch's scaled_dot_product_attention makes it.
 func (x *exec) attention(op *ir.Op, b tgraph.Box) error {
 	q, k, v := op.In[0], op.In[1], op.In[2]
 	G := op.Attr.Groups
@@ -338,6 +339,9 @@ func (x *exec) attention(op *ir.Op, b tgraph.Box) error {
 				if scores[j] != 0 {
 					acc += scores[j] * x.load(v, []int64{bi, h / G, j, d})
 				}
+			}
+			if math.IsInf(mx, -1) {
+				acc, sum = 0, 1
 			}
 			x.store(op.Out, []int64{bi, h, i, d}, acc/sum)
 		}
@@ -415,7 +419,8 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 	return nil
 }
 
-// attnMerge combines the chunks' partials: out = Σ acc·e^(m-M) / Σ l·e^(m-M).
+// attnMerge combines the chunks' partials: out = Σ acc·e^(m-M) / Σ l·e^(m-M);
+// 0 where every chunk was masked out (as attention gives a hidden row).
 func (x *exec) attnMerge(op *ir.Op, b tgraph.Box) error {
 	p := op.In[0]
 	splits := p.Shape[1]
@@ -434,6 +439,9 @@ func (x *exec) attnMerge(op *ir.Op, b tgraph.Box) error {
 			f := math.Exp(x.load(p, []int64{bi, s, h, i, 0}) - M)
 			L += l * f
 			o += x.load(p, []int64{bi, s, h, i, 2 + d}) * f
+		}
+		if L == 0 {
+			o, L = 0, 1
 		}
 		x.store(op.Out, idx, o/L)
 		return nil
