@@ -113,7 +113,15 @@ func addmmOp(l *lowerer) {
 	beta, alpha := l.floatArg(-1, "beta", 1), l.floatArg(-1, "alpha", 1)
 	dt := l.outDType(0)
 	out := l.temp(dt, prod.Shape)
-	e := ir.Apply(ir.EAdd, ir.Apply(ir.EMul, ir.Load(0), ir.Const(beta)), ir.Apply(ir.EMul, ir.Load(1), ir.Const(alpha)))
+	// A plain bias add (beta = alpha = 1) stays add(bias, prod), which the
+	// fuse_residual pass folds into the Linear's store.
+	scaled := func(i int, c float64) *ir.Expr {
+		if c == 1 {
+			return ir.Load(i)
+		}
+		return ir.Apply(ir.EMul, ir.Load(i), ir.Const(c))
+	}
+	e := ir.Apply(ir.EAdd, scaled(0, beta), scaled(1, alpha))
 	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{broadcast(l, bias, prod.Shape), prod}, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, e)}})
 	l.set(&out)
 }

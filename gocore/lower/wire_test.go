@@ -140,3 +140,49 @@ func TestLowerErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestBiasFoldsIntoLinear: addmm(b, x, t(W)) (a projection with a bias, for
+// a batch of 3 rows) becomes one Linear that adds the bias, broadcast over the
+// rows, as it stores: no elementwise stage after it.
+func TestBiasFoldsIntoLinear(t *testing.T) {
+	g := &wire.Graph{Inputs: []wire.Input{
+		{Name: "x", Kind: "input", Meta: *meta("float32", 3, 4)},
+		{Name: "w", Kind: "param", Meta: *meta("float32", 5, 4)},
+		{Name: "b", Kind: "param", Meta: *meta("float32", 5)},
+	}, Nodes: []wire.Node{
+		{Name: "wt", Target: "aten.t.default", Args: []wire.Arg{nodeArg("w")}, Outs: []*wire.Meta{{DType: "float32", Shape: []int64{4, 5}, Strides: []int64{1, 4}}}},
+		{Name: "addmm", Target: "aten.addmm.default", Args: []wire.Arg{nodeArg("b"), nodeArg("x"), nodeArg("wt")}, Outs: []*wire.Meta{meta("float32", 3, 5)}},
+	}, Outputs: []wire.Arg{nodeArg("addmm")}}
+	lg, err := Lower(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds(lg) != "linear:linear+residual" {
+		t.Fatalf("ops %s, want one linear+residual:\n%s", kinds(lg), lg.Dump())
+	}
+	r := lg.Ops[0].In[2]
+	if r.Buf.Name != "b" || !equalShape(r.Shape, []int64{3, 5}) || r.Strides[0] != 0 || r.Strides[1] != 1 {
+		t.Errorf("residual %v, want the bias b broadcast over 3 rows", r)
+	}
+}
+
+// TestScaledAddmmStaysElementwise: with beta or alpha other than 1 the sum is
+// not a plain bias add and keeps its own op.
+func TestScaledAddmmStaysElementwise(t *testing.T) {
+	g := &wire.Graph{Inputs: []wire.Input{
+		{Name: "x", Kind: "input", Meta: *meta("float32", 3, 4)},
+		{Name: "w", Kind: "param", Meta: *meta("float32", 5, 4)},
+		{Name: "b", Kind: "param", Meta: *meta("float32", 5)},
+	}, Nodes: []wire.Node{
+		{Name: "wt", Target: "aten.t.default", Args: []wire.Arg{nodeArg("w")}, Outs: []*wire.Meta{{DType: "float32", Shape: []int64{4, 5}, Strides: []int64{1, 4}}}},
+		{Name: "addmm", Target: "aten.addmm.default", Args: []wire.Arg{nodeArg("b"), nodeArg("x"), nodeArg("wt")},
+			Kwargs: map[string]wire.Arg{"beta": {K: "float", F: 0.5}}, Outs: []*wire.Meta{meta("float32", 3, 5)}},
+	}, Outputs: []wire.Arg{nodeArg("addmm")}}
+	lg, err := Lower(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds(lg) != "linear elementwise" || !strings.Contains(lg.Ops[1].Attr.Expr.String(), "mul(in0,0.5)") {
+		t.Fatalf("ops %s, want a linear and the scaled add:\n%s", kinds(lg), lg.Dump())
+	}
+}
