@@ -139,3 +139,29 @@ def test_index_put(core_lib, fresh_dynamo, case):
     x, v = torch.randn(3, 5, 2), torch.randn(3, 2, 2)
     i = {"rows": torch.tensor([4, -5]), "broadcast_values": torch.tensor([2, -3])}[case]
     torch.testing.assert_close(_compiled(f)(x, v, i), f(x, v, i))
+
+
+@pytest.mark.parametrize("reps", [(2, 1, 3), (2, 1, 1, 2), (1, 1, 1)])
+def test_repeat(core_lib, fresh_dynamo, reps):
+    x = torch.randn(3, 2, 4)
+    f = lambda x: (x.transpose(0, 2) * 2).repeat(*reps) + 1  # noqa: E731
+    torch.testing.assert_close(_compiled(f)(x), f(x))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_gather(core_lib, fresh_dynamo, dim):
+    x = torch.randn(4, 5, 6)
+    idx = torch.randint(0, x.shape[dim], (3, 4, 2))
+    f = lambda x, i: torch.gather(x * 2, dim, i) + 1  # noqa: E731
+    torch.testing.assert_close(_compiled(f)(x, idx), f(x, idx))
+
+
+def test_baddbmm(core_lib, fresh_dynamo):
+    a, b, c = torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    f = lambda a, b, c: torch.baddbmm(a, b, c, beta=0.5, alpha=2.0)  # noqa: E731
+    torch.testing.assert_close(_compiled(f)(a, b, c), f(a, b, c))
+
+
+def test_gather_rejects_a_negative_index(core_lib, fresh_dynamo):
+    with pytest.raises(Exception, match="out of range"):
+        _compiled(lambda x, i: torch.gather(x, 1, i) + 1)(torch.randn(2, 3), torch.tensor([[0], [-1]]))

@@ -12,6 +12,8 @@ var computeOps = map[string]func(l *lowerer){
 	"mm.default":                mmOp,
 	"bmm.default":               bmmOp,
 	"addmm.default":             addmmOp,
+	"baddbmm.default":           baddbmmOp,
+	"gather.default":            gatherOp,
 	"mean.dim":                  reduceOp("mean"),
 	"mean.default":              reduceOp("mean"),
 	"sum.dim_IntList":           reduceOp("sum"),
@@ -26,6 +28,7 @@ var computeOps = map[string]func(l *lowerer){
 	"cat.default":               catOp,
 	"stack.default":             stackOp,
 	"roll.default":              rollOp,
+	"repeat.default":            repeatOp,
 	"index_put.default":         indexPutOp(false),
 	"index_put_.default":        indexPutOp(true),
 	"index_copy.default":        indexCopyOp(false),
@@ -110,19 +113,31 @@ func bmmOp(l *lowerer) {
 func addmmOp(l *lowerer) {
 	bias := l.tensorArg(0, "self")
 	prod := unbatch(l.matmul(batch1(l.tensorArg(1, "mat1")), batch1(l.tensorArg(2, "mat2"))))
+	l.addScaled(bias, prod)
+}
+
+// baddbmm is beta·self + alpha·(b1 @ b2) over a batch.
+func baddbmmOp(l *lowerer) {
+	self := l.tensorArg(0, "self")
+	l.addScaled(self, l.matmul(l.tensorArg(1, "batch1"), l.tensorArg(2, "batch2")))
+}
+
+// addScaled emits and binds beta·c + alpha·prod (the beta and alpha keyword
+// arguments), c broadcast to prod's shape. A plain bias add (beta = alpha =
+// 1) stays add(c, prod), which the fuse_residual pass folds into the Linear's
+// store.
+func (l *lowerer) addScaled(c, prod ir.View) {
 	beta, alpha := l.floatArg(-1, "beta", 1), l.floatArg(-1, "alpha", 1)
 	dt := l.outDType(0)
 	out := l.temp(dt, prod.Shape)
-	// A plain bias add (beta = alpha = 1) stays add(bias, prod), which the
-	// fuse_residual pass folds into the Linear's store.
-	scaled := func(i int, c float64) *ir.Expr {
-		if c == 1 {
+	scaled := func(i int, k float64) *ir.Expr {
+		if k == 1 {
 			return ir.Load(i)
 		}
-		return ir.Apply(ir.EMul, ir.Load(i), ir.Const(c))
+		return ir.Apply(ir.EMul, ir.Load(i), ir.Const(k))
 	}
 	e := ir.Apply(ir.EAdd, scaled(0, beta), scaled(1, alpha))
-	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{broadcast(l, bias, prod.Shape), prod}, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, e)}})
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{broadcast(l, c, prod.Shape), prod}, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, e)}})
 	l.set(&out)
 }
 
@@ -304,6 +319,36 @@ func (l *lowerer) multiIndex(x ir.View, dims []int, idxs []ir.View) (ir.View, in
 	return xm, at, idx
 }
 
+// gatherOp lowers torch.gather(x, dim, index): out[i] = x[i with i[dim]
+// replaced by index[i]]. An elementwise op computes each output's flat
+// position in x from its own index and the gathered one, and a Gather reads
+// x flattened there (an index outside [0, size) maps outside x, an error).
+func gatherOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	d := wrapDim(l, l.intArg(1, "dim", 0), x.Rank())
+	idx := l.tensorArg(2, "index")
+	if idx.Rank() != x.Rank() {
+		l.failf("gather of a %d-d tensor with a %d-d index", x.Rank(), idx.Rank())
+	}
+	st := ir.ContiguousStrides(x.Shape)
+	size := x.Shape[d]
+	w := ir.Load(0) // torch.gather takes no negative index
+	flat := ir.Apply(ir.EMul, w, ir.Const(float64(st[d])))
+	for e := range x.Shape {
+		if e != d && x.Shape[e] > 1 {
+			flat = ir.Apply(ir.EAdd, flat, ir.Apply(ir.EMul, ir.Index(e), ir.Const(float64(st[e]))))
+		}
+	}
+	ok := ir.Apply(ir.EAnd, ir.Apply(ir.EGe, w, ir.Const(0)), ir.Apply(ir.ELt, w, ir.Const(float64(size))))
+	n := x.Numel()
+	pos := l.temp(ir.I64, idx.Shape)
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{idx}, Out: pos,
+		Attr: ir.Attrs{Expr: ir.Cast(ir.I64, ir.Apply(ir.EWhere, ok, flat, ir.Const(float64(n))))}})
+	out := l.temp(x.DType(), idx.Shape)
+	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{l.reshape(x, []int64{n}), pos}, Out: out})
+	l.set(&out)
+}
+
 // broadcastShapes is the numpy broadcast of shapes a and b.
 func broadcastShapes(l *lowerer, a, b []int64) []int64 {
 	if len(a) < len(b) {
@@ -398,6 +443,36 @@ func rollOp(l *lowerer) {
 	for i, d := range dims {
 		v = l.rolled(v, wrapDim(l, d, x.Rank()), shifts[i])
 	}
+	l.set(&v)
+}
+
+// repeatOp lowers repeat(x, reps) as a copy of x broadcast over a repeat dim
+// before each of its dims (extra leading reps repeat a size-1 dim):
+// [r0, s0, r1, s1, ...] with stride 0 on every r, flattened to [r0·s0, ...].
+func repeatOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	reps := l.intsArg(1, "repeats")
+	if len(reps) < x.Rank() {
+		l.failf("repeat with %d repeats for a %d-d tensor", len(reps), x.Rank())
+	}
+	for x.Rank() < len(reps) {
+		x = insertDim(x, 0)
+	}
+	var shape, strides, flat []int64
+	for d, r := range reps {
+		if r < 0 {
+			l.failf("repeat count %d is negative", r)
+		}
+		shape = append(shape, r, x.Shape[d])
+		strides = append(strides, 0, x.Strides[d])
+		flat = append(flat, r*x.Shape[d])
+	}
+	src := ir.View{Buf: x.Buf, Offset: x.Offset, Shape: shape, Strides: strides}
+	out := l.temp(x.DType(), shape)
+	if out.Numel() > 0 {
+		l.emit(&ir.Op{Kind: ir.Copy, In: []ir.View{src}, Out: out})
+	}
+	v := ir.View{Buf: out.Buf, Shape: flat, Strides: ir.ContiguousStrides(flat)}
 	l.set(&v)
 }
 
