@@ -67,6 +67,34 @@ def test_left_padded_prefill_into_an_empty_cache(core_lib, fresh_dynamo, model):
     assert max(check.rel_err(g, w) for g, w in zip(got_cache, want_cache)) <= 1e-4
 
 
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-mistral-sw", "tiny-gemma2"])
+def test_decode_with_a_growing_mask(core_lib, fresh_dynamo, model):
+    """A decode step whose 2-D mask covers the tokens so far, not the whole
+    cache (a tokenizer's mask with a 1 appended per step; HF pads it to the
+    cache), with left padding."""
+    import torch
+
+    from mpk import models
+    check.ensure_backend_registered()
+    m = models.build(model)
+    ids = torch.randint(0, m.config.vocab_size, (2, CACHE_TOKENS), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, CACHE_TOKENS, dtype=torch.long)
+    mask[1, :5] = 0
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    cache = check._make_cache(m, 64, "cpu", ids, attention_mask=mask, position_ids=pos)
+    state = check.snapshot(cache)
+    step = dict(input_ids=torch.tensor([[3], [4]]), position_ids=pos[:, -1:] + 1,
+                attention_mask=torch.cat([mask, torch.ones(2, 1, dtype=torch.long)], -1))
+    want = check._steps(m, cache, [step], "cpu")[0]
+    want_cache = check.snapshot(cache)
+    check.restore(cache, state)
+    compiled = torch.compile(m, backend="mpk", options={"target": "reference"}, fullgraph=True, dynamic=False)
+    got = check._steps(compiled, cache, [step], "cpu")[0]
+    assert check.rel_err(got, want) <= 1e-4
+    for a, b in zip(check.snapshot(cache), want_cache):
+        assert check.rel_err(a["keys"], b["keys"]) <= 1e-4 and check.rel_err(a["values"], b["values"]) <= 1e-4
+
+
 def test_sliding_windows_run_full():
     assert families.WINDOW < CACHE_TOKENS
 
