@@ -141,7 +141,7 @@ def test_index_put(core_lib, fresh_dynamo, case):
     torch.testing.assert_close(_compiled(f)(x, v, i), f(x, v, i))
 
 
-@pytest.mark.parametrize("reps", [(2, 1, 3), (2, 1, 1, 2), (1, 1, 1)])
+@pytest.mark.parametrize("reps", [(2, 1, 3), (2, 1, 1, 2), (1, 1, 1), (3, 1, 1, 1)])
 def test_repeat(core_lib, fresh_dynamo, reps):
     x = torch.randn(3, 2, 4)
     f = lambda x: (x.transpose(0, 2) * 2).repeat(*reps) + 1  # noqa: E731
@@ -154,6 +154,11 @@ def test_gather(core_lib, fresh_dynamo, dim):
     idx = torch.randint(0, x.shape[dim], (3, 4, 2))
     f = lambda x, i: torch.gather(x * 2, dim, i) + 1  # noqa: E731
     torch.testing.assert_close(_compiled(f)(x, idx), f(x, idx))
+    # a source that is a strided and broadcast view (GPT-J gathers from a repeated table)
+    xt = torch.randn(5, 1, 6).transpose(0, 2)
+    idx = torch.randint(0, xt.expand(6, 4, 5).shape[dim], (3, 4, 2))
+    f = lambda x, i: torch.gather((x * 2).expand(6, 4, 5), dim, i) + 1  # noqa: E731
+    torch.testing.assert_close(_compiled(f)(xt, idx), f(xt, idx))
 
 
 def test_baddbmm(core_lib, fresh_dynamo):

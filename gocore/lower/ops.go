@@ -320,9 +320,10 @@ func (l *lowerer) multiIndex(x ir.View, dims []int, idxs []ir.View) (ir.View, in
 }
 
 // gatherOp lowers torch.gather(x, dim, index): out[i] = x[i with i[dim]
-// replaced by index[i]]. An elementwise op computes each output's flat
-// position in x from its own index and the gathered one, and a Gather reads
-// x flattened there (an index outside [0, size) maps outside x, an error).
+// replaced by index[i]]. An elementwise op computes, from each output's own
+// index and the gathered one, the element of x's buffer that x's strides put
+// there, and a Gather reads the buffer there, so x is never copied (an index
+// outside [0, size) maps past the buffer's end, an error).
 func gatherOp(l *lowerer) {
 	x := l.tensorArg(0, "self")
 	d := wrapDim(l, l.intArg(1, "dim", 0), x.Rank())
@@ -330,22 +331,22 @@ func gatherOp(l *lowerer) {
 	if idx.Rank() != x.Rank() {
 		l.failf("gather of a %d-d tensor with a %d-d index", x.Rank(), idx.Rank())
 	}
-	st := ir.ContiguousStrides(x.Shape)
 	size := x.Shape[d]
 	w := ir.Load(0) // torch.gather takes no negative index
-	flat := ir.Apply(ir.EMul, w, ir.Const(float64(st[d])))
+	at := ir.Apply(ir.EAdd, ir.Const(float64(x.Offset)), ir.Apply(ir.EMul, w, ir.Const(float64(x.Strides[d]))))
 	for e := range x.Shape {
-		if e != d && x.Shape[e] > 1 {
-			flat = ir.Apply(ir.EAdd, flat, ir.Apply(ir.EMul, ir.Index(e), ir.Const(float64(st[e]))))
+		if e != d && x.Shape[e] > 1 && x.Strides[e] != 0 {
+			at = ir.Apply(ir.EAdd, at, ir.Apply(ir.EMul, ir.Index(e), ir.Const(float64(x.Strides[e]))))
 		}
 	}
 	ok := ir.Apply(ir.EAnd, ir.Apply(ir.EGe, w, ir.Const(0)), ir.Apply(ir.ELt, w, ir.Const(float64(size))))
-	n := x.Numel()
+	n := x.Buf.Numel
 	pos := l.temp(ir.I64, idx.Shape)
 	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{idx}, Out: pos,
-		Attr: ir.Attrs{Expr: ir.Cast(ir.I64, ir.Apply(ir.EWhere, ok, flat, ir.Const(float64(n))))}})
+		Attr: ir.Attrs{Expr: ir.Cast(ir.I64, ir.Apply(ir.EWhere, ok, at, ir.Const(float64(n))))}})
 	out := l.temp(x.DType(), idx.Shape)
-	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{l.reshape(x, []int64{n}), pos}, Out: out})
+	whole := ir.View{Buf: x.Buf, Shape: []int64{n}, Strides: []int64{1}}
+	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{whole, pos}, Out: out})
 	l.set(&out)
 }
 
@@ -446,9 +447,11 @@ func rollOp(l *lowerer) {
 	l.set(&v)
 }
 
-// repeatOp lowers repeat(x, reps) as a copy of x broadcast over a repeat dim
-// before each of its dims (extra leading reps repeat a size-1 dim):
-// [r0, s0, r1, s1, ...] with stride 0 on every r, flattened to [r0·s0, ...].
+// repeatOp lowers repeat(x, reps). Repeating only size-1 dims (a batch
+// repeat of a [1, ...] tensor) is a broadcast view; otherwise x is copied
+// broadcast over a repeat dim before each of its dims (extra leading reps
+// repeat a size-1 dim): [r0, s0, r1, s1, ...] with stride 0 on every r,
+// flattened to [r0·s0, ...].
 func repeatOp(l *lowerer) {
 	x := l.tensorArg(0, "self")
 	reps := l.intsArg(1, "repeats")
@@ -459,6 +462,7 @@ func repeatOp(l *lowerer) {
 		x = insertDim(x, 0)
 	}
 	var shape, strides, flat []int64
+	onlyOnes := true
 	for d, r := range reps {
 		if r < 0 {
 			l.failf("repeat count %d is negative", r)
@@ -466,6 +470,12 @@ func repeatOp(l *lowerer) {
 		shape = append(shape, r, x.Shape[d])
 		strides = append(strides, 0, x.Strides[d])
 		flat = append(flat, r*x.Shape[d])
+		onlyOnes = onlyOnes && (r == 1 || x.Shape[d] == 1)
+	}
+	if onlyOnes {
+		v := broadcast(l, x, flat)
+		l.set(&v)
+		return
 	}
 	src := ir.View{Buf: x.Buf, Offset: x.Offset, Shape: shape, Strides: strides}
 	out := l.temp(x.DType(), shape)
