@@ -32,6 +32,19 @@ def test_unsupported_op_names_op_and_line(core_lib, fresh_dynamo):
     assert isinstance(ei.value, mpk.MpkError)
 
 
+def test_unsupported_op_in_a_hf_model_names_its_line(core_lib, fresh_dynamo, monkeypatch):
+    """A family mpk does not cover yet (a mixture of experts: data-dependent
+    top-k routing) fails with the op and the line of the HF model."""
+    from mpk import check, families, models
+    monkeypatch.setitem(models.CONFIGS, "tiny-mixtral", lambda: families._cfg(
+        "MixtralConfig", num_local_experts=4, num_experts_per_tok=2, head_dim=16, sliding_window=None))
+    lines = []
+    res = check.run_check(model="tiny-mixtral", target="reference", cache_tokens=8, log=lines.append)
+    assert not res.ok and res.line.startswith("FAIL mpk error (unsupported_op)"), res.line
+    text = "\n".join(lines)
+    assert "aten.topk" in text and "modeling_mixtral.py:" in text and "torch.topk(" in text, text
+
+
 def test_from_wire_builds_subclass_and_message():
     e = errors.from_wire({"kind": "validation", "message": "wait on event 3 is unsatisfiable",
                           "node": "mm", "op": "aten.mm.default", "source": "m.py:4  y = x @ w",
