@@ -38,6 +38,7 @@ struct Op {
   int32_t reduce;  // ReduceKind
   int32_t pro_first;  // linear prologue: its inputs are in[0] and in[pro_first..num_in)
   int32_t pro_dtype;  // linear prologue: the dtype x rounds to
+  int32_t xkey;  // streamed linear: ops with one key stage the same x; -1 otherwise
   float eps;  // rmsnorm, or a linear's rmsnorm prologue
   float scale;
   mpk::View out;
@@ -50,6 +51,13 @@ struct Task {
   int32_t hi;
   int32_t wait;  // event, or -1
   int32_t trigger;  // event, or -1
+};
+
+struct Stream {
+  int32_t slot;  // the weight's pointer slot
+  int32_t page_bytes;  // a page: whole rows, or a fraction of a row
+  int64_t offset;  // bytes from the slot's base to the task's first row
+  int64_t bytes;  // the task's weights; 0: the task streams nothing
 };
 
 }  // namespace mpk

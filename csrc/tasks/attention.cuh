@@ -220,7 +220,7 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
   const View& q = op.in[0];
   const int64_t B = q.shape[0], Sq = q.shape[2], S = op.in[1].shape[2];
   const bool causal = op.flags & FLAG_CAUSAL;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   float* part = reinterpret_cast<float*>(smem);  // [warps][G][D + 2]: m, l, acc
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h0 = lo; h0 < hi; h0 += G)
@@ -229,7 +229,7 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
         load_queries(st, op, s, b, h0, i, lane);
         accumulate_rows<T>(st, op, s, b, h0, i, warp, causal ? min(S, i + 1) : S, warps, lane);
         stash_state(st, part, warp, lane);
-        __syncthreads();
+        consumer_sync();
         if (warp < G) {  // warp g merges head g's partial softmaxes
           float o[PER], M, L;
           merge_states<D, G>(part, 0, warps, warp, lane, o, M, L);
@@ -240,7 +240,7 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
             store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), L > 0.f ? o[e] / L : NAN);
           }
         }
-        __syncthreads();
+        consumer_sync();
       }
 }
 
@@ -256,7 +256,7 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t B = q.shape[0], H = q.shape[1], Sq = q.shape[2], S = op.in[1].shape[2];
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   const int nkv = (int)(H / G);
   const int wph = max(1, warps / max(nkv, 1));     // warps per KV head
   const int heads_per_round = warps / wph;
@@ -277,7 +277,7 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
             accumulate_rows<T>(st, op, s, b, h0, i, j_lo + sub, j_hi, wph, lane);
             if (wph > 1) stash_state(st, part, warp, lane);
           }
-          if (wph > 1) __syncthreads();
+          if (wph > 1) consumer_sync();
           if (active && sub == 0) {
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -300,7 +300,7 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
                 if (lane * PER + e < D) row[(2 + lane * PER + e) * p.stride[4]] = o[e];
             }
           }
-          if (wph > 1) __syncthreads();
+          if (wph > 1) consumer_sync();
         }
 }
 
@@ -321,7 +321,7 @@ __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char
   const float* pb = reinterpret_cast<const float*>(base(s, p));
   const int64_t splits = p.shape[1], Sq = out.shape[2], nh = hi - lo;
   const int64_t st4 = p.stride[4];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   for (int64_t r = warp; r < out.shape[0] * nh * Sq; r += warps) {
     const int64_t b = r / (nh * Sq), h = lo + (r / Sq) % nh, i = r % Sq;
     int64_t pi[5] = {b, 0, h, i, 0};

@@ -187,7 +187,7 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
     const int split = cut_last ? -1 : op.split_dim;
     const int64_t j0 = cut_last ? lo : 0, D = cut_last ? (int64_t)(hi - lo) : src.shape[r];
     const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi);
-    for (int64_t t = threadIdx.x; t < rows * D; t += blockDim.x) {
+    for (int64_t t = threadIdx.x; t < rows * D; t += MPK_THREADS) {
       int64_t idx[MPK_MAX_RANK];
       row_index(idx, t / D, src.shape, src.rank, split, lo, hi);
       const int64_t j = j0 + t % D;
@@ -224,7 +224,7 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
   const bool has_w = op.flags & FLAG_WEIGHT;
   const int split = op.split_dim == r ? -1 : op.split_dim;
   const int64_t rows = rows_of(op.out.shape, op.out.rank, split, lo, hi);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   constexpr int kMaxPer = 8;
   if (float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
       h % 32 == 0 && D <= 32 * kMaxPer && split == op.split_dim) {
@@ -312,7 +312,7 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
     // A thread takes the pair (j, j+h) of a row: six loads issued together.
     const View &c = op.in[1], &sn = op.in[2];
     const int64_t rows = rows_of(op.out.shape, op.out.rank, op.split_dim, lo, hi);
-    for (int64_t t = threadIdx.x; t < rows * h; t += blockDim.x) {
+    for (int64_t t = threadIdx.x; t < rows * h; t += MPK_THREADS) {
       int64_t idx[MPK_MAX_RANK];
       row_index(idx, t / h, op.out.shape, op.out.rank, op.split_dim, lo, hi);
       const int64_t j = t % h;
@@ -347,10 +347,10 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
+  consumer_sync();
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < (int)(blockDim.x / 32) ? scratch[lane] : 0.f;
+  consumer_sync();
+  v = lane < (int)(MPK_THREADS / 32) ? scratch[lane] : 0.f;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
@@ -370,7 +370,7 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
     ext[d] = d == op.split_dim ? (int64_t)(hi - lo) : x.shape[d];
     rows *= ext[d];
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   constexpr int kMaxPer = 8;  // fast path: rows of up to 256 elements held in registers
   if (float_row(x) && float_row(op.out) && (!has_w || float_row(op.in[1])) && D % 32 == 0 && D <= 32 * kMaxPer &&
       (r == 0 || op.split_dim != r)) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/stream"
 	"mpk/gocore/tgraph"
 )
 
@@ -17,9 +18,10 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 	for _, b := range g.Buffers {
 		tg.Buffers = append(tg.Buffers, tgraph.BufInfo{Name: b.Name, Numel: b.Numel, Output: b.Kind == ir.Output, Input: b.Kind == ir.Input})
 	}
+	written := stream.Writers(g)
 	for _, op := range g.Ops {
 		tg.OpNames = append(tg.OpNames, fmt.Sprintf("%s#%d (%s)", op.Label, op.ID, op.Node))
-		for _, box := range tiles(op, workers) {
+		for _, box := range tiles(op, workers, written) {
 			t := &tgraph.Task{ID: len(tg.Tasks), Op: op.ID, Box: box, Wait: tgraph.None, Trigger: tgraph.None, Order: op.ID}
 			t.Reads, t.Writes = accesses(op, box)
 			tg.Tasks = append(tg.Tasks, t)
@@ -81,11 +83,12 @@ func allDims(n int) []int {
 // in synchronisation than it saves.
 const minElemsPerTask = 4096
 
-// rowsPerNormTask matches the CUDA rmsnorm task: one warp per row, 16 warps.
-const rowsPerNormTask = 16
+// rowsPerNormTask matches the CUDA rmsnorm task: one warp per row, every
+// consumer warp.
+const rowsPerNormTask = stream.Threads / 32
 
 // tiles chooses the output tiles of op.
-func tiles(op *ir.Op, workers int) []tgraph.Box {
+func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	W := int64(workers)
 	out := op.Out.Shape
 	n := op.Out.Numel()
@@ -93,7 +96,10 @@ func tiles(op *ir.Op, workers int) []tgraph.Box {
 		return min(W, out[d], max(1, n/minElemsPerTask))
 	}
 	switch op.Kind {
-	case ir.Linear: // [M, N]: every task streams N/parts weight rows
+	case ir.Linear: // [M, N]: every task reads N/parts weight rows
+		if p, ok := stream.For(op, written); ok {
+			return split(out, 1, p.Tasks(out[1], workers), 1)
+		}
 		return split(out, 1, min(W, ceilDiv(out[1], 8)), 1)
 	case ir.Matmul: // [B, M, N]
 		d := largestDim(out, []int{0, 2})
