@@ -15,7 +15,7 @@ enum OpKind : int32_t { OP_ELEMENTWISE = 0, OP_REDUCE = 1, OP_RMSNORM = 2, OP_RO
 
 enum ReduceKind : int32_t { RED_SUM = 0, RED_MEAN = 1, RED_AMAX = 2, RED_AMIN = 3, RED_ARGMAX = 4, };
 
-enum OpFlags : int32_t { FLAG_RESIDUAL = 1, FLAG_WEIGHT = 2, FLAG_MASK = 4, FLAG_CAUSAL = 8 };
+enum OpFlags : int32_t { FLAG_RESIDUAL = 1, FLAG_WEIGHT = 2, FLAG_MASK = 4, FLAG_CAUSAL = 8, FLAG_CACHE = 16 };
 
 struct View {
   int32_t slot;  // pointer slot: input, output or the arena
@@ -34,7 +34,7 @@ struct Op {
   int32_t split_dim;  // the output dim tasks split; tasks carry [lo, hi)
   int32_t dim;  // cat / gather / kv_write dim
   int32_t groups;  // attention: query heads per KV head
-  int32_t flags;  // bit 0: residual; bit 1: (norm) weight; bit 2: mask; bit 3: causal
+  int32_t flags;  // OpFlags
   int32_t reduce;  // ReduceKind
   int32_t pro_first;  // linear prologue: its inputs are in[0] and in[pro_first..num_in)
   int32_t pro_dtype;  // linear prologue: the dtype x rounds to

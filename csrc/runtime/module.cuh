@@ -118,24 +118,28 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
 #ifdef MPK_TRACE
     if (threadIdx.x == 0) trace_records[t].wait_ns = mpk::globaltimer();
 #endif
-    if (task.wait >= 0) {
-      if (threadIdx.x == 0) s_go = mpk::wait_event(st, task.wait, event_needed[task.wait] * step, w, t);
-      mpk::consumer_sync();
-      if (!s_go) break;
-    }
-#ifdef MPK_TRACE
-    if (threadIdx.x == 0) trace_records[t].start_ns = mpk::globaltimer();
-#endif
+    // The op table never changes: its descriptor is copied before the wait,
+    // so that L2 round trip overlaps the wait instead of following it. (The
+    // previous task finished with s_op at the barrier that ended it.)
     if (task.op >= 0) {
       const int2* src = reinterpret_cast<const int2*>(&ops[task.op]);
       int2* dst = reinterpret_cast<int2*>(&s_op);
       for (int i = threadIdx.x; i < (int)(sizeof(mpk::Op) / sizeof(int2)); i += MPK_THREADS) dst[i] = src[i];
-      mpk::consumer_sync();
+    }
+    if (task.wait >= 0 && threadIdx.x == 0) s_go = mpk::wait_event(st, task.wait, event_needed[task.wait] * step, w, t);
+    mpk::consumer_sync();
+    if (task.wait >= 0 && !s_go) break;
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) trace_records[t].start_ns = mpk::globaltimer();
+#endif
+    if (task.op >= 0) {
       // A streamed Linear finds x already staged when the previous task
       // staged the same x (q, k and v read one normalised row).
       const mpk::Ctx c{smem + kScratchOffset, smem, seq, st.abort, s_op.xkey >= 0 && s_op.xkey == s_xkey};
       seq = run_task(s_op, task.lo, task.hi, slots, c);
     }
+    // Read before the barrier: past it, the next task's descriptor overwrites s_op.
+    const int staged = task.op >= 0 ? s_op.xkey : -1;
     mpk::consumer_sync();
 #ifdef MPK_TRACE
     if (threadIdx.x == 0) {
@@ -145,7 +149,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     }
 #endif
     if (threadIdx.x == 0) {
-      s_xkey = task.op >= 0 ? s_op.xkey : -1;
+      s_xkey = staged;
       mpk::st_release_cta(&s_done, (uint32_t)(q - q0 + 1));
     }
   }

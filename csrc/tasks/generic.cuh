@@ -138,6 +138,25 @@ __device__ __forceinline__ int64_t read_index(const char* p, const View& v, cons
   return (i < 0 || i >= size) ? -1 : i;
 }
 
+// RoPE rows normally land at their own index of op.out; with FLAG_CACHE
+// (a RoPE fused with the KV-cache write after it) op.out is the cache and
+// row idx lands at position in[num_in - 1][idx[dim]] along dim. rope_shape
+// is the index space the task walks; rope_out is the offset of element idx,
+// or -1 for a position out of range (nothing is written).
+__device__ __forceinline__ const int64_t* rope_shape(const Op& op) {
+  return (op.flags & FLAG_CACHE) ? op.in[0].shape : op.out.shape;
+}
+
+template <int N>
+__device__ __forceinline__ int64_t rope_out(const Op& op, const int64_t* idx, const Slots<N>& s) {
+  if (!(op.flags & FLAG_CACHE)) return offset_of(op.out, idx);
+  const View& pos = op.in[op.num_in - 1];
+  int64_t at[MPK_MAX_RANK];
+  for (int d = 0; d < op.out.rank; ++d) at[d] = idx[d];
+  at[op.dim] = read_index(base(s, pos), pos, idx + op.dim, op.out.shape[op.dim]);
+  return at[op.dim] < 0 ? -1 : offset_of(op.out, at);
+}
+
 template <int N>
 __device__ void embedding(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const View& w = op.in[0];
@@ -223,7 +242,8 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
   const int32_t dt = op.out.dtype;
   const bool has_w = op.flags & FLAG_WEIGHT;
   const int split = op.split_dim == r ? -1 : op.split_dim;
-  const int64_t rows = rows_of(op.out.shape, op.out.rank, split, lo, hi);
+  const int64_t* shape = rope_shape(op);
+  const int64_t rows = rows_of(shape, op.out.rank, split, lo, hi);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   constexpr int kMaxPer = 8;
   if (float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
@@ -231,9 +251,9 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
     const int per = (int)(D / 32), hp = per / 2;  // element k*32+lane's partner is (k+hp)*32+lane
     for (int64_t row = warp; row < rows; row += warps) {
       int64_t idx[MPK_MAX_RANK];
-      row_index(idx, row, op.out.shape, op.out.rank, split, lo, hi);
+      row_index(idx, row, shape, op.out.rank, split, lo, hi);
       const int64_t xo = offset_of(x, idx), co = offset_of(c, idx), so = offset_of(sn, idx);
-      const int64_t wo = has_w ? offset_of(w, idx) : 0, oo = offset_of(op.out, idx);
+      const int64_t wo = has_w ? offset_of(w, idx) : 0, oo = rope_out(op, idx, s);
       float v[kMaxPer], g[kMaxPer], cv[kMaxPer], sv[kMaxPer];
       float ss = 0.f;
 #pragma unroll
@@ -260,6 +280,7 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
         const float x1 = v[k], x2 = v[k + hp];
         const float r1 = round_float(dt, round_float(dt, x1 * cv[k]) + round_float(dt, round_float(dt, -x2) * sv[k]));
         const float r2 = round_float(dt, round_float(dt, x2 * cv[k + hp]) + round_float(dt, round_float(dt, x1) * sv[k + hp]));
+        if (oo < 0) continue;  // a cache position out of range: nothing is written
         st_float(base(s, op.out), dt, oo + k * 32 + lane, r1);
         st_float(base(s, op.out), dt, oo + (k + hp) * 32 + lane, r2);
       }
@@ -268,7 +289,7 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
   }
   // Any layout or dtype: a thread per output element, the row's norm
   // recomputed for each (slow, and only for what the path above rejects).
-  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+  for_each_index(shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
     int64_t ridx[MPK_MAX_RANK];
     for (int k = 0; k <= r; ++k) ridx[k] = idx[k];
     float ss = 0.f;
@@ -291,8 +312,8 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
     ridx[r] = j;
     const double cj = load_elem(base(s, c), c.dtype, offset_of(c, ridx));
     const double sj = load_elem(base(s, sn), sn.dtype, offset_of(sn, ridx));
-    store_elem(base(s, op.out), dt, offset_of(op.out, idx),
-               round_to(dt, round_to(dt, xv * cj) + round_to(dt, round_to(dt, rot) * sj)));
+    const int64_t o = rope_out(op, idx, s);
+    if (o >= 0) store_elem(base(s, op.out), dt, o, round_to(dt, round_to(dt, xv * cj) + round_to(dt, round_to(dt, rot) * sj)));
   });
 }
 
@@ -308,13 +329,14 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const int r = op.out.rank - 1;
   const int64_t h = x.shape[r] / 2;
   const int32_t dt = op.out.dtype;
+  const int64_t* shape = rope_shape(op);
   if (float_row(x) && float_row(op.in[1]) && float_row(op.in[2]) && float_row(op.out) && op.split_dim != r) {
     // A thread takes the pair (j, j+h) of a row: six loads issued together.
     const View &c = op.in[1], &sn = op.in[2];
-    const int64_t rows = rows_of(op.out.shape, op.out.rank, op.split_dim, lo, hi);
+    const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi);
     for (int64_t t = threadIdx.x; t < rows * h; t += MPK_THREADS) {
       int64_t idx[MPK_MAX_RANK];
-      row_index(idx, t / h, op.out.shape, op.out.rank, op.split_dim, lo, hi);
+      row_index(idx, t / h, shape, op.out.rank, op.split_dim, lo, hi);
       const int64_t j = t % h;
       const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
       const float x1 = ld_float(base(s, x), x.dtype, xo), x2 = ld_float(base(s, x), x.dtype, xo + h);
@@ -322,13 +344,14 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
       const float s1 = ld_float(base(s, sn), sn.dtype, so), s2 = ld_float(base(s, sn), sn.dtype, so + h);
       const float r1 = round_float(dt, round_float(dt, x1 * c1) + round_float(dt, round_float(dt, -x2) * s1));
       const float r2 = round_float(dt, round_float(dt, x2 * c2) + round_float(dt, round_float(dt, x1) * s2));
-      const int64_t oo = offset_of(op.out, idx) + j;
-      st_float(base(s, op.out), dt, oo, r1);
-      st_float(base(s, op.out), dt, oo + h, r2);
+      const int64_t oo = rope_out(op, idx, s);
+      if (oo < 0) continue;  // a cache position out of range: nothing is written
+      st_float(base(s, op.out), dt, oo + j, r1);
+      st_float(base(s, op.out), dt, oo + j + h, r2);
     }
     return;
   }
-  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+  for_each_index(shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
     int64_t pidx[MPK_MAX_RANK];
     for (int k = 0; k <= r; ++k) pidx[k] = idx[k];
     const int64_t j = idx[r];
@@ -339,7 +362,8 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
     double c = load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
     double sn = load_elem(base(s, op.in[2]), op.in[2].dtype, offset_of(op.in[2], idx));
     double v = round_to(dt, round_to(dt, xv * c) + round_to(dt, round_to(dt, rot) * sn));
-    store_elem(base(s, op.out), dt, offset_of(op.out, idx), v);
+    const int64_t o = rope_out(op, idx, s);
+    if (o >= 0) store_elem(base(s, op.out), dt, o, v);
   });
 }
 

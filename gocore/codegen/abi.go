@@ -59,7 +59,7 @@ var (
 		{"int32_t", "split_dim", "the output dim tasks split; tasks carry [lo, hi)"},
 		{"int32_t", "dim", "cat / gather / kv_write dim"},
 		{"int32_t", "groups", "attention: query heads per KV head"},
-		{"int32_t", "flags", "bit 0: residual; bit 1: (norm) weight; bit 2: mask; bit 3: causal"},
+		{"int32_t", "flags", "OpFlags"},
 		{"int32_t", "reduce", "ReduceKind"},
 		{"int32_t", "pro_first", "linear prologue: its inputs are in[0] and in[pro_first..num_in)"},
 		{"int32_t", "pro_dtype", "linear prologue: the dtype x rounds to"},
@@ -90,6 +90,7 @@ const (
 	flagWeight
 	flagMask
 	flagCausal
+	flagCache // rope: rows land in the cache (out) at the positions in the last input, along dim
 )
 
 var reduceKinds = []string{"sum", "mean", "amax", "amin", "argmax"}
@@ -123,7 +124,7 @@ func ABIHeader() string {
 		fmt.Fprintf(&b, " RED_%s = %d,", strings.ToUpper(k), i)
 	}
 	b.WriteString(" };\n\n")
-	fmt.Fprintf(&b, "enum OpFlags : int32_t { FLAG_RESIDUAL = %d, FLAG_WEIGHT = %d, FLAG_MASK = %d, FLAG_CAUSAL = %d };\n\n", flagResidual, flagWeight, flagMask, flagCausal)
+	fmt.Fprintf(&b, "enum OpFlags : int32_t { FLAG_RESIDUAL = %d, FLAG_WEIGHT = %d, FLAG_MASK = %d, FLAG_CAUSAL = %d, FLAG_CACHE = %d };\n\n", flagResidual, flagWeight, flagMask, flagCausal, flagCache)
 	writeStruct(&b, "View", viewFields)
 	writeStruct(&b, "Op", opFields)
 	writeStruct(&b, "Task", taskFields)

@@ -46,18 +46,9 @@ func newLayout(g *ir.Graph) layout {
 	return l
 }
 
-// iterShape is the index space an op's tasks tile: the output, except for
-// the KV write, which iterates over its source rows.
-func iterShape(op *ir.Op) []int64 {
-	if op.Kind == ir.KVWrite {
-		return op.In[1].Shape
-	}
-	return op.Out.Shape
-}
-
 // splitDim finds the one dim along which decompose cut op's tiles.
 func splitDim(op *ir.Op, b tgraph.Box) int {
-	shape := iterShape(op)
+	shape := op.IterShape()
 	for d := range shape {
 		if b.Lo[d] != 0 || b.Hi[d] != shape[d] {
 			return d
@@ -84,7 +75,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 			seen[t.Op] = true
 			split[t.Op] = d
 		}
-		if d != split[t.Op] && len(iterShape(op)) > 0 {
+		if d != split[t.Op] && len(op.IterShape()) > 0 {
 			return nil, fmt.Errorf("codegen: op %d is tiled along two dims (%d and %d)", t.Op, d, split[t.Op])
 		}
 		if op.Kind == ir.Linear {
@@ -387,6 +378,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			return "", fmt.Errorf("codegen: attention head dim %d is not supported on the GPU (up to 256)", D)
 		}
 		code = fmt.Sprintf("mpk::attn_merge<%d>(op, lo, hi, s, c.smem)", D)
+		gen.smem = max(gen.smem, (Threads/32)*int(D+2)*4)
 	case ir.RMSNorm:
 		if op.Attr.HasWeight {
 			flags |= flagWeight
@@ -398,6 +390,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			if p.HasWeight {
 				flags |= flagWeight
 			}
+		}
+		if op.Attr.IndexIn > 0 { // rows land in the cache at run-time positions (last input)
+			flags |= flagCache
 		}
 		code = "mpk::rope(op, lo, hi, s, c.smem)"
 	case ir.Elementwise:

@@ -90,8 +90,8 @@ const rowsPerNormTask = stream.Threads / 32
 // tiles chooses the output tiles of op.
 func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	W := int64(workers)
-	out := op.Out.Shape
-	n := op.Out.Numel()
+	out := op.IterShape()
+	n := ir.Numel(out)
 	small := func(d int) int64 { // parts for a cheap op split along d
 		return min(W, out[d], max(1, n/minElemsPerTask))
 	}
@@ -122,8 +122,7 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		}
 		return split(out, d, small(d), 1)
 	case ir.KVWrite: // iterate over the source rows
-		src := op.In[1].Shape
-		return split(src, largestDim(src, allDims(len(src))), 1, 1)
+		return split(out, largestDim(out, allDims(len(out))), 1, 1)
 	case ir.Cat:
 		var dims []int
 		for d := range out {
@@ -158,8 +157,16 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 	writeBox := b
 	switch op.Kind {
 	case ir.Elementwise, ir.Copy, ir.RMSNorm, ir.RoPE:
-		for _, v := range op.In {
+		for i, v := range op.In {
+			if op.Kind == ir.RoPE && op.Attr.IndexIn == i && i > 0 {
+				read(v, fullBox(v)) // the positions rows land at
+				continue
+			}
 			read(v, b)
+		}
+		if op.Kind == ir.RoPE && op.Attr.IndexIn > 0 { // rows land at run-time positions
+			writeBox = tgraph.Box{Lo: append([]int64(nil), b.Lo...), Hi: append([]int64(nil), b.Hi...)}
+			writeBox.Lo[op.Attr.Dim], writeBox.Hi[op.Attr.Dim] = 0, op.Out.Shape[op.Attr.Dim]
 		}
 	case ir.Reduce:
 		in := op.In[0]
