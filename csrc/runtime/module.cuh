@@ -24,7 +24,10 @@ constexpr int kScratchOffset = kBarsBytes + kRingPages * mpk::kPageBytes;
 constexpr int kDynamicSharedBytes = kScratchOffset + kSharedBytes;
 // Pages in flight per worker: enough for HBM, few enough that the other L2
 // traffic (activations, counters) does not queue behind them (bench/NOTES.md).
-constexpr uint32_t kInFlightPages = 2;
+#ifndef MPK_INFLIGHT_PAGES
+#define MPK_INFLIGHT_PAGES 2
+#endif
+constexpr uint32_t kInFlightPages = MPK_INFLIGHT_PAGES;
 
 // With MPK_TRACE, per task: when its wait began, when it started, when it
 // ended (globaltimer ns), its op and worker; mpk_trace copies them out.

@@ -235,7 +235,12 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
 // holds elements l, l+32, ..., so with h a multiple of 32 both halves of every
 // rotated pair sit in one lane and the row never leaves registers.
 template <int N>
-__device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
+__device__ __noinline__ void rope_normed_any(const Op& op, int lo, int hi, const Slots<N>& s);
+
+// Out of line, like the other RoPE paths: the plain rotation stays a small
+// body with few registers (a task runs its code cold, once per layer).
+template <int N>
+__device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
   const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[op.pro_first];
   const int r = op.out.rank - 1;
   const int64_t D = x.shape[r], h = D / 2;
@@ -245,7 +250,7 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
   const int64_t* shape = rope_shape(op);
   const int64_t rows = rows_of(shape, op.out.rank, split, lo, hi);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
-  constexpr int kMaxPer = 8;
+  constexpr int kMaxPer = 4;  // head dims up to 128 in registers; wider ones take rope_normed_any
   if (float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
       h % 32 == 0 && D <= 32 * kMaxPer && split == op.split_dim) {
     const int per = (int)(D / 32), hp = per / 2;  // element k*32+lane's partner is (k+hp)*32+lane
@@ -287,8 +292,20 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
     }
     return;
   }
-  // Any layout or dtype: a thread per output element, the row's norm
-  // recomputed for each (slow, and only for what the path above rejects).
+  rope_normed_any(op, lo, hi, s);
+}
+
+// rope_normed_any: any layout or dtype, a thread per output element, the
+// row's norm recomputed for each (slow, and only for what rope_normed's fast
+// path rejects).
+template <int N>
+__device__ __noinline__ void rope_normed_any(const Op& op, int lo, int hi, const Slots<N>& s) {
+  const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[op.pro_first];
+  const int r = op.out.rank - 1;
+  const int64_t D = x.shape[r], h = D / 2;
+  const int32_t dt = op.out.dtype;
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  const int64_t* shape = rope_shape(op);
   for_each_index(shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
     int64_t ridx[MPK_MAX_RANK];
     for (int k = 0; k <= r; ++k) ridx[k] = idx[k];
@@ -314,6 +331,30 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
     const double sj = load_elem(base(s, sn), sn.dtype, offset_of(sn, ridx));
     const int64_t o = rope_out(op, idx, s);
     if (o >= 0) store_elem(base(s, op.out), dt, o, round_to(dt, round_to(dt, xv * cj) + round_to(dt, round_to(dt, rot) * sj)));
+  });
+}
+
+// rope_any: any layout or dtype, a thread per output element.
+template <int N>
+__device__ __noinline__ void rope_any(const Op& op, int lo, int hi, const Slots<N>& s) {
+  const View& x = op.in[0];
+  const int r = op.out.rank - 1;
+  const int64_t h = x.shape[r] / 2;
+  const int32_t dt = op.out.dtype;
+  const int64_t* shape = rope_shape(op);
+  for_each_index(shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t pidx[MPK_MAX_RANK];
+    for (int k = 0; k <= r; ++k) pidx[k] = idx[k];
+    const int64_t j = idx[r];
+    pidx[r] = j < h ? j + h : j - h;
+    double xv = load_elem(base(s, x), x.dtype, offset_of(x, idx));
+    double rot = load_elem(base(s, x), x.dtype, offset_of(x, pidx));
+    if (j < h) rot = -rot;
+    double c = load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
+    double sn = load_elem(base(s, op.in[2]), op.in[2].dtype, offset_of(op.in[2], idx));
+    double v = round_to(dt, round_to(dt, xv * c) + round_to(dt, round_to(dt, rot) * sn));
+    const int64_t o = rope_out(op, idx, s);
+    if (o >= 0) store_elem(base(s, op.out), dt, o, v);
   });
 }
 
@@ -351,20 +392,7 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
     }
     return;
   }
-  for_each_index(shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
-    int64_t pidx[MPK_MAX_RANK];
-    for (int k = 0; k <= r; ++k) pidx[k] = idx[k];
-    const int64_t j = idx[r];
-    pidx[r] = j < h ? j + h : j - h;
-    double xv = load_elem(base(s, x), x.dtype, offset_of(x, idx));
-    double rot = load_elem(base(s, x), x.dtype, offset_of(x, pidx));
-    if (j < h) rot = -rot;
-    double c = load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
-    double sn = load_elem(base(s, op.in[2]), op.in[2].dtype, offset_of(op.in[2], idx));
-    double v = round_to(dt, round_to(dt, xv * c) + round_to(dt, round_to(dt, rot) * sn));
-    const int64_t o = rope_out(op, idx, s);
-    if (o >= 0) store_elem(base(s, op.out), dt, o, v);
-  });
+  rope_any(op, lo, hi, s);
 }
 
 // block_sum reduces a float across the block (all threads get the result).

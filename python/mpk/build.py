@@ -119,9 +119,15 @@ def cuda_arch(arch: str | None = None, device: Any = None) -> str:
     return DEFAULT_ARCH
 
 
+def extra_flags() -> list[str]:
+    """$MPK_NVCC_EXTRA: more nvcc flags for experiments (e.g. a runtime
+    constant, -DMPK_INFLIGHT_PAGES=3); part of the cache key."""
+    return os.environ.get("MPK_NVCC_EXTRA", "").split()
+
+
 def nvcc_command(nvcc: str, arch: str, csrc: Path, src: str = MODULE_CU,
                  out: str = MODULE_SO) -> list[str]:
-    return [nvcc, *NVCC_FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{csrc}", src,
+    return [nvcc, *NVCC_FLAGS, *extra_flags(), f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{csrc}", src,
             "-o", out]
 
 
@@ -163,7 +169,7 @@ def cache_key(sources: Mapping[str, str], arch: str, version: str, csrc: Path) -
         put("source:" + name, sources[name].encode())
     for p in _headers(csrc):
         put("header:" + p.relative_to(csrc).as_posix(), p.read_bytes())
-    put("flags", " ".join(NVCC_FLAGS).encode())
+    put("flags", " ".join([*NVCC_FLAGS, *extra_flags()]).encode())
     put("nvcc", version.encode())
     put("arch", arch.encode())
     return h.hexdigest()
