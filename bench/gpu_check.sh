@@ -8,7 +8,7 @@
 #   warm     warm start of $WARM_MODEL: bench/warm_start.py --save (mpk.precompile; cold, or
 #            warm caches after `check`), then --load in a new process (timed and judged)
 #   warm_tc  bench/warm_start.py twice through torch.compile (the second run re-traces Dynamo)
-#   bench    bench/bench.py for $BENCH_MODELS
+#   bench    bench/decode.py for $BENCH_MODELS
 # Everything is tee'd to $OUT/ (the logs end up in $OUT/logs.tar.gz, beside
 # summary.txt and bench.json); a failing part does not stop the others.
 # Exit status: 0 when every part passed.
@@ -91,7 +91,7 @@ if has warm_tc; then
   run "warm_tc_$WARM_MODEL" "$PY" bench/warm_start.py --model "$WARM_MODEL"
 fi
 if has bench; then
-  run bench "$PY" bench/bench.py --models $BENCH_MODELS --cache-tokens "$CACHE_TOKENS" --json "$OUT/bench.json"
+  run bench "$PY" bench/decode.py --models $BENCH_MODELS --cache-tokens "$CACHE_TOKENS" --json "$OUT/decode.json"
 fi
 
 echo "---- summary"

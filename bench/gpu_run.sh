@@ -16,7 +16,7 @@ for job in ${JOBS:-check:tiny-llama}; do
   case $kind in
     check) timeout "${JOB_TIMEOUT:-200}" python3 -m mpk check --model "$what" --target cuda --dtype bfloat16 $extra >"$OUT/check_$what.log" 2>&1
            tail -2 "$OUT/check_$what.log" ;;
-    bench) timeout "${JOB_TIMEOUT:-300}" python3 bench/bench.py --models ${what//+/ } $extra --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
-           tail -8 "$OUT/bench.log" ;;
+    bench) timeout "${JOB_TIMEOUT:-300}" python3 bench/decode.py --models ${what//+/ } $extra --json "$OUT/decode.json" >"$OUT/decode.log" 2>&1
+           tail -8 "$OUT/decode.log" ;;
   esac
 done

@@ -235,7 +235,6 @@ __device__ __forceinline__ void consume(const Args& a, int id, const Task& t, co
     if (threadIdx.x % 32 == 0) spin_until([&] { return ring.ready(s); }, "page", s);
     __syncwarp();
     ring.ready(s);
-    return true;
   };
   mpk::consumer_sync();  // the previous task is done with xs
   mark(a, id, 1);

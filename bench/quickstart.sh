@@ -9,5 +9,5 @@ python3 -m pip install -q -e '.[hf,test]'
 python3 -m mpk check --model tiny-llama --target reference
 if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
   python3 -m mpk check --model tiny-llama --target cuda
-  python3 bench/bench.py --models tiny-llama --steps 16
+  python3 bench/decode.py --models tiny-llama --steps 16
 fi

@@ -1,13 +1,16 @@
 """Where a decode step's time goes inside the megakernel: compile with
 options={"trace": True}, run a few steps, read each task's wait/start/end
-timestamps from the module, and print time per op kind and per worker.
+timestamps from the module, and print time per op kind, then the timeline of
+the ops of one layer in the middle (when its tasks started and ended). With
+--json, the records are written for bench/plot.py's per-worker timeline.
 
-    python bench/trace.py --model qwen3-0.6b"""
+    python bench/trace.py --model qwen3-0.6b --json trace.json"""
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 from collections import defaultdict
 
 import torch
@@ -19,6 +22,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-0.6b")
     p.add_argument("--cache-tokens", type=int, default=512)
+    p.add_argument("--json", help="write the step's task records here")
     a = p.parse_args()
     check.ensure_backend_registered()
     m, cache = check.decode_setup(a.model, a.cache_tokens)
@@ -31,6 +35,7 @@ def main() -> None:
     fn = backend.last_compiled
     labels = fn.summary["op_labels"]
     lib = ctypes.CDLL(str(fn.build.path))  # the module the launcher loaded (same handle)
+    lib.mpk_trace.argtypes = [ctypes.c_void_p, ctypes.c_int32]
     n = fn.module.num_tasks
     buf = (ctypes.c_uint64 * (4 * n))()  # wait, start, end, (worker << 32 | op)
     got = lib.mpk_trace(buf, n)
@@ -56,6 +61,34 @@ def main() -> None:
     print(f"{'op kind':28} {'tasks':>6} {'busy us (sum)':>14} {'mean us':>8} {'wait us (sum)':>14}")
     for label in sorted(busy, key=lambda k: -busy[k]):
         print(f"{label:28} {count[label]:6d} {busy[label]:14.1f} {busy[label] / count[label]:8.2f} {wait[label]:14.1f}")
+    layer_timeline(recs, labels)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": a.model, "labels": labels, "device": torch.cuda.get_device_name(),
+                       "records": [[w - t0, s - t0, e - t0, op, worker] for w, s, e, op, worker in recs]}, f)
+        print(f"wrote {a.json}")
+
+
+def layer_timeline(recs, labels) -> None:
+    """The ops between the middle two attention ops (one layer), in op order:
+    tasks, when the first started and the last ended (us from the layer's
+    first start), and the mean task time."""
+    attn = [i for i, l in enumerate(labels) if l == "attention"]
+    if len(attn) < 2:
+        return
+    lo, hi = attn[len(attn) // 2 - 1], attn[len(attn) // 2]
+    by_op = defaultdict(list)
+    for w, s, e, op, worker in recs:
+        if lo <= op < hi:
+            by_op[op].append((w, s, e))
+    if not by_op:
+        return
+    t0 = min(s for rs in by_op.values() for _, s, _ in rs)
+    print(f"\none layer (ops {lo}..{hi - 1}): {'op':28} {'tasks':>5} {'first start':>11} {'last end':>9} {'mean us':>8}")
+    for op in sorted(by_op):
+        rs = by_op[op]
+        print(f"{'':34}{labels[op] + '#' + str(op):28} {len(rs):5d} {(min(s for _, s, _ in rs) - t0) / 1e3:11.1f} "
+              f"{(max(e for _, _, e in rs) - t0) / 1e3:9.1f} {sum(e - s for _, s, e in rs) / len(rs) / 1e3:8.2f}")
 
 
 if __name__ == "__main__":

@@ -227,31 +227,36 @@ def test_two_processes_build_at_once(fake_nvcc, monkeypatch):
 # ---------------------------------------------------------------------------
 
 FAKE_MODULE = r"""
+#include <stdlib.h>
 #include <string.h>
 #include "runtime/module_abi.h"
-static int inited, launches, aborted;
-static void* last_stream;
+struct MpkInstance { int launches, aborted; void* last_stream; uint64_t budget; };
 int32_t mpk_num_slots(void) { return 4; }
 int32_t mpk_num_inputs(void) { return 2; }
 int32_t mpk_num_outputs(void) { return 1; }
 int32_t mpk_num_workers(void) { return 7; }
 int32_t mpk_num_tasks(void) { return 11; }
 uint64_t mpk_arena_bytes(void) { return 4096; }
-int32_t mpk_init(char* err, int32_t n) { inited = 1; return 0; }
-int32_t mpk_launch(void* const* slots, void* stream, char* err, int32_t n) {
-  if (!inited) { strncpy(err, "not initialised", n); return 3; }
+int32_t mpk_create(uint64_t budget, MpkInstance** out, char* err, int32_t n) {
+  if (budget == 0) { strncpy(err, "no budget", n); return 3; }
+  *out = calloc(1, sizeof(MpkInstance));
+  (*out)->budget = budget;
+  return 0;
+}
+int32_t mpk_launch(MpkInstance* in, void* const* slots, void* stream, char* err, int32_t n) {
   if (slots[0] == 0) { strncpy(err, "slot 0 is null", n); return 5; }
-  launches++; last_stream = stream;
-  if ((long)slots[3] == 0xdead) aborted = 1;
+  in->launches++; in->last_stream = stream;
+  if ((long)slots[3] == 0xdead) in->aborted = 1;
   return 0;
 }
-int32_t mpk_status(MpkStatus* s) {
+void mpk_status(const MpkInstance* in, MpkStatus* s) {
   memset(s, 0, sizeof *s);
-  s->aborted = aborted; s->worker = 3; s->task = launches; s->event = 9;
-  s->count = 1; s->needed = 2; s->waited_ns = (uint64_t)(long)last_stream;
-  return 0;
+  s->aborted = in->aborted; s->worker = 3; s->task = in->launches; s->event = 9;
+  s->count = 1; s->needed = 2; s->waited_ns = (uint64_t)(long)in->last_stream + in->budget;
 }
-int32_t mpk_reset(void) { aborted = 0; return 0; }
+int32_t mpk_reset(MpkInstance* in) { in->aborted = 0; return 0; }
+void mpk_destroy(MpkInstance* in) { free(in); }
+int32_t mpk_trace(void* out, int32_t n) { return 0; }
 """
 
 
@@ -274,25 +279,29 @@ def test_launcher_calls_the_module_abi(fake_module):
     m = L.Module(str(fake_module / "m.so"))
     assert (m.num_slots, m.num_inputs, m.num_outputs, m.num_workers, m.num_tasks, m.arena_bytes) == \
         (4, 2, 1, 7, 11, 4096)
-    with pytest.raises(RuntimeError, match="not initialised"):
-        m.launch([1, 2, 3, 4], 0)
-    m.init()
+    with pytest.raises(RuntimeError, match="mpk_create failed.*no budget"):
+        m.create(0)
+    a, b = m.create(1000), m.create(2000)
     with pytest.raises(RuntimeError, match="got 3 pointer slots, the module takes 4"):
-        m.launch([1, 2, 3], 0)
+        a.launch([1, 2, 3], 0)
     with pytest.raises(RuntimeError, match="slot 0 is null"):
-        m.launch([0, 2, 3, 4], 0)
-    m.launch([1, 2, 3, 4], 12345)
-    st = m.status()
-    assert st == {"aborted": 0, "worker": 3, "task": 1, "event": 9, "count": 1, "needed": 2,
-                  "waited_ns": 12345}
-    m.launch([1, 2, 3, 0xdead], 0)
-    st = m.status()
-    assert st["aborted"] == 1
+        a.launch([0, 2, 3, 4], 0)
+    a.launch([1, 2, 3, 4], 12345)
+    assert a.status() == {"aborted": 0, "worker": 3, "task": 1, "event": 9, "count": 1, "needed": 2,
+                          "waited_ns": 12345 + 1000}
+    a.launch([1, 2, 3, 0xdead], 0)
+    st = a.status()
+    assert st["aborted"] == 1 and st["task"] == 2
+    # Each instance has its own state: b neither launched nor aborted.
+    assert b.status()["aborted"] == 0 and b.status()["task"] == 0
     err = build.abort_error(st)
     assert err.kind == "runtime"
     assert "worker 3 waited on event 9 before task 2: count 1 of 2 needed" in str(err)
-    m.reset()
-    assert m.status()["aborted"] == 0
+    a.reset()
+    assert a.status()["aborted"] == 0
+    del m  # instances keep their module alive
+    b.launch([1, 2, 3, 4], 7)
+    assert b.status()["task"] == 1
 
 
 def test_launcher_errors_name_the_problem(fake_module, tmp_path):

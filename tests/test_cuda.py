@@ -12,7 +12,7 @@ from mpk.errors import ArgumentError
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3"])
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3", "small-llama", "small-qwen3"])
 def test_cuda_steps_bf16_rule(core_lib, fresh_dynamo, model):
     lines = []
     res = check.run_check(model=model, target="cuda", steps=8, seed=0, log=lines.append)

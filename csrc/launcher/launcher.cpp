@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -31,10 +32,11 @@ struct Abi {
   int32_t (*num_workers)(void);
   int32_t (*num_tasks)(void);
   uint64_t (*arena_bytes)(void);
-  int32_t (*init)(char*, int32_t);
-  int32_t (*launch)(void* const*, void*, char*, int32_t);
-  int32_t (*status)(MpkStatus*);
-  int32_t (*reset)(void);
+  int32_t (*create)(uint64_t, MpkInstance**, char*, int32_t);
+  int32_t (*launch)(MpkInstance*, void* const*, void*, char*, int32_t);
+  void (*status)(const MpkInstance*, MpkStatus*);
+  int32_t (*reset)(MpkInstance*);
+  void (*destroy)(MpkInstance*);
 };
 
 template <typename Fn>
@@ -56,42 +58,14 @@ std::string message(const char* prefix, int32_t rc, const char* err) {
   return s;
 }
 
-class Module {
+// Instance is one compiled callable's device state (module_abi.h): its own
+// event counters, epoch and status.
+class Instance {
  public:
-  explicit Module(const std::string& path) : path_(path) {
-    lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib_ == nullptr) {
-      const char* err = dlerror();
-      throw std::runtime_error("cannot load mpk module " + path + ": " +
-                               (err ? err : "unknown dlopen error"));
-    }
-    resolve(lib_, path_, "mpk_num_slots", &abi_.num_slots);
-    resolve(lib_, path_, "mpk_num_inputs", &abi_.num_inputs);
-    resolve(lib_, path_, "mpk_num_outputs", &abi_.num_outputs);
-    resolve(lib_, path_, "mpk_num_workers", &abi_.num_workers);
-    resolve(lib_, path_, "mpk_num_tasks", &abi_.num_tasks);
-    resolve(lib_, path_, "mpk_arena_bytes", &abi_.arena_bytes);
-    resolve(lib_, path_, "mpk_init", &abi_.init);
-    resolve(lib_, path_, "mpk_launch", &abi_.launch);
-    resolve(lib_, path_, "mpk_status", &abi_.status);
-    resolve(lib_, path_, "mpk_reset", &abi_.reset);
-  }
-
-  // The library is never dlclosed: a kernel may still be running on the
-  // device, and unloading registered CUDA code at interpreter exit races
-  // the CUDA runtime's own teardown.
-  Module(const Module&) = delete;
-  Module& operator=(const Module&) = delete;
-
-  void init() {
-    char err[kErrLen] = {0};
-    int32_t rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = abi_.init(err, kErrLen);
-    }
-    if (rc != 0) throw std::runtime_error(message("mpk_init", rc, err));
-  }
+  Instance(const Abi& abi, MpkInstance* inst) : abi_(abi), inst_(inst) {}
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+  ~Instance() { abi_.destroy(inst_); }
 
   void launch(const std::vector<uintptr_t>& slots, uintptr_t stream) {
     const int32_t want = abi_.num_slots();
@@ -106,19 +80,15 @@ class Module {
     int32_t rc;
     {
       py::gil_scoped_release nogil;
-      rc = abi_.launch(ptrs.data(), reinterpret_cast<void*>(stream), err, kErrLen);
+      rc = abi_.launch(inst_, ptrs.data(), reinterpret_cast<void*>(stream), err, kErrLen);
     }
     if (rc != 0) throw std::runtime_error(message("mpk_launch", rc, err));
   }
 
+  // The status as of the last completed launch (no synchronisation).
   py::dict status() {
     MpkStatus s{};
-    int32_t rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = abi_.status(&s);
-    }
-    if (rc != 0) throw std::runtime_error("mpk_status failed (code " + std::to_string(rc) + ")");
+    abi_.status(inst_, &s);
     py::dict d;
     d["aborted"] = s.aborted;
     d["worker"] = s.worker;
@@ -134,9 +104,56 @@ class Module {
     int32_t rc;
     {
       py::gil_scoped_release nogil;
-      rc = abi_.reset();
+      rc = abi_.reset(inst_);
     }
     if (rc != 0) throw std::runtime_error("mpk_reset failed (code " + std::to_string(rc) + ")");
+  }
+
+ private:
+  const Abi& abi_;  // owned by the Module, which the Python object keeps alive
+  MpkInstance* inst_;
+};
+
+class Module {
+ public:
+  explicit Module(const std::string& path) : path_(path) {
+    lib_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib_ == nullptr) {
+      const char* err = dlerror();
+      throw std::runtime_error("cannot load mpk module " + path + ": " +
+                               (err ? err : "unknown dlopen error"));
+    }
+    resolve(lib_, path_, "mpk_num_slots", &abi_.num_slots);
+    resolve(lib_, path_, "mpk_num_inputs", &abi_.num_inputs);
+    resolve(lib_, path_, "mpk_num_outputs", &abi_.num_outputs);
+    resolve(lib_, path_, "mpk_num_workers", &abi_.num_workers);
+    resolve(lib_, path_, "mpk_num_tasks", &abi_.num_tasks);
+    resolve(lib_, path_, "mpk_arena_bytes", &abi_.arena_bytes);
+    resolve(lib_, path_, "mpk_create", &abi_.create);
+    resolve(lib_, path_, "mpk_launch", &abi_.launch);
+    resolve(lib_, path_, "mpk_status", &abi_.status);
+    resolve(lib_, path_, "mpk_reset", &abi_.reset);
+    resolve(lib_, path_, "mpk_destroy", &abi_.destroy);
+  }
+
+  // The library is never dlclosed: a kernel may still be running on the
+  // device, and unloading registered CUDA code at interpreter exit races
+  // the CUDA runtime's own teardown.
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // create makes an instance on the current device (kernel attributes,
+  // occupancy check, its own device state).
+  std::unique_ptr<Instance> create(uint64_t budget_ns) {
+    char err[kErrLen] = {0};
+    MpkInstance* inst = nullptr;
+    int32_t rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = abi_.create(budget_ns, &inst, err, kErrLen);
+    }
+    if (rc != 0) throw std::runtime_error(message("mpk_create", rc, err));
+    return std::make_unique<Instance>(abi_, inst);
   }
 
   const std::string& path() const { return path_; }
@@ -157,13 +174,17 @@ class Module {
 
 PYBIND11_MODULE(_launcher, m) {
   m.doc() = "Loads a generated mpk module (module.so) and calls its C ABI.";
+  py::class_<Instance>(m, "Instance")
+      .def("launch", &Instance::launch, py::arg("slots"), py::arg("stream"),
+           "One cooperative launch on stream (an integer cudaStream_t), then an async copy of the "
+           "status to pinned memory; capturable in a CUDA graph.")
+      .def("status", &Instance::status, "The status as of the last completed launch (no synchronisation).")
+      .def("reset", &Instance::reset, "Clears counters, epoch and status after an abort.");
   py::class_<Module>(m, "Module")
       .def(py::init<const std::string&>(), py::arg("path"))
-      .def("init", &Module::init, "Kernel attributes, occupancy check, device state.")
-      .def("launch", &Module::launch, py::arg("slots"), py::arg("stream"),
-           "One cooperative launch on stream (an integer cudaStream_t); asynchronous.")
-      .def("status", &Module::status, "The device status (synchronises the device).")
-      .def("reset", &Module::reset, "Clears counters, epoch and status after an abort.")
+      .def("create", &Module::create, py::arg("budget_ns"), py::keep_alive<0, 1>(),
+           "An instance with its own device state on the current device (kernel attributes, "
+           "occupancy check); budget_ns bounds one spin-wait.")
       .def_property_readonly("path", &Module::path)
       .def_property_readonly("num_slots", &Module::num_slots)
       .def_property_readonly("num_inputs", &Module::num_inputs)

@@ -15,7 +15,7 @@ enum OpKind : int32_t { OP_ELEMENTWISE = 0, OP_REDUCE = 1, OP_RMSNORM = 2, OP_RO
 
 enum ReduceKind : int32_t { RED_SUM = 0, RED_MEAN = 1, RED_AMAX = 2, RED_AMIN = 3, RED_ARGMAX = 4, };
 
-enum OpFlags : int32_t { FLAG_RESIDUAL = 1, FLAG_WEIGHT = 2, FLAG_MASK = 4, FLAG_CAUSAL = 8 };
+enum OpFlags : int32_t { FLAG_RESIDUAL = 1, FLAG_WEIGHT = 2, FLAG_MASK = 4, FLAG_CAUSAL = 8, FLAG_CACHE = 16 };
 
 struct View {
   int32_t slot;  // pointer slot: input, output or the arena
@@ -34,10 +34,11 @@ struct Op {
   int32_t split_dim;  // the output dim tasks split; tasks carry [lo, hi)
   int32_t dim;  // cat / gather / kv_write dim
   int32_t groups;  // attention: query heads per KV head
-  int32_t flags;  // bit 0: residual; bit 1: (norm) weight; bit 2: mask; bit 3: causal
+  int32_t flags;  // OpFlags
   int32_t reduce;  // ReduceKind
   int32_t pro_first;  // linear prologue: its inputs are in[0] and in[pro_first..num_in)
   int32_t pro_dtype;  // linear prologue: the dtype x rounds to
+  int32_t xkey;  // streamed linear: ops with one key stage the same x; -1 otherwise
   float eps;  // rmsnorm, or a linear's rmsnorm prologue
   float scale;
   mpk::View out;
@@ -50,6 +51,13 @@ struct Task {
   int32_t hi;
   int32_t wait;  // event, or -1
   int32_t trigger;  // event, or -1
+};
+
+struct Stream {
+  int32_t slot;  // the weight's pointer slot
+  int32_t page_bytes;  // a page: whole rows, or a fraction of a row
+  int64_t offset;  // bytes from the slot's base to the task's first row
+  int64_t bytes;  // the task's weights; 0: the task streams nothing
 };
 
 }  // namespace mpk

@@ -1,9 +1,33 @@
 // The megakernel and the module's C ABI (module_abi.h). Included at the end
 // of a generated module.cu, after the mpk_gen tables and run_task.
+//
+// A worker (one CTA, kept resident by the occupancy check) has three roles:
+//  - consumer warps run the worker's static queue: wait for a task's event,
+//    run it, hand it to the signaller;
+//  - the loader warp streams the weights of the queue's Linear tasks into the
+//    ring (runtime/ring.cuh) ahead of the consumers, across task boundaries,
+//    waiting only for a free page: weights are never written in a launch, so
+//    the next task's weights arrive while its inputs are still being made;
+//  - the signaller warp publishes each finished task (its event's release
+//    add), so the consumers never wait for the release to land.
 #pragma once
 #include <stdio.h>
+#include <string.h>
+
+#include "runtime/ring.cuh"
 
 namespace mpk_gen {
+
+using Ring = mpk::Ring<kRingSlots>;
+constexpr int kBarsBytes = (int)((sizeof(mpk::RingBars<kRingSlots>) + 127) / 128 * 128);
+constexpr int kScratchOffset = kBarsBytes + kRingPages * mpk::kPageBytes;
+constexpr int kDynamicSharedBytes = kScratchOffset + kSharedBytes;
+// Pages in flight per worker: enough for HBM, few enough that the other L2
+// traffic (activations, counters) does not queue behind them (bench/NOTES.md).
+#ifndef MPK_INFLIGHT_PAGES
+#define MPK_INFLIGHT_PAGES 2
+#endif
+constexpr uint32_t kInFlightPages = MPK_INFLIGHT_PAGES;
 
 // With MPK_TRACE, per task: when its wait began, when it started, when it
 // ended (globaltimer ns), its op and worker; mpk_trace copies them out.
@@ -15,51 +39,111 @@ struct TraceRecord {
 __device__ TraceRecord trace_records[kNumTasks];
 #endif
 
-// Every worker runs its static queue: wait for the task's event, run it,
-// signal its event. Thresholds grow with the launch count, so counters are
-// never reset between steps.
-__global__ void __launch_bounds__(MPK_THREADS, 1)
+// load_weights is the loader's loop (one lane): every page of every streamed
+// task of worker w, in queue order, at most kInFlightPages in flight. A slot
+// that stays busy past the budget means the consumers stopped: it gives up.
+__device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNumSlots>& slots, const mpk::State& st,
+                                          int w) {
+  const uint64_t policy = mpk::weight_policy();
+  uint32_t seq = 0;
+  for (int q = queue_start[w]; q < queue_start[w + 1]; ++q) {
+    const mpk::Stream sd = streams[queue[q]];
+    const char* src = static_cast<const char*>(slots.p[sd.slot]) + sd.offset;
+    for (int64_t off = 0; off < sd.bytes; off += sd.page_bytes, ++seq) {
+      uint64_t start = 0;
+      for (uint32_t polls = 0; !(ring.slot_free(seq) && (seq < kInFlightPages || ring.ready(seq - kInFlightPages)));
+           ++polls) {
+        if ((polls & 1023) != 1023) continue;
+        const uint64_t now = mpk::globaltimer();
+        if (start == 0) start = now;
+        if (mpk::aborting(st.abort) || now - start > st.budget_ns) {
+          if (!mpk::aborting(st.abort)) mpk::give_up(st, MPK_ABORT_WAIT, w, queue[q], -1, seq, 0, now - start);
+          // Pages in flight land on their own; wait for them before the CTA's
+          // shared memory goes away.
+          for (uint32_t s = seq > kInFlightPages ? seq - kInFlightPages : 0; s < seq; ++s)
+            while (!ring.ready(s)) {
+            }
+          return;
+        }
+      }
+      ring.fill(seq, src + off, (uint32_t)min((int64_t)sd.page_bytes, sd.bytes - off), policy);
+    }
+  }
+}
+
+// signal_tasks is the signaller's loop (one lane): once the consumers have
+// finished the j-th task of worker w's queue (*done > j), its event gets the
+// release add.
+__device__ __noinline__ void signal_tasks(const mpk::State& st, int w, const uint32_t* done) {
+  const int q0 = queue_start[w];
+  for (int q = q0; q < queue_start[w + 1]; ++q) {
+    const int e = tasks[queue[q]].trigger;
+    if (e < 0) continue;
+    for (uint32_t polls = 0; mpk::ld_acquire_cta(done) <= (uint32_t)(q - q0); ++polls)
+      if ((polls & 1023) == 1023 && mpk::aborting(st.abort)) return;
+    mpk::red_release(st.counters + e, 1);
+  }
+}
+
+// Thresholds grow with the launch count, so counters are never reset
+// between steps.
+__global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     megakernel(const __grid_constant__ mpk::Slots<kNumSlots> slots, const mpk::State st) {
-  extern __shared__ __align__(16) char smem[];
-  __shared__ uint32_t s_step;
-  __shared__ int s_go;
+  extern __shared__ __align__(128) char smem[];
+  __shared__ uint32_t s_step, s_done;
+  __shared__ int s_go, s_xkey;
   // The running task's op descriptor, copied from global memory once per
   // task: the task code reads its views' shapes and strides many times.
   __shared__ __align__(16) mpk::Op s_op;
-  const int w = blockIdx.x;
-  if (threadIdx.x == 0) s_step = *(volatile uint32_t*)st.epoch + 1;
-  __syncthreads();
+  const int w = blockIdx.x, warp = threadIdx.x / 32;
+  const Ring ring{reinterpret_cast<mpk::RingBars<kRingSlots>*>(smem), smem + kBarsBytes};
+  if (threadIdx.x == 0) {
+    s_step = *(volatile uint32_t*)st.epoch + 1;
+    s_done = 0;
+    s_xkey = -1;
+    if (kRingPages > 0) ring.init(mpk::kConsumerWarps);
+  }
+  __syncthreads();  // the last barrier of all warps: the roles part here
   const uint32_t step = s_step;
-  const int q_end = queue_start[w + 1];
-  for (int q = queue_start[w]; q < q_end; ++q) {
+  if (warp == mpk::kLoaderWarp) {
+    if (threadIdx.x % 32 == 0 && kRingPages > 0) load_weights(ring, slots, st, w);
+    return;
+  }
+  if (warp == mpk::kSignalWarp) {
+    if (threadIdx.x % 32 == 0) signal_tasks(st, w, &s_done);
+    return;
+  }
+  uint32_t seq = 0;  // the consumers' place in the ring
+  const int q0 = queue_start[w], q1 = queue_start[w + 1];
+  for (int q = q0; q < q1; ++q) {
     const int t = queue[q];
     const mpk::Task task = tasks[t];
-    if (threadIdx.x == 0) {  // weights one task ahead (the first task's own as well)
-      if (q == queue_start[w] && task.op >= 0) mpk::prefetch_weights(ops[task.op], task.lo, task.hi, slots);
-      if (q + 1 < q_end) {
-        const mpk::Task next = tasks[queue[q + 1]];
-        if (next.op >= 0) mpk::prefetch_weights(ops[next.op], next.lo, next.hi, slots);
-      }
-    }
 #ifdef MPK_TRACE
     if (threadIdx.x == 0) trace_records[t].wait_ns = mpk::globaltimer();
 #endif
-    if (task.wait >= 0) {
-      if (threadIdx.x == 0) s_go = mpk::wait_event(st, task.wait, event_needed[task.wait] * step, w, t);
-      __syncthreads();
-      if (!s_go) break;
+    // The op table never changes: its descriptor is copied before the wait,
+    // so that L2 round trip overlaps the wait instead of following it. (The
+    // previous task finished with s_op at the barrier that ended it.)
+    if (task.op >= 0) {
+      const int2* src = reinterpret_cast<const int2*>(&ops[task.op]);
+      int2* dst = reinterpret_cast<int2*>(&s_op);
+      for (int i = threadIdx.x; i < (int)(sizeof(mpk::Op) / sizeof(int2)); i += MPK_THREADS) dst[i] = src[i];
     }
+    if (task.wait >= 0 && threadIdx.x == 0) s_go = mpk::wait_event(st, task.wait, event_needed[task.wait] * step, w, t);
+    mpk::consumer_sync();
+    if (task.wait >= 0 && !s_go) break;
 #ifdef MPK_TRACE
     if (threadIdx.x == 0) trace_records[t].start_ns = mpk::globaltimer();
 #endif
     if (task.op >= 0) {
-      const int2* src = reinterpret_cast<const int2*>(&ops[task.op]);
-      int2* dst = reinterpret_cast<int2*>(&s_op);
-      for (int i = threadIdx.x; i < (int)(sizeof(mpk::Op) / sizeof(int2)); i += blockDim.x) dst[i] = src[i];
-      __syncthreads();
-      run_task(s_op, task.lo, task.hi, slots, smem);
+      // A streamed Linear finds x already staged when the previous task
+      // staged the same x (q, k and v read one normalised row).
+      const mpk::Ctx c{smem + kScratchOffset, smem, seq, st.abort, s_op.xkey >= 0 && s_op.xkey == s_xkey};
+      seq = run_task(s_op, task.lo, task.hi, slots, c);
     }
-    __syncthreads();
+    // Read before the barrier: past it, the next task's descriptor overwrites s_op.
+    const int staged = task.op >= 0 ? s_op.xkey : -1;
+    mpk::consumer_sync();
 #ifdef MPK_TRACE
     if (threadIdx.x == 0) {
       trace_records[t].end_ns = mpk::globaltimer();
@@ -67,9 +151,12 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
       trace_records[t].worker = w;
     }
 #endif
-    if (task.trigger >= 0 && threadIdx.x == 0) mpk::signal_event(st, task.trigger);
+    if (threadIdx.x == 0) {
+      s_xkey = staged;
+      mpk::st_release_cta(&s_done, (uint32_t)(q - q0 + 1));
+    }
   }
-  __syncthreads();
+  mpk::consumer_sync();
   if (threadIdx.x == 0) {
     __threadfence();
     // The last worker to finish has seen every worker start, so all have
@@ -78,19 +165,21 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   }
 }
 
-struct DeviceState {
-  mpk::State st{};
-  void* block = nullptr;
-  bool ready = false;
-};
-static DeviceState g_state;
-
 static int32_t fail(char* err, int32_t errlen, const char* what, cudaError_t e) {
   if (err && errlen > 0) snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
   return 1;
 }
 
 }  // namespace mpk_gen
+
+// An instance's device state: counters, epoch, finished, abort and status in
+// one allocation, and the pinned copy of the status the host reads.
+struct MpkInstance {
+  mpk::State st;
+  void* block;
+  size_t bytes;
+  MpkStatus* host_status;
+};
 
 extern "C" {
 
@@ -101,18 +190,23 @@ int32_t mpk_num_workers(void) { return mpk_gen::kNumWorkers; }
 int32_t mpk_num_tasks(void) { return mpk_gen::kNumTasks; }
 uint64_t mpk_arena_bytes(void) { return mpk_gen::kArenaBytes; }
 
-int32_t mpk_reset(void) {
-  using namespace mpk_gen;
-  if (!g_state.ready) return 0;
-  size_t bytes = sizeof(uint32_t) * (kNumEvents + 2) + sizeof(int32_t) + sizeof(MpkStatus);
-  cudaError_t e = cudaMemset(g_state.block, 0, bytes);
+void mpk_destroy(MpkInstance* inst) {
+  if (inst == nullptr) return;
+  if (inst->block) cudaFree(inst->block);
+  if (inst->host_status) cudaFreeHost(inst->host_status);
+  delete inst;
+}
+
+int32_t mpk_reset(MpkInstance* inst) {
+  cudaError_t e = cudaMemset(inst->block, 0, inst->bytes);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  memset(inst->host_status, 0, sizeof(MpkStatus));
   return e == cudaSuccess ? 0 : 1;
 }
 
-int32_t mpk_init(char* err, int32_t errlen) {
+int32_t mpk_create(uint64_t budget_ns, MpkInstance** out, char* err, int32_t errlen) {
   using namespace mpk_gen;
-  if (g_state.ready) return 0;
+  *out = nullptr;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return fail(err, errlen, "cudaGetDevice", e);
@@ -123,50 +217,61 @@ int32_t mpk_init(char* err, int32_t errlen) {
     snprintf(err, errlen, "device %d does not support cooperative launches", dev);
     return 1;
   }
-  e = cudaFuncSetAttribute(megakernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  e = cudaFuncSetAttribute(megakernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDynamicSharedBytes);
   if (e != cudaSuccess) return fail(err, errlen, "cudaFuncSetAttribute(shared memory)", e);
   int per_sm = 0;
-  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, megakernel, MPK_THREADS, kSharedBytes);
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, megakernel, mpk::kWorkerThreads, kDynamicSharedBytes);
   if (e != cudaSuccess) return fail(err, errlen, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", e);
   // A persistent kernel whose workers are not all resident deadlocks.
   if ((long long)per_sm * sms < kNumWorkers) {
     snprintf(err, errlen,
              "occupancy check failed: %d workers need to be resident at once but the device fits %d per SM x %d SMs "
              "(%d threads, %d bytes of shared memory each); compile with fewer workers",
-             kNumWorkers, per_sm, sms, MPK_THREADS, kSharedBytes);
+             kNumWorkers, per_sm, sms, mpk::kWorkerThreads, kDynamicSharedBytes);
     return 1;
   }
-  size_t bytes = sizeof(uint32_t) * (kNumEvents + 2) + sizeof(int32_t) + sizeof(MpkStatus) + 64;
-  e = cudaMalloc(&g_state.block, bytes);
-  if (e != cudaSuccess) return fail(err, errlen, "cudaMalloc(state)", e);
-  char* p = static_cast<char*>(g_state.block);
-  g_state.st.counters = reinterpret_cast<uint32_t*>(p);
-  g_state.st.epoch = g_state.st.counters + kNumEvents;
-  g_state.st.finished = g_state.st.epoch + 1;
-  g_state.st.abort = reinterpret_cast<int32_t*>(g_state.st.finished + 1);
-  g_state.st.status = reinterpret_cast<MpkStatus*>((reinterpret_cast<uintptr_t>(g_state.st.abort + 1) + 15) & ~uintptr_t(15));
-  g_state.ready = true;
-  return mpk_reset() == 0 ? 0 : fail(err, errlen, "reset", cudaGetLastError());
-}
-
-int32_t mpk_launch(void* const* slot_ptrs, void* stream, char* err, int32_t errlen) {
-  using namespace mpk_gen;
-  if (!g_state.ready) {
-    snprintf(err, errlen, "mpk_launch before mpk_init");
-    return 1;
+  MpkInstance* inst = new MpkInstance{};
+  inst->bytes = sizeof(uint32_t) * (kNumEvents + 2) + sizeof(int32_t) + sizeof(MpkStatus) + 64;
+  e = cudaMalloc(&inst->block, inst->bytes);
+  if (e == cudaSuccess) e = cudaHostAlloc(reinterpret_cast<void**>(&inst->host_status), sizeof(MpkStatus), cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    mpk_destroy(inst);
+    return fail(err, errlen, "allocating the instance state", e);
   }
-  mpk::Slots<kNumSlots> slots;
-  for (int i = 0; i < kNumSlots; ++i) slots.p[i] = slot_ptrs[i];
-  mpk::State st = g_state.st;
-  void* args[] = {&slots, &st};
-  cudaError_t e = cudaLaunchCooperativeKernel((void*)megakernel, dim3(kNumWorkers), dim3(MPK_THREADS), args,
-                                              kSharedBytes, static_cast<cudaStream_t>(stream));
-  if (e != cudaSuccess) return fail(err, errlen, "cudaLaunchCooperativeKernel", e);
+  char* p = static_cast<char*>(inst->block);
+  inst->st.counters = reinterpret_cast<uint32_t*>(p);
+  inst->st.epoch = inst->st.counters + kNumEvents;
+  inst->st.finished = inst->st.epoch + 1;
+  inst->st.abort = reinterpret_cast<int32_t*>(inst->st.finished + 1);
+  inst->st.status = reinterpret_cast<MpkStatus*>((reinterpret_cast<uintptr_t>(inst->st.abort + 1) + 15) & ~uintptr_t(15));
+  inst->st.budget_ns = budget_ns;
+  if (mpk_reset(inst) != 0) {
+    mpk_destroy(inst);
+    return fail(err, errlen, "clearing the instance state", cudaGetLastError());
+  }
+  *out = inst;
   return 0;
 }
 
-// Copies up to n trace records (32 bytes each: wait, start, end ns, then op
-// and worker as int32) of the last launch; returns how many, 0 without MPK_TRACE.
+int32_t mpk_launch(MpkInstance* inst, void* const* slot_ptrs, void* stream, char* err, int32_t errlen) {
+  using namespace mpk_gen;
+  mpk::Slots<kNumSlots> slots;
+  for (int i = 0; i < kNumSlots; ++i) slots.p[i] = slot_ptrs[i];
+  mpk::State st = inst->st;
+  void* args[] = {&slots, &st};
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaLaunchCooperativeKernel((void*)megakernel, dim3(kNumWorkers), dim3(mpk::kWorkerThreads), args,
+                                              kDynamicSharedBytes, s);
+  if (e != cudaSuccess) return fail(err, errlen, "cudaLaunchCooperativeKernel", e);
+  e = cudaMemcpyAsync(inst->host_status, inst->st.status, sizeof(MpkStatus), cudaMemcpyDeviceToHost, s);
+  if (e != cudaSuccess) return fail(err, errlen, "cudaMemcpyAsync(status)", e);
+  return 0;
+}
+
+void mpk_status(const MpkInstance* inst, MpkStatus* out) {
+  memcpy(out, (const void*)inst->host_status, sizeof(MpkStatus));
+}
+
 int32_t mpk_trace(void* out, int32_t n) {
 #ifdef MPK_TRACE
   using namespace mpk_gen;
@@ -179,19 +284,6 @@ int32_t mpk_trace(void* out, int32_t n) {
   (void)n;
   return 0;
 #endif
-}
-
-int32_t mpk_status(MpkStatus* out) {
-  using namespace mpk_gen;
-  memset(out, 0, sizeof(*out));
-  if (!g_state.ready) return 0;
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) {
-    out->aborted = 3;
-    return 1;
-  }
-  e = cudaMemcpy(out, g_state.st.status, sizeof(MpkStatus), cudaMemcpyDeviceToHost);
-  return e == cudaSuccess ? 0 : 1;
 }
 
 }  // extern "C"

@@ -10,6 +10,7 @@
 
 #include "runtime/abi_gen.cuh"
 #include "runtime/module_abi.h"
+#include "runtime/roles.cuh"
 
 namespace mpk {
 
@@ -18,6 +19,18 @@ namespace mpk {
 template <int N>
 struct Slots {
   void* p[N];
+};
+
+// What a task gets from its worker besides its op (by value: a reference
+// would put it in local memory): the task scratch in shared memory, the
+// worker's weight ring and the consumers' place in it, the abort flag, and
+// whether x for this (streamed Linear) task is already staged in scratch.
+struct Ctx {
+  char* smem;
+  char* ring;
+  uint32_t seq;
+  const int32_t* abort;
+  bool x_ready;
 };
 
 template <int N>
@@ -122,7 +135,7 @@ __device__ __forceinline__ void for_each_index(const int64_t* shape, int rank, i
     ext[d] = d == split ? (int64_t)(hi - lo) : shape[d];
     count *= ext[d];
   }
-  for (int64_t flat = threadIdx.x; flat < count; flat += blockDim.x) {
+  for (int64_t flat = threadIdx.x; flat < count; flat += MPK_THREADS) {
     int64_t idx[MPK_MAX_RANK];
     int64_t r = flat;
 #pragma unroll 1
@@ -153,24 +166,37 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return t;
 }
 
-// Device state that outlives a launch.
+// Device state that outlives a launch, one per module instance.
 struct State {
   uint32_t* counters;  // one per event, monotonic across launches
   uint32_t* epoch;     // launches completed
   uint32_t* finished;  // workers finished, monotonic
-  int32_t* abort;      // set by the first worker whose wait runs out
+  int32_t* abort;      // set by the first worker that gives up
   MpkStatus* status;
+  uint64_t budget_ns;  // how long one wait may spin before the kernel gives up
 };
 
-// How long one wait may spin before the kernel gives up: far above any real
-// wait in a step (microseconds), far below a hung GPU.
-#ifndef MPK_WAIT_BUDGET_NS
-#define MPK_WAIT_BUDGET_NS 200000000ull
-#endif
+__device__ __forceinline__ bool aborting(const int32_t* abort) { return *(volatile const int32_t*)abort != 0; }
 
-// wait_event spins (thread 0 only) until counter e reaches need. It returns
+// give_up records why this worker stops (the first to give up wins) and
+// raises the abort flag every worker polls.
+__device__ __noinline__ void give_up(const State& st, int32_t code, int worker, int task, int event, uint32_t seen,
+                                     uint32_t need, uint64_t waited) {
+  if (atomicCAS(st.abort, 0, 1) == 0) {
+    st.status->worker = worker;
+    st.status->task = task;
+    st.status->event = event;
+    st.status->count = seen;
+    st.status->needed = need;
+    st.status->waited_ns = waited;
+    __threadfence();
+    st.status->aborted = code;
+  }
+}
+
+// wait_event spins (one thread) until counter e reaches need. It returns
 // false when the kernel is aborting: this wait ran out of budget (and recorded
-// why) or another worker's did.
+// why) or another worker gave up.
 __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, int task) {
   uint32_t seen = ld_acquire(st.counters + e);
   if ((int32_t)(seen - need) >= 0) return true;
@@ -181,19 +207,10 @@ __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, in
     // Waits in a step are microseconds: poll hot at first, then back off a
     // little so a long wait does not flood L2, and check the abort flag.
     if (polls < 256) continue;
-    if (*(volatile int32_t*)st.abort) return false;
+    if (aborting(st.abort)) return false;
     uint64_t waited = globaltimer() - start;
-    if (waited > MPK_WAIT_BUDGET_NS) {
-      if (atomicCAS(st.abort, 0, 1) == 0) {
-        st.status->worker = worker;
-        st.status->task = task;
-        st.status->event = e;
-        st.status->count = seen;
-        st.status->needed = need;
-        st.status->waited_ns = waited;
-        __threadfence();
-        st.status->aborted = 1;
-      }
+    if (waited > st.budget_ns) {
+      give_up(st, MPK_ABORT_WAIT, worker, task, e, seen, need, waited);
       return false;
     }
     __nanosleep(100);
@@ -224,34 +241,19 @@ __device__ __forceinline__ uint4 ld_weight(const void* p, uint64_t policy) {
 #endif
 }
 
-// prefetch_weights asks L2 for the weight rows [lo, hi) of a Linear task, in
-// bulk and without holding registers. A worker issues it for its next task
-// before waiting on the current one's event, so streaming the weights (which
-// no task writes) overlaps the wait and the current task instead of following
-// them. Only a hint: nothing waits for it, and other ops are left alone.
-template <int N>
-__device__ __forceinline__ void prefetch_weights(const Op& op, int lo, int hi, const Slots<N>& s) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (op.kind != OP_LINEAR || op.in[1].rank != 2 || op.in[1].stride[1] != 1 || hi <= lo) return;
-  const View& w = op.in[1];
-  const int64_t esz = dtype_size(w.dtype);
-  const uintptr_t first = reinterpret_cast<uintptr_t>(base(s, w)) + (w.offset + (int64_t)lo * w.stride[0]) * esz;
-  const uintptr_t end = first + ((int64_t)(hi - lo - 1) * w.stride[0] + w.shape[1]) * esz;
-  const uint64_t policy = weight_policy();
-  for (uintptr_t a = first & ~uintptr_t(15); a < end;) {  // 16-byte aligned, sizes multiples of 16
-    const uint32_t bytes = (uint32_t)min((uintptr_t)1 << 20, ((end - a) + 15) & ~uintptr_t(15));
-    asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a), "r"(bytes),
-                 "l"(policy) : "memory");
-    a += bytes;
-  }
-#endif
+// The CTA-scope handoff from the consumers to the signaller warp: the
+// consumers' writes, a consumer barrier, then a release store of the count of
+// finished tasks; the signaller's acquire load of it, then its release add at
+// gpu scope, makes every one of those writes visible to the acquiring waiter
+// (the causality order is transitive), with no extra fence on the consumers.
+__device__ __forceinline__ uint32_t ld_acquire_cta(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))) : "memory");
+  return v;
 }
 
-// signal_event publishes a finished task: every thread's writes are complete
-// (the caller synchronised the block), then one release add at gpu scope.
-__device__ __forceinline__ void signal_event(const State& st, int e) {
-  __threadfence();
-  red_release(st.counters + e, 1);
+__device__ __forceinline__ void st_release_cta(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "r"(v) : "memory");
 }
 
 }  // namespace mpk

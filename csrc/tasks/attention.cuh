@@ -46,10 +46,10 @@ __device__ __forceinline__ void load_queries(SoftmaxState<D, G>& st, const Op& o
 }
 
 // mask_add reads a mask element as the score's addend: 0 or -inf for a bool
-// mask, the value for a float one. Inline for those kinds, so a batch's mask
-// loads go out together with its K and V loads.
+// mask, the value for a float one. Plain L2 loads (the mask is an
+// activation), so a batch's mask loads travel together.
 __device__ __forceinline__ float mask_add(const char* mb, int32_t dt, int64_t off) {
-  if (dt == DT_BOOL) return reinterpret_cast<const volatile unsigned char*>(mb)[off] ? 0.f : -INFINITY;
+  if (dt == DT_BOOL) return __ldcg(reinterpret_cast<const unsigned char*>(mb) + off) ? 0.f : -INFINITY;
   if (float_kind(dt)) return ld_float(mb, dt, off);
   return (float)load_elem(mb, dt, off);
 }
@@ -97,9 +97,10 @@ __device__ __forceinline__ void load_lane(float (&dst)[PER], const T* row, int64
 }
 
 // accumulate_rows folds the KV rows j0, j0+step, ... below end into one
-// warp's state, U rows at a time: all loads of a batch are issued first, the
-// U·G scores are independent warp sums, and the softmax state is rescaled
-// once per batch rather than once per row.
+// warp's state, U rows at a time: a batch's mask is read first, then K and V
+// of its live rows only (a long cache holding few tokens costs only the
+// tokens), all in flight together; the U·G scores are independent warp sums,
+// and the softmax state is rescaled once per batch rather than once per row.
 template <typename T, int D, int G, int N>
 __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op& op, const Slots<N>& s, int64_t b,
                                                 int64_t h0, int64_t i, int64_t j0, int64_t end, int64_t step,
@@ -124,29 +125,38 @@ __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op
   }
   for (int64_t jb = j0; jb < end; jb += step * U) {
     float kr[U][PER], vr[U][PER], sc[U][G];
+    bool live[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t j = jb + u * step;
-      const bool live = j < end;
-      load_lane<T, D, PER>(kr[u], kb + kb0 + j * k.stride[2], k.stride[3], lane, live);
-      load_lane<T, D, PER>(vr[u], vb + vb0 + j * v.stride[2], v.stride[3], lane, live);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        float add = live ? 0.f : -INFINITY;
-        if (live && has_mask) add = mask_add(mb, op.in[3].dtype, mrow[g] + j * op.in[3].stride[3]);
+        float add = j < end ? 0.f : -INFINITY;
+        if (j < end && has_mask) add = mask_add(mb, op.in[3].dtype, mrow[g] + j * op.in[3].stride[3]);
         sc[u][g] = add;
       }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      bool any = false;
+#pragma unroll
+      for (int g = 0; g < G; ++g) any = any || sc[u][g] != -INFINITY;
+      live[u] = any;  // the same for every lane
+      const int64_t j = jb + u * step;
+      load_lane<T, D, PER>(kr[u], kb + kb0 + j * k.stride[2], k.stride[3], lane, any);
+      load_lane<T, D, PER>(vr[u], vb + vb0 + j * v.stride[2], v.stride[3], lane, any);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        if (sc[u][g] == -INFINITY) continue;  // masked or past the end: the same for every lane
         float dot = 0.f;
 #pragma unroll
         for (int e = 0; e < PER; ++e) dot += st.qv[g][e] * kr[u][e];
-        sc[u][g] += warp_sum(dot);
+        dot = warp_sum(dot);  // every lane, converged: a dead row's K is zeros
+        if (sc[u][g] != -INFINITY) sc[u][g] += dot;
       }
+    (void)live;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       float mnew = st.mx[g];
@@ -220,7 +230,7 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
   const View& q = op.in[0];
   const int64_t B = q.shape[0], Sq = q.shape[2], S = op.in[1].shape[2];
   const bool causal = op.flags & FLAG_CAUSAL;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   float* part = reinterpret_cast<float*>(smem);  // [warps][G][D + 2]: m, l, acc
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h0 = lo; h0 < hi; h0 += G)
@@ -229,7 +239,7 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
         load_queries(st, op, s, b, h0, i, lane);
         accumulate_rows<T>(st, op, s, b, h0, i, warp, causal ? min(S, i + 1) : S, warps, lane);
         stash_state(st, part, warp, lane);
-        __syncthreads();
+        consumer_sync();
         if (warp < G) {  // warp g merges head g's partial softmaxes
           float o[PER], M, L;
           merge_states<D, G>(part, 0, warps, warp, lane, o, M, L);
@@ -240,7 +250,7 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
             store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), L > 0.f ? o[e] / L : NAN);
           }
         }
-        __syncthreads();
+        consumer_sync();
       }
 }
 
@@ -256,7 +266,7 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t B = q.shape[0], H = q.shape[1], Sq = q.shape[2], S = op.in[1].shape[2];
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   const int nkv = (int)(H / G);
   const int wph = max(1, warps / max(nkv, 1));     // warps per KV head
   const int heads_per_round = warps / wph;
@@ -277,7 +287,7 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
             accumulate_rows<T>(st, op, s, b, h0, i, j_lo + sub, j_hi, wph, lane);
             if (wph > 1) stash_state(st, part, warp, lane);
           }
-          if (wph > 1) __syncthreads();
+          if (wph > 1) consumer_sync();
           if (active && sub == 0) {
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -300,7 +310,7 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
                 if (lane * PER + e < D) row[(2 + lane * PER + e) * p.stride[4]] = o[e];
             }
           }
-          if (wph > 1) __syncthreads();
+          if (wph > 1) consumer_sync();
         }
 }
 
@@ -310,68 +320,84 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // attn_merge: out = Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M), M = max_s m_s.
-// A warp per output row (b, h, i): lane s reads split s's max and sum (32
-// splits at a time), and each lane sums its dims d ≡ lane (mod 32) over the
-// splits, with split t's factor broadcast from lane t.
+// For each output row (b, h, i) of the task every warp takes part: warp w
+// owns splits w, w+W, w+2W, ... (lane t holds split w+W·t's max and sum),
+// and the outputs of its first few splits are loaded together with those,
+// so a row costs one round trip up to W·BATCH splits. The warps' maxima and
+// sums meet in shared memory.
 template <int D, int N>
-__device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
-  constexpr int MAXPER = (D + 31) / 32;
+__device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  constexpr int PER = (D + 31) / 32, W = kConsumerWarps, BATCH = PER <= 2 ? 8 : 16 / PER;
   const View& p = op.in[0];
   const View& out = op.out;
   const float* pb = reinterpret_cast<const float*>(base(s, p));
   const int64_t splits = p.shape[1], Sq = out.shape[2], nh = hi - lo;
-  const int64_t st4 = p.stride[4];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (int64_t r = warp; r < out.shape[0] * nh * Sq; r += warps) {
+  const int64_t st4 = p.stride[4], sst = p.stride[1];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* red = reinterpret_cast<float*>(smem);  // [W][D + 2]: per warp, its sum, its max, its outputs
+  for (int64_t r = 0; r < out.shape[0] * nh * Sq; ++r) {
     const int64_t b = r / (nh * Sq), h = lo + (r / Sq) % nh, i = r % Sq;
     int64_t pi[5] = {b, 0, h, i, 0};
     const int64_t row0 = offset_of(p, pi);
-    // Lane s holds split s's max and sum (the first 32 splits: kept for the sums below).
-    float M = -INFINITY, m0 = -INFINITY, l0 = 0.f;
-    for (int64_t s0 = lane; s0 < splits; s0 += 32) {
-      const int64_t off = row0 + s0 * p.stride[1];
-      const float l = __ldcg(pb + off + st4), m = __ldcg(pb + off);
-      if (s0 == lane) m0 = m, l0 = l;
-      if (l > 0.f) M = fmaxf(M, m);
-    }
-    M = warp_max(M);
-    float L = 0.f, o[MAXPER];
+    float m_own = -INFINITY, l_own = 0.f;  // this lane's split (up to 32·W splits)
+    const int64_t own = warp + (int64_t)W * lane;
+    if (own < splits) m_own = __ldcg(pb + row0 + own * sst), l_own = __ldcg(pb + row0 + own * sst + st4);
+    float a[BATCH][PER];
 #pragma unroll
-    for (int e = 0; e < MAXPER; ++e) o[e] = 0.f;
-    for (int64_t s0 = 0; s0 < splits; s0 += 32) {
-      const int64_t mine = s0 + lane;
-      float f = 0.f;
-      if (mine < splits) {
-        const int64_t off = row0 + mine * p.stride[1];
-        const float l = s0 == 0 ? l0 : __ldcg(pb + off + st4);
-        f = l > 0.f ? __expf((s0 == 0 ? m0 : __ldcg(pb + off)) - M) : 0.f;
-        L += l * f;
+    for (int t = 0; t < BATCH; ++t)
+#pragma unroll
+      for (int e = 0; e < PER; ++e) {
+        const int64_t sp = warp + (int64_t)W * t, d = lane + 32 * e;
+        a[t][e] = sp < splits && d < D ? __ldcg(pb + row0 + sp * sst + (2 + d) * st4) : 0.f;
       }
-      const int n = (int)min((int64_t)32, splits - s0);
-      // Eight splits' outputs in flight per lane; a split with no weight (no
-      // positions, or all masked) adds nothing, whatever its row holds.
-#pragma unroll 8
-      for (int t = 0; t < n; ++t) {
-        const float ft = __shfl_sync(0xffffffffu, f, t);
-        const float* acc = pb + row0 + (s0 + t) * p.stride[1] + 2 * st4;
+    float M = warp_max(l_own > 0.f ? m_own : -INFINITY);
+    if (lane == 0) red[warp * (D + 2) + 1] = M;
+    consumer_sync();
+    M = -INFINITY;
+    for (int w = 0; w < W; ++w) M = fmaxf(M, red[w * (D + 2) + 1]);
+    // A split with no weight (no positions, or all masked) adds nothing, whatever its row holds.
+    const float f = l_own > 0.f && M != -INFINITY ? __expf(m_own - M) : 0.f;
+    const float L = warp_sum(l_own * f);
+    float o[PER];
 #pragma unroll
-        for (int e = 0; e < MAXPER; ++e) {
-          const int64_t d = lane + 32 * e;
-          if (d < D) {
-            const float a = __ldcg(acc + d * st4);
-            o[e] += ft == 0.f ? 0.f : a * ft;
+    for (int e = 0; e < PER; ++e) o[e] = 0.f;
+    for (int t0 = 0; warp + (int64_t)W * t0 < splits; t0 += BATCH) {
+      if (t0 > 0) {  // more splits than one batch: the next batch's outputs
+#pragma unroll
+        for (int t = 0; t < BATCH; ++t)
+#pragma unroll
+          for (int e = 0; e < PER; ++e) {
+            const int64_t sp = warp + (int64_t)W * (t0 + t), d = lane + 32 * e;
+            a[t][e] = sp < splits && d < D ? __ldcg(pb + row0 + sp * sst + (2 + d) * st4) : 0.f;
           }
-        }
+      }
+#pragma unroll
+      for (int t = 0; t < BATCH; ++t) {
+        const float ft = __shfl_sync(0xffffffffu, f, (t0 + t) & 31);
+#pragma unroll
+        for (int e = 0; e < PER; ++e) o[e] += ft == 0.f ? 0.f : a[t][e] * ft;
       }
     }
-    L = warp_sum(L);
+    consumer_sync();  // every warp has read the maxima from red
+    if (lane == 0) red[warp * (D + 2)] = L;
 #pragma unroll
-    for (int e = 0; e < MAXPER; ++e) {
-      const int64_t d = lane + 32 * e;
-      if (d >= D) continue;
-      int64_t oi[4] = {b, h, i, d};
-      store_elem(base(s, out), out.dtype, offset_of(out, oi), L > 0.f ? o[e] / L : NAN);
+    for (int e = 0; e < PER; ++e)
+      if (lane + 32 * e < D) red[warp * (D + 2) + 2 + lane + 32 * e] = o[e];
+    consumer_sync();
+    if (warp == 0) {
+      float Lt = 0.f;
+      for (int w = 0; w < W; ++w) Lt += red[w * (D + 2)];
+#pragma unroll
+      for (int e = 0; e < PER; ++e) {
+        const int64_t d = lane + 32 * e;
+        if (d >= D) continue;
+        float acc = 0.f;
+        for (int w = 0; w < W; ++w) acc += red[w * (D + 2) + 2 + d];
+        int64_t oi[4] = {b, h, i, d};
+        store_elem(base(s, out), out.dtype, offset_of(out, oi), Lt > 0.f ? acc / Lt : NAN);
+      }
     }
+    consumer_sync();  // red is reused by the next row
   }
 }
 

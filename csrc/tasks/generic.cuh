@@ -138,6 +138,25 @@ __device__ __forceinline__ int64_t read_index(const char* p, const View& v, cons
   return (i < 0 || i >= size) ? -1 : i;
 }
 
+// RoPE rows normally land at their own index of op.out; with FLAG_CACHE
+// (a RoPE fused with the KV-cache write after it) op.out is the cache and
+// row idx lands at position in[num_in - 1][idx[dim]] along dim. rope_shape
+// is the index space the task walks; rope_out is the offset of element idx,
+// or -1 for a position out of range (nothing is written).
+__device__ __forceinline__ const int64_t* rope_shape(const Op& op) {
+  return (op.flags & FLAG_CACHE) ? op.in[0].shape : op.out.shape;
+}
+
+template <int N>
+__device__ __forceinline__ int64_t rope_out(const Op& op, const int64_t* idx, const Slots<N>& s) {
+  if (!(op.flags & FLAG_CACHE)) return offset_of(op.out, idx);
+  const View& pos = op.in[op.num_in - 1];
+  int64_t at[MPK_MAX_RANK];
+  for (int d = 0; d < op.out.rank; ++d) at[d] = idx[d];
+  at[op.dim] = read_index(base(s, pos), pos, idx + op.dim, op.out.shape[op.dim]);
+  return at[op.dim] < 0 ? -1 : offset_of(op.out, at);
+}
+
 template <int N>
 __device__ void embedding(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const View& w = op.in[0];
@@ -187,7 +206,7 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
     const int split = cut_last ? -1 : op.split_dim;
     const int64_t j0 = cut_last ? lo : 0, D = cut_last ? (int64_t)(hi - lo) : src.shape[r];
     const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi);
-    for (int64_t t = threadIdx.x; t < rows * D; t += blockDim.x) {
+    for (int64_t t = threadIdx.x; t < rows * D; t += MPK_THREADS) {
       int64_t idx[MPK_MAX_RANK];
       row_index(idx, t / D, src.shape, src.rank, split, lo, hi);
       const int64_t j = j0 + t % D;
@@ -216,24 +235,30 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
 // holds elements l, l+32, ..., so with h a multiple of 32 both halves of every
 // rotated pair sit in one lane and the row never leaves registers.
 template <int N>
-__device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
+__device__ __noinline__ void rope_normed_any(const Op& op, int lo, int hi, const Slots<N>& s);
+
+// Out of line, like the other RoPE paths: the plain rotation stays a small
+// body with few registers (a task runs its code cold, once per layer).
+template <int N>
+__device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
   const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[op.pro_first];
   const int r = op.out.rank - 1;
   const int64_t D = x.shape[r], h = D / 2;
   const int32_t dt = op.out.dtype;
   const bool has_w = op.flags & FLAG_WEIGHT;
   const int split = op.split_dim == r ? -1 : op.split_dim;
-  const int64_t rows = rows_of(op.out.shape, op.out.rank, split, lo, hi);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  constexpr int kMaxPer = 8;
+  const int64_t* shape = rope_shape(op);
+  const int64_t rows = rows_of(shape, op.out.rank, split, lo, hi);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
+  constexpr int kMaxPer = 4;  // head dims up to 128 in registers; wider ones take rope_normed_any
   if (float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
       h % 32 == 0 && D <= 32 * kMaxPer && split == op.split_dim) {
     const int per = (int)(D / 32), hp = per / 2;  // element k*32+lane's partner is (k+hp)*32+lane
     for (int64_t row = warp; row < rows; row += warps) {
       int64_t idx[MPK_MAX_RANK];
-      row_index(idx, row, op.out.shape, op.out.rank, split, lo, hi);
+      row_index(idx, row, shape, op.out.rank, split, lo, hi);
       const int64_t xo = offset_of(x, idx), co = offset_of(c, idx), so = offset_of(sn, idx);
-      const int64_t wo = has_w ? offset_of(w, idx) : 0, oo = offset_of(op.out, idx);
+      const int64_t wo = has_w ? offset_of(w, idx) : 0, oo = rope_out(op, idx, s);
       float v[kMaxPer], g[kMaxPer], cv[kMaxPer], sv[kMaxPer];
       float ss = 0.f;
 #pragma unroll
@@ -260,15 +285,28 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
         const float x1 = v[k], x2 = v[k + hp];
         const float r1 = round_float(dt, round_float(dt, x1 * cv[k]) + round_float(dt, round_float(dt, -x2) * sv[k]));
         const float r2 = round_float(dt, round_float(dt, x2 * cv[k + hp]) + round_float(dt, round_float(dt, x1) * sv[k + hp]));
+        if (oo < 0) continue;  // a cache position out of range: nothing is written
         st_float(base(s, op.out), dt, oo + k * 32 + lane, r1);
         st_float(base(s, op.out), dt, oo + (k + hp) * 32 + lane, r2);
       }
     }
     return;
   }
-  // Any layout or dtype: a thread per output element, the row's norm
-  // recomputed for each (slow, and only for what the path above rejects).
-  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+  rope_normed_any(op, lo, hi, s);
+}
+
+// rope_normed_any: any layout or dtype, a thread per output element, the
+// row's norm recomputed for each (slow, and only for what rope_normed's fast
+// path rejects).
+template <int N>
+__device__ __noinline__ void rope_normed_any(const Op& op, int lo, int hi, const Slots<N>& s) {
+  const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[op.pro_first];
+  const int r = op.out.rank - 1;
+  const int64_t D = x.shape[r], h = D / 2;
+  const int32_t dt = op.out.dtype;
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  const int64_t* shape = rope_shape(op);
+  for_each_index(shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
     int64_t ridx[MPK_MAX_RANK];
     for (int k = 0; k <= r; ++k) ridx[k] = idx[k];
     float ss = 0.f;
@@ -291,8 +329,32 @@ __device__ void rope_normed(const Op& op, int lo, int hi, const Slots<N>& s) {
     ridx[r] = j;
     const double cj = load_elem(base(s, c), c.dtype, offset_of(c, ridx));
     const double sj = load_elem(base(s, sn), sn.dtype, offset_of(sn, ridx));
-    store_elem(base(s, op.out), dt, offset_of(op.out, idx),
-               round_to(dt, round_to(dt, xv * cj) + round_to(dt, round_to(dt, rot) * sj)));
+    const int64_t o = rope_out(op, idx, s);
+    if (o >= 0) store_elem(base(s, op.out), dt, o, round_to(dt, round_to(dt, xv * cj) + round_to(dt, round_to(dt, rot) * sj)));
+  });
+}
+
+// rope_any: any layout or dtype, a thread per output element.
+template <int N>
+__device__ __noinline__ void rope_any(const Op& op, int lo, int hi, const Slots<N>& s) {
+  const View& x = op.in[0];
+  const int r = op.out.rank - 1;
+  const int64_t h = x.shape[r] / 2;
+  const int32_t dt = op.out.dtype;
+  const int64_t* shape = rope_shape(op);
+  for_each_index(shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
+    int64_t pidx[MPK_MAX_RANK];
+    for (int k = 0; k <= r; ++k) pidx[k] = idx[k];
+    const int64_t j = idx[r];
+    pidx[r] = j < h ? j + h : j - h;
+    double xv = load_elem(base(s, x), x.dtype, offset_of(x, idx));
+    double rot = load_elem(base(s, x), x.dtype, offset_of(x, pidx));
+    if (j < h) rot = -rot;
+    double c = load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
+    double sn = load_elem(base(s, op.in[2]), op.in[2].dtype, offset_of(op.in[2], idx));
+    double v = round_to(dt, round_to(dt, xv * c) + round_to(dt, round_to(dt, rot) * sn));
+    const int64_t o = rope_out(op, idx, s);
+    if (o >= 0) store_elem(base(s, op.out), dt, o, v);
   });
 }
 
@@ -308,13 +370,14 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const int r = op.out.rank - 1;
   const int64_t h = x.shape[r] / 2;
   const int32_t dt = op.out.dtype;
+  const int64_t* shape = rope_shape(op);
   if (float_row(x) && float_row(op.in[1]) && float_row(op.in[2]) && float_row(op.out) && op.split_dim != r) {
     // A thread takes the pair (j, j+h) of a row: six loads issued together.
     const View &c = op.in[1], &sn = op.in[2];
-    const int64_t rows = rows_of(op.out.shape, op.out.rank, op.split_dim, lo, hi);
-    for (int64_t t = threadIdx.x; t < rows * h; t += blockDim.x) {
+    const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi);
+    for (int64_t t = threadIdx.x; t < rows * h; t += MPK_THREADS) {
       int64_t idx[MPK_MAX_RANK];
-      row_index(idx, t / h, op.out.shape, op.out.rank, op.split_dim, lo, hi);
+      row_index(idx, t / h, shape, op.out.rank, op.split_dim, lo, hi);
       const int64_t j = t % h;
       const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
       const float x1 = ld_float(base(s, x), x.dtype, xo), x2 = ld_float(base(s, x), x.dtype, xo + h);
@@ -322,35 +385,24 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
       const float s1 = ld_float(base(s, sn), sn.dtype, so), s2 = ld_float(base(s, sn), sn.dtype, so + h);
       const float r1 = round_float(dt, round_float(dt, x1 * c1) + round_float(dt, round_float(dt, -x2) * s1));
       const float r2 = round_float(dt, round_float(dt, x2 * c2) + round_float(dt, round_float(dt, x1) * s2));
-      const int64_t oo = offset_of(op.out, idx) + j;
-      st_float(base(s, op.out), dt, oo, r1);
-      st_float(base(s, op.out), dt, oo + h, r2);
+      const int64_t oo = rope_out(op, idx, s);
+      if (oo < 0) continue;  // a cache position out of range: nothing is written
+      st_float(base(s, op.out), dt, oo + j, r1);
+      st_float(base(s, op.out), dt, oo + j + h, r2);
     }
     return;
   }
-  for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
-    int64_t pidx[MPK_MAX_RANK];
-    for (int k = 0; k <= r; ++k) pidx[k] = idx[k];
-    const int64_t j = idx[r];
-    pidx[r] = j < h ? j + h : j - h;
-    double xv = load_elem(base(s, x), x.dtype, offset_of(x, idx));
-    double rot = load_elem(base(s, x), x.dtype, offset_of(x, pidx));
-    if (j < h) rot = -rot;
-    double c = load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
-    double sn = load_elem(base(s, op.in[2]), op.in[2].dtype, offset_of(op.in[2], idx));
-    double v = round_to(dt, round_to(dt, xv * c) + round_to(dt, round_to(dt, rot) * sn));
-    store_elem(base(s, op.out), dt, offset_of(op.out, idx), v);
-  });
+  rope_any(op, lo, hi, s);
 }
 
 // block_sum reduces a float across the block (all threads get the result).
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
+  consumer_sync();
   if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < (int)(blockDim.x / 32) ? scratch[lane] : 0.f;
+  consumer_sync();
+  v = lane < (int)(MPK_THREADS / 32) ? scratch[lane] : 0.f;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
@@ -370,7 +422,7 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
     ext[d] = d == op.split_dim ? (int64_t)(hi - lo) : x.shape[d];
     rows *= ext[d];
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   constexpr int kMaxPer = 8;  // fast path: rows of up to 256 elements held in registers
   if (float_row(x) && float_row(op.out) && (!has_w || float_row(op.in[1])) && D % 32 == 0 && D <= 32 * kMaxPer &&
       (r == 0 || op.split_dim != r)) {

@@ -1,11 +1,16 @@
 // Linear: out[m, n] = Σ_k x[m, k]·W[n, k] (+ residual[m, n]) for the rows
-// [lo, hi) of W. Decode is bound by streaming W, so each warp owns whole rows
-// and reads them with 16-byte non-coherent loads (weights never change during
-// a launch); x is staged in shared memory as fp32.
+// [lo, hi) of W. Decode is bound by reading W, so two task bodies:
+//  - linear_stream (the usual one): W's rows arrive through the worker's
+//    weight ring, streamed ahead by the loader warp (tasks/stream.cuh);
+//  - linear: each warp owns whole rows and reads them with 16-byte
+//    non-coherent loads, for what codegen does not stream (odd K, W not
+//    contiguous rows, many rows of x).
+// x is staged in shared memory as fp32, computed by the folded prologue.
 #pragma once
 #include "runtime/runtime.cuh"
 #include "tasks/dot.cuh"
 #include "tasks/generic.cuh"
+#include "tasks/stream.cuh"
 
 namespace mpk {
 
@@ -45,7 +50,7 @@ __device__ __forceinline__ void stage_x(NoPro, const Op& op, int64_t m, float* x
       if (threadIdx.x + i * MPK_THREADS < K) xs[threadIdx.x + i * MPK_THREADS] = v[i];
     return;
   }
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+  for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
     int64_t i[2] = {m, k};
     xs[k] = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
   }
@@ -76,14 +81,14 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, float*
     return;
   }
   float ss = 0.f;
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+  for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
     int64_t i[2] = {m, k};
     const float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
     xs[k] = v;
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss, scratch) / (float)K + op.eps);
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+  for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
     double y = round_to(x.dtype, (double)(xs[k] * inv));
     if (has_w) {
       int64_t i[2] = {m, k};
@@ -112,7 +117,7 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
     }
     return;
   }
-  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+  for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
     int64_t idx[2] = {m, k};
     double in[MPK_MAX_INPUTS];
     in[0] = load_elem(base(s, op.in[0]), op.in[0].dtype, offset_of(op.in[0], idx));
@@ -121,6 +126,23 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
       in[1 + j - op.pro_first] = load_elem(base(s, op.in[j]), op.in[j].dtype, offset_of(op.in[j], idx));
     xs[k] = (float)round_to(op.pro_dtype, E::eval(in, idx));
   }
+}
+
+// store_out writes out[m, n] = acc (+ residual[m, n]), rounding as eager
+// does: the product to the output dtype, then the sum.
+template <bool RESID, int N>
+__device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, float acc, const Slots<N>& s) {
+  const View& r = op.in[2];
+  if (float_row2(op.out) && (!RESID || float_row2(r))) {
+    float v = acc;
+    if (RESID) v = round_float(op.out.dtype, acc) + ld_float(base(s, r), r.dtype, r.offset + m * r.stride[0] + n);
+    st_float(base(s, op.out), op.out.dtype, op.out.offset + m * op.out.stride[0] + n, v);
+    return;
+  }
+  int64_t oi[2] = {m, n};
+  double v = acc;
+  if (RESID) v = round_to(op.out.dtype, v) + load_elem(base(s, r), r.dtype, offset_of(r, oi));
+  store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
 }
 
 template <typename T, int K, bool RESID, typename PRO, int N>
@@ -132,19 +154,15 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
   float* xs = reinterpret_cast<float*>(smem);
   const T* W = reinterpret_cast<const T*>(base(s, w)) + w.offset;
   const int64_t row_stride = w.stride[0];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   const bool vec = (reinterpret_cast<uintptr_t>(W) % 16 == 0) && (row_stride % VEC == 0) && (K % VEC == 0);
   const uint64_t policy = weight_policy();
   for (int64_t m = 0; m < x.shape[0]; ++m) {
-    __syncthreads();
+    consumer_sync();
     stage_x<K>(PRO{}, op, m, xs, s);
-    __syncthreads();
-    const View& r = op.in[2];
-    const bool fast_resid = RESID && float_row2(op.out) && float_row2(r);
+    consumer_sync();
     for (int n = lo + warp; n < hi; n += warps) {
       const T* row = W + (int64_t)n * row_stride;
-      // The residual is read before the weights, so its latency hides behind theirs.
-      const float resid = fast_resid && lane == 0 ? ld_float(base(s, r), r.dtype, r.offset + m * r.stride[0] + n) : 0.f;
       float acc = 0.f;
       if (vec) {
 #pragma unroll 4
@@ -156,19 +174,48 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
         for (int k = lane; k < K; k += 32) acc += to_float(row[k]) * xs[k];
       }
       acc = warp_sum(acc);
-      if (lane == 0 && fast_resid) {
-        st_float(base(s, op.out), op.out.dtype, op.out.offset + m * op.out.stride[0] + n,
-                 round_float(op.out.dtype, acc) + resid);
-      } else if (lane == 0) {
-        int64_t oi[2] = {m, n};
-        double v = acc;
-        if (RESID) {
-          v = round_to(op.out.dtype, v) + load_elem(base(s, op.in[2]), op.in[2].dtype, offset_of(op.in[2], oi));
-        }
-        store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
-      }
+      if (lane == 0) store_out<RESID>(op, m, n, acc, s);
     }
   }
+}
+
+// linear_stream: the rows [lo, hi) of W (contiguous, hi - lo rows of K)
+// arrive as pages of PAGE bytes in the worker's ring of P slots, in the order
+// the loader (runtime/module.cuh) issued them; x's M rows are staged once
+// unless the previous task staged the same x (c.x_ready). Returns the
+// consumers' new place in the ring.
+template <typename T, int K, int M, int PAGE, int P, bool RESID, typename PRO, int N>
+__device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
+  static_assert(page_elems(K, kPageBytes / (int)sizeof(T), StreamOf<T>::CHUNK) * (int)sizeof(T) == PAGE,
+                "codegen and the task library disagree on this stream's page size");
+  float* xs = reinterpret_cast<float*>(c.smem);  // [M][K]
+  float* part = xs + M * K;                      // the chunk partials
+  if (!c.x_ready) {
+#pragma unroll 1
+    for (int m = 0; m < M; ++m) stage_x<K>(PRO{}, op, m, xs + m * K, s);
+    consumer_sync();
+  }
+  const Ring<P> ring{reinterpret_cast<RingBars<P>*>(c.ring),
+                     c.ring + (int)((sizeof(RingBars<P>) + 127) / 128 * 128)};
+  uint32_t seq = c.seq;
+  const int lane = threadIdx.x % 32;
+  // Lane 0 polls, then every lane takes the barrier's acquire: no per-thread
+  // spin loop or early exit before the warp's shuffles. Pages always land
+  // once issued; when the kernel aborts the loader stops issuing, and the
+  // consumers run through the rest of the task on stale pages (its results
+  // are discarded with the launch).
+  auto wait = [&](uint32_t q) {
+    if (lane == 0)
+      for (uint32_t polls = 0; !ring.ready(q); ++polls)
+        if ((polls & 1023) == 1023 && aborting(c.abort)) break;
+    __syncwarp();
+    ring.ready(q);
+  };
+  stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
+  consumer_sync();
+  for (int r = threadIdx.x; r < (hi - lo) * M; r += MPK_THREADS)
+    store_out<RESID>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s);
+  return seq;
 }
 
 }  // namespace mpk

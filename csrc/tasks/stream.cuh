@@ -13,6 +13,7 @@
 #pragma once
 #include "runtime/abi_gen.cuh"
 #include "runtime/ring.cuh"
+#include "runtime/roles.cuh"
 #include "tasks/dot.cuh"
 
 namespace mpk {
@@ -58,10 +59,6 @@ __device__ __forceinline__ float dot_regs<float>(const uint4& raw, const float* 
          __uint_as_float(raw.w) * x[3];
 }
 
-// consumer_sync is a barrier of the consumer warps only (the loader warp
-// never joins it).
-__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(MPK_THREADS) : "memory"); }
-
 // page_split is how many pages a row of K weights spans: 1 when a page
 // holds whole rows, else the fewest S dividing K into whole warp chunks that
 // fit a page. 0 when K is not a multiple of a warp chunk: such a Linear does
@@ -94,10 +91,11 @@ __host__ __device__ constexpr int stream_x_regs(int K, int M, int slot_bytes) {
 // (page seq onwards; seq is advanced past them) and writes one partial per
 // warp load: thread t's i-th load of a page covers elements i·PASS + VEC·t,
 // a warp's 32 loads one CHUNK of one row. xs is x staged as fp32 [M][K].
-// wait(seq) returns once page seq has landed, or false to give up. The loop
-// has no data-dependent exit before a shuffle, so shuffles stay plain SHFL.
+// wait(seq) returns once page seq has landed (or the kernel aborts). The loop
+// has no data-dependent exit before a shuffle, so shuffles stay plain SHFL (a
+// warp the compiler cannot prove converged gets a slow emulation).
 template <typename T, int K, int M, class R, class Wait>
-__device__ __forceinline__ bool stream_dots(const R ring, uint32_t& seq, uint64_t elems, const float* xs, float* part,
+__device__ __forceinline__ void stream_dots(const R ring, uint32_t& seq, uint64_t elems, const float* xs, float* part,
                                             Wait wait) {
   constexpr int VEC = StreamOf<T>::VEC, CHUNK = StreamOf<T>::CHUNK;
   constexpr int SLOT = R::kBytes / (int)sizeof(T);
@@ -130,14 +128,14 @@ __device__ __forceinline__ bool stream_dots(const R ring, uint32_t& seq, uint64_
 #pragma unroll
     for (int ph = 0; ph < S; ++ph, ++seq) {
       const uint32_t p = p0 + ph;
-      if (!wait(seq)) return false;
-      const uint4* pg = reinterpret_cast<const uint4*>(ring.page(seq)) + threadIdx.x;
+      wait(seq);
+      const uint32_t pg = smem_u32(ring.page(seq)) + threadIdx.x * 16;
       const int64_t left = (int64_t)elems - (int64_t)p * E;  // elements of this page in the task
 #pragma unroll
       for (int i = 0; i < Q; ++i) {
         const int first = i * PASS + warp * CHUNK;  // the warp's chunk in the page
         const bool live = first < E && first < left;  // the same for the whole warp
-        const uint4 raw = live ? pg[i * MPK_THREADS] : make_uint4(0, 0, 0, 0);
+        const uint4 raw = live ? ld_shared_16(pg + i * MPK_THREADS * 16) : make_uint4(0, 0, 0, 0);
         float d[M];
 #pragma unroll
         for (int m = 0; m < M; ++m) d[m] = warp_sum(dot_regs<T>(raw, x[m] + (ph * Q + i) * VEC));
@@ -150,7 +148,6 @@ __device__ __forceinline__ bool stream_dots(const R ring, uint32_t& seq, uint64_
       ring.release(seq);
     }
   }
-  return true;
 }
 
 // row_dot is row r's dot with row m of x: its partials summed in order.

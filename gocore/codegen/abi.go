@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/stream"
 )
 
 // Capacity limits of the device tables. They are defined here once and
@@ -17,9 +18,20 @@ import (
 const (
 	MaxRank   = 6 // dims of a view
 	MaxInputs = 8 // input views of one op
-	Threads   = 512
-	// MaxSharedBytes bounds the dynamic shared memory a worker may use.
+	// Threads is a worker's consumer threads; a loader and a signaller warp
+	// run beside them (csrc/runtime/roles.cuh).
+	Threads = stream.Threads
+	// MaxSharedBytes bounds the task scratch in shared memory.
 	MaxSharedBytes = 200 * 1024
+	// dynamicSharedBudget bounds a worker's dynamic shared memory (the ring
+	// and the scratch): the H100's 227 KiB less the kernel's static shared
+	// variables.
+	dynamicSharedBudget = 227*1024 - 2048
+	// maxRingPages bounds the ring: landed pages ride out waits, but more
+	// than ~10 gained nothing on the H100 (bench/NOTES.md).
+	maxRingPages = 10
+	// minRingPages is the smallest ring worth streaming through.
+	minRingPages = 4
 )
 
 // Task kinds the device dispatch knows, mirrored as an enum in the header.
@@ -47,14 +59,21 @@ var (
 		{"int32_t", "split_dim", "the output dim tasks split; tasks carry [lo, hi)"},
 		{"int32_t", "dim", "cat / gather / kv_write dim"},
 		{"int32_t", "groups", "attention: query heads per KV head"},
-		{"int32_t", "flags", "bit 0: residual; bit 1: (norm) weight; bit 2: mask; bit 3: causal"},
+		{"int32_t", "flags", "OpFlags"},
 		{"int32_t", "reduce", "ReduceKind"},
 		{"int32_t", "pro_first", "linear prologue: its inputs are in[0] and in[pro_first..num_in)"},
 		{"int32_t", "pro_dtype", "linear prologue: the dtype x rounds to"},
+		{"int32_t", "xkey", "streamed linear: ops with one key stage the same x; -1 otherwise"},
 		{"float", "eps", "rmsnorm, or a linear's rmsnorm prologue"},
 		{"float", "scale", ""},
 		{"mpk::View", "out", ""},
 		{"mpk::View", "in[MPK_MAX_INPUTS]", ""},
+	}
+	streamFields = []field{
+		{"int32_t", "slot", "the weight's pointer slot"},
+		{"int32_t", "page_bytes", "a page: whole rows, or a fraction of a row"},
+		{"int64_t", "offset", "bytes from the slot's base to the task's first row"},
+		{"int64_t", "bytes", "the task's weights; 0: the task streams nothing"},
 	}
 	taskFields = []field{
 		{"int32_t", "op", "-1 for an empty relay task"},
@@ -71,6 +90,7 @@ const (
 	flagWeight
 	flagMask
 	flagCausal
+	flagCache // rope: rows land in the cache (out) at the positions in the last input, along dim
 )
 
 var reduceKinds = []string{"sum", "mean", "amax", "amin", "argmax"}
@@ -104,10 +124,11 @@ func ABIHeader() string {
 		fmt.Fprintf(&b, " RED_%s = %d,", strings.ToUpper(k), i)
 	}
 	b.WriteString(" };\n\n")
-	fmt.Fprintf(&b, "enum OpFlags : int32_t { FLAG_RESIDUAL = %d, FLAG_WEIGHT = %d, FLAG_MASK = %d, FLAG_CAUSAL = %d };\n\n", flagResidual, flagWeight, flagMask, flagCausal)
+	fmt.Fprintf(&b, "enum OpFlags : int32_t { FLAG_RESIDUAL = %d, FLAG_WEIGHT = %d, FLAG_MASK = %d, FLAG_CAUSAL = %d, FLAG_CACHE = %d };\n\n", flagResidual, flagWeight, flagMask, flagCausal, flagCache)
 	writeStruct(&b, "View", viewFields)
 	writeStruct(&b, "Op", opFields)
 	writeStruct(&b, "Task", taskFields)
+	writeStruct(&b, "Stream", streamFields)
 	b.WriteString("}  // namespace mpk\n")
 	return b.String()
 }

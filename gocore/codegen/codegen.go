@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/stream"
 	"mpk/gocore/tgraph"
 )
 
@@ -45,18 +46,9 @@ func newLayout(g *ir.Graph) layout {
 	return l
 }
 
-// iterShape is the index space an op's tasks tile: the output, except for
-// the KV write, which iterates over its source rows.
-func iterShape(op *ir.Op) []int64 {
-	if op.Kind == ir.KVWrite {
-		return op.In[1].Shape
-	}
-	return op.Out.Shape
-}
-
 // splitDim finds the one dim along which decompose cut op's tiles.
 func splitDim(op *ir.Op, b tgraph.Box) int {
-	shape := iterShape(op)
+	shape := op.IterShape()
 	for d := range shape {
 		if b.Lo[d] != 0 || b.Hi[d] != shape[d] {
 			return d
@@ -69,20 +61,28 @@ func splitDim(op *ir.Op, b tgraph.Box) int {
 // per-task timestamps.
 func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	l := newLayout(g)
-	gen := &generator{g: g, l: l, variants: map[string]int{}}
+	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{}}
 	split := make([]int, len(g.Ops))
 	seen := make([]bool, len(g.Ops))
+	rows := make([]int64, len(g.Ops)) // the most weight rows one task of a Linear reads
 	for _, t := range tg.Tasks {
-		if t.Op >= 0 && !seen[t.Op] {
-			seen[t.Op] = true
-			split[t.Op] = splitDim(g.Ops[t.Op], t.Box)
+		if t.Op < 0 {
+			continue
 		}
-		if t.Op >= 0 {
-			if d := splitDim(g.Ops[t.Op], t.Box); d != split[t.Op] && len(iterShape(g.Ops[t.Op])) > 0 {
-				return nil, fmt.Errorf("codegen: op %d is tiled along two dims (%d and %d)", t.Op, d, split[t.Op])
-			}
+		op := g.Ops[t.Op]
+		d := splitDim(op, t.Box)
+		if !seen[t.Op] {
+			seen[t.Op] = true
+			split[t.Op] = d
+		}
+		if d != split[t.Op] && len(op.IterShape()) > 0 {
+			return nil, fmt.Errorf("codegen: op %d is tiled along two dims (%d and %d)", t.Op, d, split[t.Op])
+		}
+		if op.Kind == ir.Linear {
+			rows[t.Op] = max(rows[t.Op], t.Box.Hi[1]-t.Box.Lo[1])
 		}
 	}
+	gen.planStreams(rows)
 	var ops strings.Builder
 	for _, op := range g.Ops {
 		desc, err := gen.op(op, split[op.ID])
@@ -99,19 +99,99 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	src.WriteString("#include \"runtime/runtime.cuh\"\n#include \"tasks/tasks.cuh\"\n\nnamespace mpk_gen {\n\n")
 	fmt.Fprintf(&src, "constexpr int kNumSlots = %d;\nconstexpr int kNumInputs = %d;\nconstexpr int kNumOutputs = %d;\n", l.arenaSlot+1, len(g.Inputs), len(g.Outputs))
 	fmt.Fprintf(&src, "constexpr int kNumWorkers = %d;\nconstexpr int kNumTasks = %d;\nconstexpr int kNumEvents = %d;\n", tg.Workers, len(tg.Tasks), len(tg.Events))
-	fmt.Fprintf(&src, "constexpr unsigned long long kArenaBytes = %dull;\nconstexpr int kSharedBytes = %d;\n\n", l.arenaBytes, gen.smem)
+	fmt.Fprintf(&src, "constexpr unsigned long long kArenaBytes = %dull;\nconstexpr int kSharedBytes = %d;\nconstexpr int kRingPages = %d;\n", l.arenaBytes, gen.smem, gen.ringPages)
+	src.WriteString("constexpr int kRingSlots = kRingPages > 0 ? kRingPages : 1;  // the ring's type needs a slot\n\n")
 	src.WriteString(gen.exprs.String())
-	src.WriteString("// One device function per distinct task variant.\n")
+	src.WriteString("// One device function per distinct task variant; each returns the consumers' new place in the weight ring.\n")
 	src.WriteString(gen.funcs.String())
-	src.WriteString("__device__ __forceinline__ void run_task(const mpk::Op& op, int lo, int hi, const mpk::Slots<kNumSlots>& s, char* smem) {\n  switch (op.variant) {\n")
+	src.WriteString("__device__ __forceinline__ uint32_t run_task(const mpk::Op& op, int lo, int hi, const mpk::Slots<kNumSlots>& s, const mpk::Ctx c) {\n  switch (op.variant) {\n")
 	for i := 0; i < len(gen.variants); i++ {
-		fmt.Fprintf(&src, "    case %d: variant%d(op, lo, hi, s, smem); break;\n", i, i)
+		fmt.Fprintf(&src, "    case %d: return variant%d(op, lo, hi, s, c);\n", i, i)
 	}
-	src.WriteString("  }\n}\n\n")
+	src.WriteString("  }\n  return c.seq;\n}\n\n")
 	fmt.Fprintf(&src, "__device__ const mpk::Op ops[%d] = {\n%s};\n\n", max(1, len(g.Ops)), ops.String())
 	writeTables(&src, tg, split)
+	gen.writeStreams(&src, tg)
 	src.WriteString("}  // namespace mpk_gen\n\n#include \"runtime/module.cuh\"\n")
 	return &Module{Files: map[string]string{"module.cu": src.String()}}, nil
+}
+
+// planStreams decides which Linears stream their weights through the ring
+// and sizes the ring: the shared memory the task scratch leaves, at most
+// maxRingPages. rows[op] is the most weight rows one of its tasks reads.
+func (gen *generator) planStreams(rows []int64) {
+	written := stream.Writers(gen.g)
+	scratch := 0
+	for _, op := range gen.g.Ops {
+		p, ok := stream.For(op, written)
+		if !ok || !linearOnGPU(op) {
+			continue
+		}
+		gen.plans[op] = p
+		scratch = max(scratch, int(p.M*p.K*4+p.PartialFloats(rows[op.ID])*4))
+	}
+	if len(gen.plans) == 0 {
+		return
+	}
+	bars := 256 // two mbarriers per page, rounded up to 128 bytes
+	pages := min(maxRingPages, (dynamicSharedBudget-bars-max(scratch, gen.otherScratch()))/stream.PageBytes)
+	if pages < minRingPages {
+		gen.plans = map[*ir.Op]stream.Plan{}
+		return
+	}
+	gen.ringPages = pages
+	gen.smem = max(gen.smem, scratch)
+}
+
+// otherScratch is the most shared memory an op that does not stream needs
+// (an upper bound: op() computes the same per op).
+func (gen *generator) otherScratch() int {
+	need := 1024
+	for _, op := range gen.g.Ops {
+		switch op.Kind {
+		case ir.Linear:
+			if _, ok := gen.plans[op]; !ok {
+				need = max(need, int(op.In[0].Shape[1])*4)
+			}
+		case ir.Attention:
+			need = max(need, (Threads/32)*int(op.Attr.Groups)*int(op.In[0].Shape[3]+2)*4)
+		}
+	}
+	return need
+}
+
+// linearOnGPU reports whether the CUDA task library has a Linear for op's dtypes.
+func linearOnGPU(op *ir.Op) bool {
+	xdt := op.In[0].DType()
+	if op.Attr.Pro != nil {
+		xdt = op.Attr.Pro.DType
+	}
+	_, wok := cType[op.In[1].DType()]
+	_, xok := cType[xdt]
+	return wok && xok
+}
+
+// writeStreams emits the loader's table: for every task, the weight bytes
+// it streams (none for tasks of other ops).
+func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
+	fmt.Fprintf(src, "__device__ const mpk::Stream streams[%d] = {\n", max(1, len(tg.Tasks)))
+	for _, t := range tg.Tasks {
+		if t.Op < 0 {
+			src.WriteString("  {0, 0, 0, 0},\n")
+			continue
+		}
+		op := gen.g.Ops[t.Op]
+		p, ok := gen.plans[op]
+		if !ok {
+			src.WriteString("  {0, 0, 0, 0},\n")
+			continue
+		}
+		w := op.In[1]
+		first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes
+		bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.K * p.ElemBytes
+		fmt.Fprintf(src, "  {%d, %d, %d, %d},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes)
+	}
+	src.WriteString("};\n\n")
 }
 
 func writeTables(src *strings.Builder, tg *tgraph.Graph, split []int) {
@@ -147,14 +227,17 @@ func writeTables(src *strings.Builder, tg *tgraph.Graph, split []int) {
 }
 
 type generator struct {
-	g        *ir.Graph
-	l        layout
-	variants map[string]int
-	funcs    strings.Builder
-	exprs    strings.Builder
-	nexpr    int
-	exprIDs  map[string]int
-	smem     int
+	g         *ir.Graph
+	l         layout
+	variants  map[string]int
+	funcs     strings.Builder
+	exprs     strings.Builder
+	nexpr     int
+	exprIDs   map[string]int
+	smem      int
+	plans     map[*ir.Op]stream.Plan // the Linears that stream
+	ringPages int
+	xkeys     map[string]int // a streamed Linear's x (its prologue and inputs) → key
 }
 
 // variant returns the id of the device function whose body is code.
@@ -164,8 +247,33 @@ func (gen *generator) variant(code string) int {
 	}
 	id := len(gen.variants)
 	gen.variants[code] = id
-	fmt.Fprintf(&gen.funcs, "__device__ __noinline__ void variant%d(const mpk::Op& op, int lo, int hi, const mpk::Slots<kNumSlots>& s, char* smem) {\n  %s\n}\n\n", id, code)
+	fmt.Fprintf(&gen.funcs, "__device__ __noinline__ uint32_t variant%d(const mpk::Op& op, int lo, int hi, const mpk::Slots<kNumSlots>& s, const mpk::Ctx c) {\n  %s\n}\n\n", id, code)
 	return id
+}
+
+// xkey returns the key of a streamed Linear's x: Linears with one key (q, k
+// and v after one RMSNorm) compute the same x, so a task may reuse the x the
+// task before it staged.
+func (gen *generator) xkey(op *ir.Op) int {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d|", gen.plans[op].M)
+	views := []ir.View{op.In[0]}
+	if p := op.Attr.Pro; p != nil {
+		views = op.ProIn()
+		fmt.Fprintf(&sb, "%d|%v|%v|%v|", p.Kind, p.Eps, p.HasWeight, p.DType)
+		if p.Expr != nil {
+			fmt.Fprintf(&sb, "Expr%d|", gen.expr(p.Expr, touchesF64(op)))
+		}
+	}
+	for _, v := range views {
+		sb.WriteString(v.String() + "|")
+	}
+	k := sb.String()
+	if id, ok := gen.xkeys[k]; ok {
+		return id
+	}
+	gen.xkeys[k] = len(gen.xkeys)
+	return gen.xkeys[k]
 }
 
 func (gen *generator) view(v ir.View) string {
@@ -198,8 +306,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	if len(op.In) > MaxInputs {
 		return "", fmt.Errorf("codegen: op %d (%s) has %d inputs, more than MPK_MAX_INPUTS=%d", op.ID, op.Label, len(op.In), MaxInputs)
 	}
-	var code string
-	flags, proFirst, proDType, eps := 0, 0, 0, op.Attr.Eps
+	var code string // a call of the task library, or (ret) a return of one
+	ret := false
+	flags, proFirst, proDType, eps, xkey := 0, 0, 0, op.Attr.Eps, -1
 	switch op.Kind {
 	case ir.Linear:
 		x, w := op.In[0], op.In[1]
@@ -229,8 +338,14 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				pro = fmt.Sprintf("mpk::ExprPro<Expr%d>", gen.expr(p.Expr, touchesF64(op)))
 			}
 		}
-		code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s>(op, lo, hi, s, smem);", T, K, op.Attr.Residual, pro)
-		gen.smem = max(gen.smem, int(K)*4)
+		if p, ok := gen.plans[op]; ok {
+			code = fmt.Sprintf("mpk::linear_stream<%s, %d, %d, %d, kRingSlots, %v, %s>(op, lo, hi, s, c)",
+				T, K, p.M, p.PageBytes, op.Attr.Residual, pro)
+			ret, xkey = true, gen.xkey(op)
+		} else {
+			code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s>(op, lo, hi, s, c.smem)", T, K, op.Attr.Residual, pro)
+			gen.smem = max(gen.smem, int(K)*4)
+		}
 	case ir.Attention:
 		// q is read through its view's dtype; K and V (the cache) share T.
 		T, ok := cType[op.In[1].DType()]
@@ -252,9 +367,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if G < 1 || G > 16 {
 			return "", fmt.Errorf("codegen: attention with %d query heads per KV head is not supported on the GPU (up to 16)", G)
 		}
-		code = fmt.Sprintf("mpk::attention<%s, %d, %d>(op, lo, hi, s, smem);", T, D, G)
+		code = fmt.Sprintf("mpk::attention<%s, %d, %d>(op, lo, hi, s, c.smem)", T, D, G)
 		if op.Attr.Splits > 1 {
-			code = fmt.Sprintf("mpk::attention_partial<%s, %d, %d>(op, lo, hi, s, smem);", T, D, G)
+			code = fmt.Sprintf("mpk::attention_partial<%s, %d, %d>(op, lo, hi, s, c.smem)", T, D, G)
 		}
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4)
 	case ir.AttnMerge:
@@ -262,12 +377,13 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if D > 256 {
 			return "", fmt.Errorf("codegen: attention head dim %d is not supported on the GPU (up to 256)", D)
 		}
-		code = fmt.Sprintf("mpk::attn_merge<%d>(op, lo, hi, s, smem);", D)
+		code = fmt.Sprintf("mpk::attn_merge<%d>(op, lo, hi, s, c.smem)", D)
+		gen.smem = max(gen.smem, (Threads/32)*int(D+2)*4)
 	case ir.RMSNorm:
 		if op.Attr.HasWeight {
 			flags |= flagWeight
 		}
-		code = "mpk::rmsnorm(op, lo, hi, s, smem);"
+		code = "mpk::rmsnorm(op, lo, hi, s, c.smem)"
 	case ir.RoPE:
 		if p := op.Attr.Pro; p != nil { // an RMSNorm of each row first
 			proFirst, proDType, eps = p.First, int(p.DType), p.Eps
@@ -275,24 +391,32 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				flags |= flagWeight
 			}
 		}
-		code = "mpk::rope(op, lo, hi, s, smem);"
+		if op.Attr.IndexIn > 0 { // rows land in the cache at run-time positions (last input)
+			flags |= flagCache
+		}
+		code = "mpk::rope(op, lo, hi, s, c.smem)"
 	case ir.Elementwise:
-		code = fmt.Sprintf("mpk::elementwise<Expr%d>(op, lo, hi, s);", gen.expr(op.Attr.Expr, touchesF64(op)))
+		code = fmt.Sprintf("mpk::elementwise<Expr%d>(op, lo, hi, s)", gen.expr(op.Attr.Expr, touchesF64(op)))
 	default:
-		code = fmt.Sprintf("mpk::%s(op, lo, hi, s, smem);", op.Kind.String())
+		code = fmt.Sprintf("mpk::%s(op, lo, hi, s, c.smem)", op.Kind.String())
 	}
 	gen.smem = max(gen.smem, 1024)
 	if gen.smem > MaxSharedBytes {
 		return "", fmt.Errorf("codegen: op %d (%s) needs %d bytes of shared memory, more than %d", op.ID, op.Label, gen.smem, MaxSharedBytes)
+	}
+	if ret {
+		code = "return " + code + ";"
+	} else {
+		code += ";\n  return c.seq;"
 	}
 	id := gen.variant(code)
 	var ins []string
 	for _, v := range op.In {
 		ins = append(ins, gen.view(v))
 	}
-	return fmt.Sprintf("  /* %d %s %s */ {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %sf, %sf, %s, {%s}},\n",
+	return fmt.Sprintf("  /* %d %s %s */ {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %sf, %sf, %s, {%s}},\n",
 		op.ID, op.Label, op.Node, kindCode(op.Kind), id, len(op.In), split, op.Attr.Dim, max(op.Attr.Groups, 1), flags,
-		reduceCode(op.Attr.Reduce), proFirst, proDType, floatLit(eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
+		reduceCode(op.Attr.Reduce), proFirst, proDType, xkey, floatLit(eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
 }
 
 // touchesF64 reports whether op reads or writes a float64 view: only then do

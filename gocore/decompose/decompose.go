@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/stream"
 	"mpk/gocore/tgraph"
 )
 
@@ -17,9 +18,10 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 	for _, b := range g.Buffers {
 		tg.Buffers = append(tg.Buffers, tgraph.BufInfo{Name: b.Name, Numel: b.Numel, Output: b.Kind == ir.Output, Input: b.Kind == ir.Input})
 	}
+	written := stream.Writers(g)
 	for _, op := range g.Ops {
 		tg.OpNames = append(tg.OpNames, fmt.Sprintf("%s#%d (%s)", op.Label, op.ID, op.Node))
-		for _, box := range tiles(op, workers) {
+		for _, box := range tiles(op, workers, written) {
 			t := &tgraph.Task{ID: len(tg.Tasks), Op: op.ID, Box: box, Wait: tgraph.None, Trigger: tgraph.None, Order: op.ID}
 			t.Reads, t.Writes = accesses(op, box)
 			tg.Tasks = append(tg.Tasks, t)
@@ -81,19 +83,23 @@ func allDims(n int) []int {
 // in synchronisation than it saves.
 const minElemsPerTask = 4096
 
-// rowsPerNormTask matches the CUDA rmsnorm task: one warp per row, 16 warps.
-const rowsPerNormTask = 16
+// rowsPerNormTask matches the CUDA rmsnorm task: one warp per row, every
+// consumer warp.
+const rowsPerNormTask = stream.Threads / 32
 
 // tiles chooses the output tiles of op.
-func tiles(op *ir.Op, workers int) []tgraph.Box {
+func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	W := int64(workers)
-	out := op.Out.Shape
-	n := op.Out.Numel()
+	out := op.IterShape()
+	n := ir.Numel(out)
 	small := func(d int) int64 { // parts for a cheap op split along d
 		return min(W, out[d], max(1, n/minElemsPerTask))
 	}
 	switch op.Kind {
-	case ir.Linear: // [M, N]: every task streams N/parts weight rows
+	case ir.Linear: // [M, N]: every task reads N/parts weight rows
+		if p, ok := stream.For(op, written); ok {
+			return split(out, 1, p.Tasks(out[1], workers), 1)
+		}
 		return split(out, 1, min(W, ceilDiv(out[1], 8)), 1)
 	case ir.Matmul: // [B, M, N]
 		d := largestDim(out, []int{0, 2})
@@ -116,8 +122,7 @@ func tiles(op *ir.Op, workers int) []tgraph.Box {
 		}
 		return split(out, d, small(d), 1)
 	case ir.KVWrite: // iterate over the source rows
-		src := op.In[1].Shape
-		return split(src, largestDim(src, allDims(len(src))), 1, 1)
+		return split(out, largestDim(out, allDims(len(out))), 1, 1)
 	case ir.Cat:
 		var dims []int
 		for d := range out {
@@ -152,8 +157,16 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 	writeBox := b
 	switch op.Kind {
 	case ir.Elementwise, ir.Copy, ir.RMSNorm, ir.RoPE:
-		for _, v := range op.In {
+		for i, v := range op.In {
+			if op.Kind == ir.RoPE && op.Attr.IndexIn == i && i > 0 {
+				read(v, fullBox(v)) // the positions rows land at
+				continue
+			}
 			read(v, b)
+		}
+		if op.Kind == ir.RoPE && op.Attr.IndexIn > 0 { // rows land at run-time positions
+			writeBox = tgraph.Box{Lo: append([]int64(nil), b.Lo...), Hi: append([]int64(nil), b.Hi...)}
+			writeBox.Lo[op.Attr.Dim], writeBox.Hi[op.Attr.Dim] = 0, op.Out.Shape[op.Attr.Dim]
 		}
 	case ir.Reduce:
 		in := op.In[0]

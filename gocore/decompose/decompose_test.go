@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/stream"
 	"mpk/gocore/tgraph"
 )
 
@@ -121,7 +122,7 @@ func TestTiles(t *testing.T) {
 	for _, c := range cases {
 		b := &opBuilder{g: &ir.Graph{}}
 		op := c.op(b)
-		bs := tiles(op, c.workers)
+		bs := tiles(op, c.workers, func(*ir.Buffer) bool { return false })
 		var got []int64
 		for i, bx := range bs {
 			got = append(got, bx.Lo[c.dim])
@@ -147,7 +148,7 @@ func TestTaskCountsScaleWithWorkers(t *testing.T) {
 	for _, op := range ops {
 		prev := 0
 		for _, w := range []int{1, 2, 8, 32, 132} {
-			n := len(tiles(op, w))
+			n := len(tiles(op, w, func(*ir.Buffer) bool { return false }))
 			if n > w || n < prev {
 				t.Errorf("%s: %d tasks with %d workers (previous %d)", op.Kind, n, w, prev)
 			}
@@ -156,6 +157,31 @@ func TestTaskCountsScaleWithWorkers(t *testing.T) {
 		if prev < 32 {
 			t.Errorf("%s: only %d tasks at 132 workers", op.Kind, prev)
 		}
+	}
+}
+
+// TestStreamedLinearTiles: a Linear whose weight streams (a caller-owned
+// tensor of contiguous rows) splits into a multiple of the workers, each task
+// at most stream.TaskBytes, so every worker streams part of every matrix.
+func TestStreamedLinearTiles(t *testing.T) {
+	b := &opBuilder{g: &ir.Graph{}}
+	w := b.buf("w", 128256, 2048)
+	w.Buf.Kind, w.Buf.DType = ir.Input, ir.BF16
+	x := b.buf("x", 1, 2048)
+	x.Buf.DType = ir.BF16
+	op := b.op(ir.Linear, b.buf("o", 1, 128256), x, w)
+	never := func(*ir.Buffer) bool { return false }
+	bs := tiles(op, 132, never)
+	if len(bs)%132 != 0 {
+		t.Fatalf("%d tiles, want a multiple of 132 workers", len(bs))
+	}
+	for _, bx := range bs {
+		if bytes := (bx.Hi[1] - bx.Lo[1]) * 2048 * 2; bytes > stream.TaskBytes+2048*2 {
+			t.Fatalf("tile %v reads %d bytes of weights, more than a task's %d", bx, bytes, stream.TaskBytes)
+		}
+	}
+	if n := len(tiles(op, 132, func(b *ir.Buffer) bool { return b == w.Buf })); n != 132 {
+		t.Errorf("a weight the graph writes does not stream: %d tiles, want the register Linear's 132", n)
 	}
 }
 

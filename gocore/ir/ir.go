@@ -212,6 +212,10 @@ type Attrs struct {
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:
 	// the norm or elementwise op that produced x, folded into every reader.
 	Pro *Prologue
+	// IndexIn > 0, on a RoPE, makes it also the KV-cache write that read it:
+	// In[IndexIn] holds the positions, and row i of the rotation lands at
+	// Out.select(Dim, In[IndexIn][i]) (Out is the cache, as for a KVWrite).
+	IndexIn int
 }
 
 // Prologue is an op folded into a Linear's load of x. Its inputs, viewed in
@@ -228,7 +232,24 @@ type Prologue struct {
 
 // ProIn returns the inputs of op's prologue.
 func (op *Op) ProIn() []View {
-	return append([]View{op.In[0]}, op.In[op.Attr.Pro.First:]...)
+	end := len(op.In)
+	if op.Attr.IndexIn > 0 {
+		end = op.Attr.IndexIn
+	}
+	return append([]View{op.In[0]}, op.In[op.Attr.Pro.First:end]...)
+}
+
+// IterShape is the index space op's tasks tile: the output, except for ops
+// that write rows at run-time positions (a KV-cache write, a RoPE storing
+// into the cache), which iterate over their source rows.
+func (op *Op) IterShape() []int64 {
+	switch {
+	case op.Kind == KVWrite:
+		return op.In[1].Shape
+	case op.Kind == RoPE && op.Attr.IndexIn > 0:
+		return op.In[0].Shape
+	}
+	return op.Out.Shape
 }
 
 // SplitPositions returns the KV positions [lo, hi) that the chunks [s0, s1)

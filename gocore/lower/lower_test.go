@@ -50,18 +50,21 @@ func TestLowerRealModels(t *testing.T) {
 			k := countKinds(g)
 			qwen := strings.Contains(c.file, "qwen3")
 			// Every RMSNorm before a projection is folded into the Linears
-			// that read it; Qwen3's per-head q/k norms into the RoPE after them.
+			// that read it; Qwen3's per-head q/k norms into the RoPE after
+			// them; k's RoPE into its KV-cache write (v's write stays).
 			headNorms := 0
 			if qwen {
-				headNorms = 2 * c.layers
+				headNorms = c.layers
 			}
 			want := map[string]int{
 				"rmsnorm":                  0,
 				"rmsnorm+linear":           5*c.layers + 1, // q, k, v, gate, up; the LM head
 				"rmsnorm+rope":             headNorms,
-				"rope":                     2*c.layers - headNorms,
+				"rope":                     c.layers - headNorms,
+				"rmsnorm+rope+kv_write":    headNorms,
+				"rope+kv_write":            c.layers - headNorms,
 				"attention":                c.layers,
-				"kv_write":                 2 * c.layers,
+				"kv_write":                 c.layers,
 				"linear+residual":          c.layers, // o_proj
 				"silu_mul+linear+residual": c.layers, // down_proj
 				"embedding":                1,

@@ -37,6 +37,7 @@ var rewrites = []struct {
 	{"fuse_residual", fuseResidual},
 	{"fuse_prologue", fusePrologue},
 	{"norm_rope", foldNormIntoRoPE},
+	{"rope_kv", foldRoPEIntoCacheWrite},
 	{"dce", deadCode},
 	{"bind_outputs", bindOutputs},
 	{"label", label},

@@ -2,8 +2,12 @@ package lower
 
 import "mpk/gocore/ir"
 
-// minPositionsPerSplit keeps each KV chunk worth a task of its own.
-const minPositionsPerSplit = 16
+// minPositionsPerSplit keeps each KV chunk worth a task of its own: a warp
+// of the CUDA task then reads its rows in one batch.
+const minPositionsPerSplit = 8
+
+// maxSplits is the most partials the CUDA merge combines (32 per warp).
+const maxSplits = 512
 
 // splitAttention spreads attention over the workers: decode has one query per
 // head, so one task per KV head would leave most SMs idle while a few stream
@@ -19,7 +23,7 @@ func splitAttention(g *ir.Graph, workers int) {
 		}
 		q, k, v := op.In[0], op.In[1], op.In[2]
 		B, H, Sq, Dv, S := q.Shape[0], q.Shape[1], q.Shape[2], v.Shape[3], k.Shape[2]
-		splits := min(int64(workers)/max(B, 1), (S+minPositionsPerSplit-1)/minPositionsPerSplit)
+		splits := min(int64(workers)/max(B, 1), (S+minPositionsPerSplit-1)/minPositionsPerSplit, maxSplits)
 		if splits < 2 {
 			continue
 		}

@@ -215,6 +215,14 @@ func (x *exec) rope(op *ir.Op, b tgraph.Box) error {
 		cs, ss = x.row(op.In[1], idx, cs), x.row(op.In[2], idx, ss)
 		h := len(xs) / 2
 		copy(out, idx)
+		if op.Attr.IndexIn > 0 { // the row lands in the cache at its run-time position
+			d := op.Attr.Dim
+			pos, err := x.index(op.In[op.Attr.IndexIn], []int64{idx[d]}, op.Out.Shape[d])
+			if err != nil {
+				return fmt.Errorf("KV-cache write: position %v", err)
+			}
+			out[d] = pos
+		}
 		for j := range xs {
 			var rot float64
 			if j < h {

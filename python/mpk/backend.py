@@ -24,8 +24,10 @@ _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round
 # Python-side only: poison (NaN-fill float outputs before a run; default on for
 # reference, off for cuda), sync (cuda: synchronise after each launch and read
 # the status), build_only (cuda: compile, keep the core's result, run the ATen
-# graph eagerly; `python -m mpk build` uses it on machines without a GPU).
-_FRONT_OPTIONS = ("poison", "sync", "build_only")
+# graph eagerly; `python -m mpk build` uses it on machines without a GPU),
+# wait_budget_ms (cuda: how long one spin-wait of the kernel may last before
+# it aborts and the call raises).
+_FRONT_OPTIONS = ("poison", "sync", "build_only", "wait_budget_ms")
 
 # The most recent compiled callable (for `python -m mpk check`) and how many
 # graphs this process compiled. Updated under _lock.
@@ -63,8 +65,13 @@ def resolve_options(options: dict | None) -> dict:
     wire = {"target": target, "num_workers": int(workers), "seed": int(opts.get("seed", 0))}
     for k in _PASS_THROUGH:
         wire[k] = bool(opts.get(k, False))
+    budget = opts.get("wait_budget_ms", build.DEFAULT_WAIT_BUDGET_MS)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+        raise MpkError(f"option wait_budget_ms={budget!r}: want a positive number of milliseconds",
+                       kind="bad_request")
     return {"wire": wire, "poison": bool(opts.get("poison", target == "reference")),
-            "sync": bool(opts.get("sync", False)), "build_only": bool(opts.get("build_only", False))}
+            "sync": bool(opts.get("sync", False)), "build_only": bool(opts.get("build_only", False)),
+            "wait_budget_ms": float(budget)}
 
 
 def _input_names_and_kinds(gm: torch.fx.GraphModule) -> tuple[list[str], list[str]]:

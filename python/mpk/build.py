@@ -119,9 +119,15 @@ def cuda_arch(arch: str | None = None, device: Any = None) -> str:
     return DEFAULT_ARCH
 
 
+def extra_flags() -> list[str]:
+    """$MPK_NVCC_EXTRA: more nvcc flags for experiments (e.g. a runtime
+    constant, -DMPK_INFLIGHT_PAGES=3); part of the cache key."""
+    return os.environ.get("MPK_NVCC_EXTRA", "").split()
+
+
 def nvcc_command(nvcc: str, arch: str, csrc: Path, src: str = MODULE_CU,
                  out: str = MODULE_SO) -> list[str]:
-    return [nvcc, *NVCC_FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{csrc}", src,
+    return [nvcc, *NVCC_FLAGS, *extra_flags(), f"-gencode=arch=compute_{arch},code=sm_{arch}", f"-I{csrc}", src,
             "-o", out]
 
 
@@ -163,7 +169,7 @@ def cache_key(sources: Mapping[str, str], arch: str, version: str, csrc: Path) -
         put("source:" + name, sources[name].encode())
     for p in _headers(csrc):
         put("header:" + p.relative_to(csrc).as_posix(), p.read_bytes())
-    put("flags", " ".join(NVCC_FLAGS).encode())
+    put("flags", " ".join([*NVCC_FLAGS, *extra_flags()]).encode())
     put("nvcc", version.encode())
     put("arch", arch.encode())
     return h.hexdigest()
@@ -403,10 +409,13 @@ def _make_classes():
             self.build = build_module_info(self.sources, cuda_arch(device=self.device))
             t0 = time.perf_counter()
             launcher = load_launcher()
+            budget_ms = float(opts.get("wait_budget_ms", DEFAULT_WAIT_BUDGET_MS))
             with torch.cuda.device(self.device):
                 self.module = launcher.Module(str(self.build.path))
                 self._check_module()
-                self.module.init()
+                # This callable's own device state: another compile of the same
+                # graph loads the same module.so but never shares counters.
+                self.instance = self.module.create(int(budget_ms * 1e6))
             # The compiler runs under Dynamo's fake-tensor mode, where torch.empty
             # makes a tensor without storage: the arena is allocated at the first call.
             self.arena: torch.Tensor | None = None
@@ -432,12 +441,13 @@ def _make_classes():
             return f"{front}{core}, {self.build.describe()}, load {self.load_s:.2f} s"
 
         def check_status(self) -> None:
-            """Reads the device status; raises MpkRuntimeError (and resets the
-            module) when the last launch aborted."""
-            st = self.module.status()
+            """Reads the status the last finished launch copied to pinned memory
+            (the caller made sure it finished); raises MpkRuntimeError (and
+            resets the instance) when it aborted."""
+            st = self.instance.status()
             self.last_status = st
             if st.get("aborted"):
-                self.module.reset()
+                self.instance.reset()
                 raise abort_error(st, self.summary)
 
         def _run(self, args, outs) -> None:
@@ -451,7 +461,7 @@ def _make_classes():
                                          device=self.device)
             slots = [t.data_ptr() for t in args] + [t.data_ptr() for t in outs] + [self.arena.data_ptr()]
             try:
-                self.module.launch(slots, stream.cuda_stream)
+                self.instance.launch(slots, stream.cuda_stream)
             except RuntimeError as e:
                 raise MpkError(f"launching the megakernel failed: {e}", kind="runtime") from None
             self.launches += 1
@@ -464,6 +474,11 @@ def _make_classes():
                 self._done = ev
 
     return BuildOnlyGraph, CudaGraph
+
+
+# How long one spin-wait of the megakernel may last before it aborts: far
+# above any wait of a step (microseconds), far below a hung GPU.
+DEFAULT_WAIT_BUDGET_MS = 200.0
 
 
 def abort_error(st: dict, summary: dict | None = None):

@@ -41,6 +41,15 @@ def _llama32_1b():
 
 CONFIGS: dict[str, Callable] = {
     **families.CONFIGS,  # tiny-llama, tiny-qwen3, tiny-phi3, ...: one per tested family
+    # Wide enough for the weight-streaming Linear (K a multiple of a warp's
+    # 256-element chunk); small-qwen3's 768 gives pages of 10 rows, a
+    # partial last load per page.
+    "small-llama": lambda: _llama(vocab_size=1024, hidden_size=256, intermediate_size=512,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  max_position_embeddings=1024),
+    "small-qwen3": lambda: _qwen3(vocab_size=1024, hidden_size=256, intermediate_size=768,
+                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  head_dim=64, max_position_embeddings=1024),
     "llama-3.2-1b": _llama32_1b,
     "qwen3-0.6b": lambda: _qwen3(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
                                  num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,

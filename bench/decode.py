@@ -1,0 +1,215 @@
+"""Decode-step benchmark on a GPU, through Hugging Face's own model code
+(LlamaForCausalLM / Qwen3ForCausalLM with a StaticCache): mpk against eager,
+CUDA graphs and torch.compile inductor (mode="reduce-overhead"), all measured
+in one process on the same weights and cache, and against the bandwidth
+floor: (weight bytes + KV bytes read) / a device copy measured in the same run.
+
+    python bench/decode.py --models llama-3.2-1b qwen3-8b --cache-tokens 512
+
+Per variant: back-to-back device time (--steps steps timed with CUDA events,
+median of --repeats) and per-call synchronised latency (each call followed by
+a synchronisation, host clock, median), as a generate loop sees it. Before
+mpk is timed, its steps pass DESIGN.md's bf16 rule against a float32 copy of
+the model. The cache's position counters are reset between repeats (untimed):
+HF's StaticCache mutates them itself. Results go to
+bench/results/decode-<gpu>.json (bench/plot.py draws them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from mpk import check, models
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def copy_bandwidth(device) -> float:
+    """Bytes per second of a large device-to-device copy (read + write)."""
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        b.copy_(a)
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * n * 10 / (start.elapsed_time(end) / 1e3)
+
+
+def floor_bytes(model, live_tokens: int, batch: int = 1) -> int:
+    """Bytes a decode step must read: every weight once (the embedding table
+    only its rows, unless it is also the LM head) plus the live KV cache."""
+    seen, total = set(), 0
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    for p in model.parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        if p is emb and emb is not head:
+            total += batch * p.shape[1] * p.element_size()
+        else:
+            total += p.numel() * p.element_size()
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * live_tokens * batch * emb.element_size()
+    return total + kv
+
+
+def back_to_back_ms(fn, cache, state, toks, steps: int, repeats: int) -> float:
+    """Median device milliseconds per step over `repeats` runs of `steps` steps."""
+    times = []
+    for r in range(repeats + 2):
+        check.restore(cache, state)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            fn(input_ids=toks, past_key_values=cache, use_cache=True)
+        end.record()
+        torch.cuda.synchronize()
+        if r >= 2:  # warm-up runs
+            times.append(start.elapsed_time(end) / steps)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def synchronised_us(fn, cache, state, toks, steps: int) -> float:
+    """Median host microseconds of a call followed by a synchronisation."""
+    check.restore(cache, state)
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn(input_ids=toks, past_key_values=cache, use_cache=True)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e6)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def cuda_graph_step(model, cache, toks_shape, device):
+    """The eager step captured once in a CUDA graph and replayed."""
+    toks = torch.zeros(toks_shape, dtype=torch.long, device=device)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            model(input_ids=toks, past_key_values=cache, use_cache=True)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        model(input_ids=toks, past_key_values=cache, use_cache=True)
+
+    def step(input_ids, past_key_values, use_cache):
+        toks.copy_(input_ids)
+        g.replay()
+    return step
+
+
+def bf16_rule(name, model, fn, cache, state, prompt, max_len, steps: int = 4) -> list[str]:
+    """Problems of mpk's steps under DESIGN.md's bf16 rule (empty: passed)."""
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(7)
+    token_steps = [torch.randint(0, model.config.vocab_size, (1, 1), generator=gen) for _ in range(steps)]
+    check.restore(cache, state)
+    eager = check._steps(model, cache, token_steps, device)
+    check.restore(cache, state)
+    got = check._steps(fn, cache, token_steps, device)
+    check.restore(cache, state)
+    return check._bf16_rule(model, name, prompt, state, token_steps, max_len, eager, got, log=print)
+
+
+def bench_model(name: str, args, bw: float) -> list[dict]:
+    device = torch.device("cuda")
+    model = models.build(name, dtype=torch.bfloat16, device=device)
+    max_len = args.capacity or args.cache_tokens + args.steps + 8
+    prompt = torch.randint(0, model.config.vocab_size, (1, args.cache_tokens), generator=torch.Generator().manual_seed(1))
+    cache = check._make_cache(model, max_len, device, prompt)
+    state = check.snapshot(cache)
+    floor_ms = floor_bytes(model, args.cache_tokens + args.steps // 2) / bw * 1e3
+    toks = torch.randint(0, model.config.vocab_size, (1, 1), device=device)
+    variants = {
+        "eager": lambda: model,
+        "cuda-graphs": lambda: cuda_graph_step(model, cache, (1, 1), device),
+        "inductor-ro": lambda: torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False),
+        "mpk": lambda: torch.compile(model, backend="mpk", fullgraph=True, dynamic=False),
+    }
+    rows = []
+    for v in args.variants:
+        torch.compiler.reset()
+        row = {"model": name, "variant": v, "cache_tokens": args.cache_tokens, "capacity": max_len,
+               "floor_ms": floor_ms}
+        try:
+            with torch.no_grad():
+                check.restore(cache, state)
+                fn = variants[v]()
+                fn(input_ids=toks, past_key_values=cache, use_cache=True)  # compile / capture
+                if v == "mpk" and args.check:
+                    problems = bf16_rule(name, model, fn, cache, state, prompt, max_len)
+                    row["bf16_rule"] = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+                    if problems:
+                        raise RuntimeError(row["bf16_rule"])
+                row["ms"] = back_to_back_ms(fn, cache, state, toks, args.steps, args.repeats)
+                row["sync_us"] = synchronised_us(fn, cache, state, toks, args.steps)
+                row["floor_frac"] = floor_ms / row["ms"]
+        except Exception as e:  # one failing variant must not hide the others
+            row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    del model, cache
+    torch.cuda.empty_cache()
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    by = {(r["model"], r["variant"]): r for r in rows if "ms" in r}
+    print(f"\n{'model':14} {'variant':12} {'ms/step':>8} {'sync us':>8} {'floor/time':>10}  "
+          f"{'mpk vs this (back to back / synchronised)':>40}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']:14} {r['variant']:12} ERROR {r['error'][:100]}")
+            continue
+        mpk = by.get((r["model"], "mpk"))
+        vs = f"{r['ms'] / mpk['ms']:.2f}x / {r['sync_us'] / mpk['sync_us']:.2f}x" if mpk else "-"
+        print(f"{r['model']:14} {r['variant']:12} {r['ms']:8.3f} {r['sync_us']:8.0f} {r['floor_frac']:10.2f}  {vs:>40}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=["qwen3-0.6b"])
+    p.add_argument("--variants", nargs="+", default=["eager", "cuda-graphs", "inductor-ro", "mpk"])
+    p.add_argument("--cache-tokens", type=int, default=512, help="tokens already in the cache (live)")
+    p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + steps + 8)")
+    p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--no-check", dest="check", action="store_false", help="skip mpk's bf16-rule check")
+    p.add_argument("--json", help="write all rows here (default: bench/results/decode-<gpu>.json)")
+    args = p.parse_args(argv)
+    check.ensure_backend_registered()
+    bw = copy_bandwidth("cuda")
+    gpu = torch.cuda.get_device_name()
+    print(f"device {gpu}  copy bandwidth {bw / 1e12:.2f} TB/s (read+write)")
+    rows = []
+    for m in args.models:
+        rows += bench_model(m, args, bw)
+    print_table(rows)
+    out = Path(args.json) if args.json else RESULTS / f"decode-{re.sub(r'[^A-Za-z0-9]+', '-', gpu).strip('-').lower()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"device": gpu, "copy_bandwidth": bw, "torch": torch.__version__, "rows": rows}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

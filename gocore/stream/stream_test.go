@@ -1,0 +1,67 @@
+package stream
+
+import (
+	"testing"
+
+	"mpk/gocore/ir"
+)
+
+func linear(M, N, K int64, dt ir.DType, wStrides []int64, kind ir.BufKind) *ir.Op {
+	w := &ir.Buffer{Name: "w", Kind: kind, DType: dt, Numel: N * K}
+	x := &ir.Buffer{Name: "x", Kind: ir.Temp, DType: dt, Numel: M * K}
+	return &ir.Op{Kind: ir.Linear, In: []ir.View{
+		{Buf: x, Shape: []int64{M, K}, Strides: []int64{K, 1}},
+		{Buf: w, Shape: []int64{N, K}, Strides: wStrides},
+	}}
+}
+
+func never(*ir.Buffer) bool { return false }
+
+func TestPlans(t *testing.T) {
+	cases := []struct {
+		name              string
+		op                *ir.Op
+		ok                bool
+		pageBytes, splits int64
+	}{
+		{"llama q", linear(1, 2048, 2048, ir.BF16, []int64{2048, 1}, ir.Input), true, 16384, 1},
+		{"llama down", linear(1, 2048, 8192, ir.BF16, []int64{8192, 1}, ir.Input), true, 16384, 1},
+		{"qwen3-0.6b down: 2 rows of 3072", linear(1, 1024, 3072, ir.BF16, []int64{3072, 1}, ir.Input), true, 12288, 1},
+		{"qwen3-8b down: half a row a page", linear(1, 4096, 12288, ir.BF16, []int64{12288, 1}, ir.Input), true, 12288, 2},
+		{"fp32 weights", linear(1, 64, 1024, ir.F32, []int64{1024, 1}, ir.Input), true, 16384, 1},
+		{"two rows of x", linear(2, 64, 2048, ir.BF16, []int64{2048, 1}, ir.Input), true, 16384, 1},
+		{"x too large for registers", linear(16, 64, 2048, ir.BF16, []int64{2048, 1}, ir.Input), false, 0, 0},
+		{"K not a multiple of a warp load", linear(1, 64, 896, ir.BF16, []int64{896, 1}, ir.Input), false, 0, 0},
+		{"transposed weight", linear(1, 64, 2048, ir.BF16, []int64{1, 64}, ir.Input), false, 0, 0},
+		{"weight computed in the graph", linear(1, 64, 2048, ir.BF16, []int64{2048, 1}, ir.Temp), false, 0, 0},
+		{"int8 weight", linear(1, 64, 2048, ir.I8, []int64{2048, 1}, ir.Input), false, 0, 0},
+	}
+	for _, c := range cases {
+		p, ok := For(c.op, never)
+		if ok != c.ok || ok && (p.PageBytes != c.pageBytes || p.Split != c.splits) {
+			t.Errorf("%s: plan %+v ok=%v, want ok=%v page %d split %d", c.name, p, ok, c.ok, c.pageBytes, c.splits)
+		}
+	}
+	op := linear(1, 64, 2048, ir.BF16, []int64{2048, 1}, ir.Input)
+	if _, ok := For(op, func(b *ir.Buffer) bool { return b == op.In[1].Buf }); ok {
+		t.Error("a weight the graph writes must not stream: the loader reads it before any event")
+	}
+}
+
+func TestTasks(t *testing.T) {
+	p, _ := For(linear(1, 128256, 2048, ir.BF16, []int64{2048, 1}, ir.Input), never)
+	// 525 MB of LM head: ⌈525 MB / 512 KiB⌉ = 1002 tasks, rounded up to 8 per worker.
+	if n := p.Tasks(128256, 132); n != 1056 {
+		t.Errorf("LM head: %d tasks, want 1056", n)
+	}
+	p, _ = For(linear(1, 512, 2048, ir.BF16, []int64{2048, 1}, ir.Input), never)
+	if n := p.Tasks(512, 132); n != 132 {
+		t.Errorf("k projection: %d tasks, want one per worker (132)", n)
+	}
+	if n := p.Tasks(64, 132); n != 64 {
+		t.Errorf("64 rows: %d tasks, want 64 (a row each)", n)
+	}
+	if f := p.PartialFloats(4); f != 4*2048/256 {
+		t.Errorf("partials of 4 rows: %d floats, want %d", f, 4*2048/256)
+	}
+}
