@@ -2,6 +2,7 @@ package lower
 
 import (
 	"math"
+	"slices"
 	"strings"
 
 	"mpk/gocore/ir"
@@ -282,7 +283,7 @@ func (l *lowerer) multiIndex(x ir.View, dims []int, idxs []ir.View) (ir.View, in
 	if !adjacent {
 		perm, at = append([]int{}, dims...), 0
 		for d := range x.Shape {
-			if !containsInt(dims, d) {
+			if !slices.Contains(dims, d) {
 				perm = append(perm, d)
 			}
 		}
@@ -367,15 +368,6 @@ func broadcastShapes(l *lowerer, a, b []int64) []int64 {
 		}
 	}
 	return out
-}
-
-func containsInt(xs []int, x int) bool {
-	for _, v := range xs {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 func catOp(l *lowerer) {

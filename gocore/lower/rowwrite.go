@@ -19,7 +19,7 @@ func indexCopyOp(inPlace bool) func(l *lowerer) {
 			l.failf("index_copy index must be 0-d or 1-d, got %v", idx.Shape)
 		}
 		if idx.Rank() == 0 {
-			src = insertZeroStrideDim(src, dim)
+			src = insertDim(src, dim)
 		}
 		l.writeRows(self, dim, idx, src, inPlace)
 	}
@@ -59,7 +59,7 @@ func indexPutOp(inPlace bool) func(l *lowerer) {
 		}
 		src := broadcast(l, l.tensorArg(2, "values"), shape)
 		if idx.Rank() == 0 {
-			src = insertZeroStrideDim(src, dim)
+			src = insertDim(src, dim)
 		}
 		l.writeRows(self, dim, idx, src, inPlace)
 	}
@@ -82,11 +82,4 @@ func (l *lowerer) writeRows(self ir.View, dim int, idx, src ir.View, inPlace boo
 	l.emit(&ir.Op{Kind: ir.KVWrite, In: []ir.View{idx, src}, Out: dst, Attr: ir.Attrs{Dim: dim}})
 	v := dst.Clone()
 	l.set(&v)
-}
-
-// insertZeroStrideDim views v with a size-1 dim at d (for a 0-d index).
-func insertZeroStrideDim(v ir.View, d int) ir.View {
-	return ir.View{Buf: v.Buf, Offset: v.Offset,
-		Shape:   append(append(append([]int64{}, v.Shape[:d]...), 1), v.Shape[d:]...),
-		Strides: append(append(append([]int64{}, v.Strides[:d]...), 0), v.Strides[d:]...)}
 }
