@@ -26,8 +26,8 @@ var computeOps = map[string]func(l *lowerer){
 	"native_layer_norm.default": layerNormOp,
 	"embedding.default":         embeddingOp,
 	"index.Tensor":              indexOp,
-	"cat.default":               catOp,
-	"stack.default":             stackOp,
+	"cat.default":               joinOp(false),
+	"stack.default":             joinOp(true),
 	"roll.default":              rollOp,
 	"repeat.default":            repeatOp,
 	"index_put.default":         indexPutOp(false),
@@ -370,49 +370,38 @@ func broadcastShapes(l *lowerer, a, b []int64) []int64 {
 	return out
 }
 
-func catOp(l *lowerer) {
-	a := l.arg(0, "tensors")
-	if a == nil || a.K != "list" {
-		l.failf("cat needs a list of tensors")
-	}
-	shape := l.outShape(0)
-	dim := wrapDim(l, l.intArg(1, "dim", 0), len(shape))
-	var ins []ir.View
-	for _, e := range a.List {
-		v := l.tensor(e)
-		if v.Rank() == 1 && v.Shape[0] == 0 && len(shape) != 1 {
-			continue // legacy empty tensor
+// joinOp lowers cat, and stack as a Cat of the tensors each viewed with the
+// new size-1 dim.
+func joinOp(stack bool) func(l *lowerer) {
+	return func(l *lowerer) {
+		a := l.arg(0, "tensors")
+		if a == nil || a.K != "list" || len(a.List) == 0 {
+			l.failf("%s needs a non-empty list of tensors", l.node.Target)
 		}
-		if v.Rank() != len(shape) {
-			l.failf("cat of a %d-d tensor into %d-d", v.Rank(), len(shape))
+		shape := l.outShape(0)
+		dim := wrapDim(l, l.intArg(1, "dim", 0), len(shape))
+		rank := len(shape)
+		if stack {
+			rank--
 		}
-		ins = append(ins, v)
-	}
-	out := l.temp(l.outDType(0), shape)
-	l.emit(&ir.Op{Kind: ir.Cat, In: ins, Out: out, Attr: ir.Attrs{Dim: dim}})
-	l.set(&out)
-}
-
-// stackOp lowers stack as a Cat of the tensors, each viewed with the new
-// size-1 dim.
-func stackOp(l *lowerer) {
-	a := l.arg(0, "tensors")
-	if a == nil || a.K != "list" || len(a.List) == 0 {
-		l.failf("stack needs a non-empty list of tensors")
-	}
-	shape := l.outShape(0)
-	dim := wrapDim(l, l.intArg(1, "dim", 0), len(shape))
-	var ins []ir.View
-	for _, e := range a.List {
-		v := l.tensor(e)
-		if v.Rank() != len(shape)-1 {
-			l.failf("stack of a %d-d tensor into %d-d", v.Rank(), len(shape))
+		var ins []ir.View
+		for _, e := range a.List {
+			v := l.tensor(e)
+			if !stack && v.Rank() == 1 && v.Shape[0] == 0 && len(shape) != 1 {
+				continue // legacy empty tensor
+			}
+			if v.Rank() != rank {
+				l.failf("joining a %d-d tensor into %d-d", v.Rank(), len(shape))
+			}
+			if stack {
+				v = insertDim(v, dim)
+			}
+			ins = append(ins, v)
 		}
-		ins = append(ins, insertDim(v, dim))
+		out := l.temp(l.outDType(0), shape)
+		l.emit(&ir.Op{Kind: ir.Cat, In: ins, Out: out, Attr: ir.Attrs{Dim: dim}})
+		l.set(&out)
 	}
-	out := l.temp(l.outDType(0), shape)
-	l.emit(&ir.Op{Kind: ir.Cat, In: ins, Out: out, Attr: ir.Attrs{Dim: dim}})
-	l.set(&out)
 }
 
 // rollOp lowers roll as, for each rolled dim, a Cat of the two slices that

@@ -141,19 +141,24 @@ func TestLowerErrors(t *testing.T) {
 	})
 }
 
-// TestBiasFoldsIntoLinear: addmm(b, x, t(W)) (a projection with a bias, for
-// a batch of 3 rows) becomes one Linear that adds the bias, broadcast over the
-// rows, as it stores: no elementwise stage after it.
-func TestBiasFoldsIntoLinear(t *testing.T) {
-	g := &wire.Graph{Inputs: []wire.Input{
+// addmmGraph is addmm(b, x, t(W)) for 3 rows of 4 into 5, with kwargs.
+func addmmGraph(kwargs map[string]wire.Arg) *wire.Graph {
+	return &wire.Graph{Inputs: []wire.Input{
 		{Name: "x", Kind: "input", Meta: *meta("float32", 3, 4)},
 		{Name: "w", Kind: "param", Meta: *meta("float32", 5, 4)},
 		{Name: "b", Kind: "param", Meta: *meta("float32", 5)},
 	}, Nodes: []wire.Node{
 		{Name: "wt", Target: "aten.t.default", Args: []wire.Arg{nodeArg("w")}, Outs: []*wire.Meta{{DType: "float32", Shape: []int64{4, 5}, Strides: []int64{1, 4}}}},
-		{Name: "addmm", Target: "aten.addmm.default", Args: []wire.Arg{nodeArg("b"), nodeArg("x"), nodeArg("wt")}, Outs: []*wire.Meta{meta("float32", 3, 5)}},
+		{Name: "addmm", Target: "aten.addmm.default", Args: []wire.Arg{nodeArg("b"), nodeArg("x"), nodeArg("wt")},
+			Kwargs: kwargs, Outs: []*wire.Meta{meta("float32", 3, 5)}},
 	}, Outputs: []wire.Arg{nodeArg("addmm")}}
-	lg, err := Lower(g)
+}
+
+// TestBiasFoldsIntoLinear: a projection with a bias becomes one Linear that
+// adds the bias, broadcast over the rows, as it stores: no elementwise stage
+// after it.
+func TestBiasFoldsIntoLinear(t *testing.T) {
+	lg, err := Lower(addmmGraph(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,16 +174,7 @@ func TestBiasFoldsIntoLinear(t *testing.T) {
 // TestScaledAddmmStaysElementwise: with beta or alpha other than 1 the sum is
 // not a plain bias add and keeps its own op.
 func TestScaledAddmmStaysElementwise(t *testing.T) {
-	g := &wire.Graph{Inputs: []wire.Input{
-		{Name: "x", Kind: "input", Meta: *meta("float32", 3, 4)},
-		{Name: "w", Kind: "param", Meta: *meta("float32", 5, 4)},
-		{Name: "b", Kind: "param", Meta: *meta("float32", 5)},
-	}, Nodes: []wire.Node{
-		{Name: "wt", Target: "aten.t.default", Args: []wire.Arg{nodeArg("w")}, Outs: []*wire.Meta{{DType: "float32", Shape: []int64{4, 5}, Strides: []int64{1, 4}}}},
-		{Name: "addmm", Target: "aten.addmm.default", Args: []wire.Arg{nodeArg("b"), nodeArg("x"), nodeArg("wt")},
-			Kwargs: map[string]wire.Arg{"beta": {K: "float", F: 0.5}}, Outs: []*wire.Meta{meta("float32", 3, 5)}},
-	}, Outputs: []wire.Arg{nodeArg("addmm")}}
-	lg, err := Lower(g)
+	lg, err := Lower(addmmGraph(map[string]wire.Arg{"beta": {K: "float", F: 0.5}}))
 	if err != nil {
 		t.Fatal(err)
 	}
