@@ -95,30 +95,50 @@ def test_decode_with_a_growing_mask(core_lib, fresh_dynamo, model):
         assert check.rel_err(a["keys"], b["keys"]) <= 1e-4 and check.rel_err(a["values"], b["values"]) <= 1e-4
 
 
+# The cuda target's acceptance runs of the same calls (skipped without a GPU):
+# the bf16 rule on the four calls, and generate's tokens in float32.
+GPU_MODELS = ["tiny-llama", "tiny-qwen3", "tiny-phi3", "tiny-gemma3", "tiny-gpt-neox", "tiny-mistral-sw"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("call", CALLS)
+@pytest.mark.parametrize("model", GPU_MODELS)
+def test_family_cuda(core_lib, fresh_dynamo, model, call):
+    lines = []
+    res = check.run_check(model=model, target="cuda", cache_tokens=CACHE_TOKENS, seed=0, log=lines.append,
+                          **CALLS[call])
+    assert res.ok and res.compiles == 1, "\n".join(lines)
+
+
+@pytest.mark.parametrize("target,tokens", [("reference", 8), pytest.param("cuda", 32, marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3"])
-def test_generate(core_lib, fresh_dynamo, model, batch):
+def test_generate(core_lib, fresh_dynamo, model, batch, target, tokens):
     """HF generate with a tokenizer-style attention_mask (left padding at batch
     4), a static cache and CompileConfig(backend="mpk") gives eager's greedy
-    tokens, through one mpk compile (generate builds the 4-D mask outside the
-    compiled step)."""
+    tokens (float32), through one mpk compile (generate builds the 4-D mask
+    outside the compiled step)."""
     import torch
     from transformers import CompileConfig
 
     from mpk import backend, models
     check.ensure_backend_registered()
-    m = models.build(model)
+    device = "cpu" if target == "reference" else "cuda"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    m = models.build(model, device=device)
     ids = torch.randint(3, m.config.vocab_size, (batch, 12), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(batch, 12, dtype=torch.long)
     for b in range(batch):
         mask[b, :3 * b] = 0
     ids = ids * mask
-    kw = dict(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+    kw = dict(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=tokens, do_sample=False,
               cache_implementation="static", pad_token_id=0)
     with torch.no_grad():
         want = m.generate(**kw)
         m.generation_config.compile_config = CompileConfig(
-            backend="mpk", mode=None, fullgraph=True, dynamic=False, options={"target": "reference"})
+            backend="mpk", mode=None, fullgraph=True, dynamic=False, options={"target": target})
         m.generation_config.compile_config._compile_all_devices = True  # generate compiles on GPUs only otherwise
         before = backend.compile_count
         got = m.generate(**kw)
