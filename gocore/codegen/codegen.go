@@ -61,7 +61,8 @@ func splitDim(op *ir.Op, b tgraph.Box) int {
 // per-task timestamps.
 func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	l := newLayout(g)
-	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{}}
+	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{},
+		written: stream.Writers(g)}
 	split := make([]int, len(g.Ops))
 	seen := make([]bool, len(g.Ops))
 	rows := make([]int64, len(g.Ops)) // the most weight rows one task of a Linear reads
@@ -123,9 +124,8 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 // and reserves their scratch (x and the chunk partials). rows[op] is the
 // most weight rows one of its tasks reads.
 func (gen *generator) planStreams(rows []int64) {
-	written := stream.Writers(gen.g)
 	for _, op := range gen.g.Ops {
-		p, ok := stream.For(op, written)
+		p, ok := stream.For(op, gen.written)
 		if !ok || !linearOnGPU(op) {
 			continue
 		}
@@ -225,6 +225,7 @@ type generator struct {
 	exprIDs   map[string]int
 	smem      int
 	plans     map[*ir.Op]stream.Plan // the Linears that stream
+	written   func(*ir.Buffer) bool  // whether an op of the graph writes a buffer
 	ringPages int
 	xkeys     map[string]int // a streamed Linear's x (its prologue and inputs) → key
 }
@@ -332,7 +333,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				T, K, p.M, p.PageBytes, op.Attr.Residual, pro)
 			ret, xkey = true, gen.xkey(op)
 		} else {
-			code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s>(op, lo, hi, s, c.smem)", T, K, op.Attr.Residual, pro)
+			// A weight the graph writes is read coherently (never through the read-only path).
+			code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s, %v>(op, lo, hi, s, c.smem)", T, K, op.Attr.Residual, pro,
+				!gen.written(w.Buf))
 			gen.smem = max(gen.smem, int(K)*4)
 		}
 	case ir.Attention:
