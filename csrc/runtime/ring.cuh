@@ -76,7 +76,6 @@ struct RingBars {
 // Ring is a worker's view of its page ring: P pages of PAGE bytes at `pages`.
 template <int P, int PAGE = kPageBytes>
 struct Ring {
-  static constexpr int kPages = P;
   static constexpr int kBytes = PAGE;
   RingBars<P>* bars;  // the empty barriers count one arrival per consumer warp
   char* pages;
@@ -104,7 +103,8 @@ struct Ring {
     bulk_load(page(seq), src, bytes, bar, policy);
   }
 
-  // Consumer side: has page seq landed?
+  // Has page seq landed? (the consumers before reading it; the loader to
+  // bound the pages in flight)
   __device__ __forceinline__ bool ready(uint32_t seq) const {
     return mbar_test(&bars->full[seq % P], (seq / P) & 1);
   }
@@ -114,12 +114,6 @@ struct Ring {
     __syncwarp();
     if ((threadIdx.x & 31) == 0) mbar_arrive(&bars->empty[seq % P]);
   }
-
 };
-
-// pages_of is how many pages of page_bytes a stream of bytes takes.
-__host__ __device__ constexpr uint32_t pages_of(uint64_t bytes, int page_bytes = kPageBytes) {
-  return (uint32_t)((bytes + page_bytes - 1) / page_bytes);
-}
 
 }  // namespace mpk

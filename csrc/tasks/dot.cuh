@@ -12,27 +12,29 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// dot16 multiplies 16 bytes of weights with the matching fp32 activations.
-__device__ __forceinline__ float dot16(const uint4& raw, const float* x, __nv_bfloat16*) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
+
+// dot16 multiplies 16 bytes of 2-byte weights (T2: their pair type) with the
+// matching fp32 activations.
+template <typename T2>
+__device__ __forceinline__ float dot16_pairs(const uint4& raw, const float* x) {
+  const T2* h = reinterpret_cast<const T2*>(&raw);
   float acc = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    float2 f = __bfloat1622float2(h[i]);
+    const float2 f = to_float2(h[i]);
     acc += f.x * x[2 * i] + f.y * x[2 * i + 1];
   }
   return acc;
 }
 
+__device__ __forceinline__ float dot16(const uint4& raw, const float* x, __nv_bfloat16*) {
+  return dot16_pairs<__nv_bfloat162>(raw, x);
+}
+
 __device__ __forceinline__ float dot16(const uint4& raw, const float* x, __half*) {
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-  float acc = 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float2 f = __half22float2(h[i]);
-    acc += f.x * x[2 * i] + f.y * x[2 * i + 1];
-  }
-  return acc;
+  return dot16_pairs<__half2>(raw, x);
 }
 
 __device__ __forceinline__ float dot16(const uint4& raw, const float* x, float*) {

@@ -145,7 +145,9 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
   store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
 }
 
-template <typename T, int K, bool RESID, typename PRO, int N>
+// CONST: nothing in the graph writes W, so it may be read non-coherently
+// (through the read-only path, evict-first); else every load goes through L2.
+template <typename T, int K, bool RESID, typename PRO, bool CONST, int N>
 __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(K * 4 <= MPK_MAX_SHARED_BYTES, "x does not fit in shared memory");
   constexpr int VEC = 16 / sizeof(T);
@@ -167,11 +169,11 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
       if (vec) {
 #pragma unroll 4
         for (int k = lane * VEC; k < K; k += 32 * VEC) {
-          uint4 raw = ld_weight(row + k, policy);
+          const uint4 raw = CONST ? ld_weight(row + k, policy) : __ldcg(reinterpret_cast<const uint4*>(row + k));
           acc += dot16(raw, xs + k, static_cast<T*>(nullptr));
         }
       } else {
-        for (int k = lane; k < K; k += 32) acc += to_float(row[k]) * xs[k];
+        for (int k = lane; k < K; k += 32) acc += to_float(CONST ? row[k] : __ldcg(row + k)) * xs[k];
       }
       acc = warp_sum(acc);
       if (lane == 0) store_out<RESID>(op, m, n, acc, s);

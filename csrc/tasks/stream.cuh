@@ -1,9 +1,11 @@
 // The consumer side of a weight stream. A streamed task's weights are the
 // rows [0, R) of a row-major [R, K] slice (contiguous in memory), arriving in
 // the worker's ring (runtime/ring.cuh) as pages in order. The consumer warps
-// multiply each page, as it lands, with the M rows of x staged in shared
-// memory as fp32 ([M][K]), so every weight byte is read once per step
-// whatever M is.
+// multiply each page, as it lands, with the M rows of x, so every weight
+// byte is read once per step whatever M is. A page holds whole rows (or an
+// exact fraction of one), so each thread meets the same columns on every
+// page and holds its share of x in registers for the whole task (staged once
+// in shared memory as fp32 [M][K]).
 //
 // Each warp load covers CHUNK consecutive elements of one row (K is a
 // multiple of CHUNK), and its dot with row m of x is a partial sum written

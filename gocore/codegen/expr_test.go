@@ -162,3 +162,50 @@ func TestGenerateRejects(t *testing.T) {
 		}
 	}
 }
+
+// TestLinearWeightPaths: a Linear whose weight is a parameter nothing writes
+// streams through the ring; one whose weight an op of the graph writes (a
+// cache read as a matrix, say) is read coherently by the register Linear,
+// never through the read-only path nor ahead of its event by the loader.
+func TestLinearWeightPaths(t *testing.T) {
+	build := func(writeW bool) string {
+		g := &ir.Graph{}
+		w := g.NewBuffer("w", ir.Input, ir.BF16, 64*256)
+		x := g.NewBuffer("x", ir.Input, ir.BF16, 256)
+		x.Index = 1
+		g.Inputs = []*ir.Buffer{w, x}
+		wv := ir.View{Buf: w, Shape: []int64{64, 256}, Strides: []int64{256, 1}}
+		xv := ir.View{Buf: x, Shape: []int64{1, 256}, Strides: []int64{256, 1}}
+		out := g.NewBuffer("o", ir.Output, ir.BF16, 64)
+		g.Outputs = []ir.View{{Buf: out, Shape: []int64{1, 64}, Strides: []int64{64, 1}}}
+		g.Ops = []*ir.Op{{Kind: ir.Linear, Label: "linear", In: []ir.View{xv, wv}, Out: g.Outputs[0]}}
+		if writeW { // an op before the Linear writes its weight
+			g.Ops = append([]*ir.Op{{Kind: ir.Copy, Label: "copy", In: []ir.View{wv}, Out: wv}}, g.Ops...)
+		}
+		g.Renumber()
+		var tasks []*tgraph.Task
+		for i, op := range g.Ops {
+			sh := op.Out.Shape
+			tasks = append(tasks, &tgraph.Task{ID: i, Op: i, Box: tgraph.Box{Lo: make([]int64, len(sh)), Hi: sh},
+				Wait: tgraph.None, Trigger: tgraph.None})
+		}
+		tg := &tgraph.Graph{Workers: 1, Tasks: tasks, Queues: [][]int{{0}}}
+		if writeW {
+			tg.Queues = [][]int{{0, 1}}
+		}
+		m, err := Generate(g, tg, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Files["module.cu"]
+	}
+	if src := build(false); !strings.Contains(src, "mpk::linear_stream<__nv_bfloat16, 256, 1, 16384, kRingSlots, false, mpk::NoPro>") ||
+		!strings.Contains(src, "kRingPages = 10") {
+		t.Errorf("a constant weight does not stream:\n%s", src)
+	}
+	src := build(true)
+	if !strings.Contains(src, "mpk::linear<__nv_bfloat16, 256, false, mpk::NoPro, false>") || strings.Contains(src, "linear_stream") ||
+		!strings.Contains(src, "kRingPages = 0") {
+		t.Errorf("a weight the graph writes must take the coherent register Linear and no ring:\n%s", src)
+	}
+}

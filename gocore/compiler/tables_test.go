@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"mpk/gocore/ir"
 )
 
 // table returns the integers of the C array initialiser `name[...] = {...};`.
@@ -141,5 +143,50 @@ func TestCompileRejectsOptions(t *testing.T) {
 	}
 	if _, err := CompileBytes([]byte("not json")); err == nil || err.Kind != "bad_request" {
 		t.Errorf("garbage request: err %v, want bad_request", err)
+	}
+}
+
+// TestStreamTable checks the loader's table on qwen3-0.6b's decode lowering:
+// every task of a streamed Linear (one whose weight is a model parameter)
+// streams exactly its weight rows, in pages of whole rows; every other task
+// streams nothing. The kernel's loader and the task's consumers walk the same
+// pages, so a mismatch here would hang or corrupt a launch.
+func TestStreamTable(t *testing.T) {
+	req := loadRequest(t, "qwen3-0.6b-decode.json.zst")
+	req.Options.Target, req.Options.NumWorkers = "cuda", 132
+	c, err := Compile(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := c.Result.CUDA["module.cu"]
+	rows := table(t, src, "mpk::Stream streams")
+	if len(rows) != 4*len(c.Tasks.Tasks) {
+		t.Fatalf("streams table has %d fields, want 4 per task (%d tasks)", len(rows), len(c.Tasks.Tasks))
+	}
+	if constant(t, src, "kRingPages") < 4 {
+		t.Fatalf("kRingPages %d: the ring is too small to stream", constant(t, src, "kRingPages"))
+	}
+	streamed := 0
+	for i, task := range c.Tasks.Tasks {
+		r := rows[4*i : 4*i+4] // slot, page bytes, offset, bytes
+		if task.Op < 0 || c.Ops.Ops[task.Op].Kind != ir.Linear {
+			if r[3] != 0 {
+				t.Fatalf("task %d (%s) streams %d bytes", i, c.Tasks.Name(i), r[3])
+			}
+			continue
+		}
+		op := c.Ops.Ops[task.Op]
+		w := op.In[1]
+		K := w.Shape[1]
+		esz := w.DType().Size()
+		n := task.Box.Hi[1] - task.Box.Lo[1]
+		if r[0] != w.Buf.Index || int64(r[3]) != n*K*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*K)*esz ||
+			int64(r[1])%(K*esz) != 0 || r[1] > 16384 {
+			t.Fatalf("task %d (%s, rows %d of K %d): stream row %v", i, c.Tasks.Name(i), n, K, r)
+		}
+		streamed++
+	}
+	if streamed < 132*7*28 {
+		t.Errorf("%d streamed tasks: want at least one per worker for each of the 196 layer matrices", streamed)
 	}
 }

@@ -116,7 +116,21 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		if len(out) < 2 {
 			return split(out, 0, 1, 1)
 		}
-		d := largestDim(out, allDims(len(out)-1))
+		dims := allDims(len(out) - 1)
+		if op.Kind == ir.RoPE && op.Attr.IndexIn > 0 {
+			// Rows land at run-time positions along Attr.Dim: tiles split
+			// another dim, so what they write stays disjoint.
+			dims = dims[:0]
+			for dd := 0; dd < len(out)-1; dd++ {
+				if dd != op.Attr.Dim {
+					dims = append(dims, dd)
+				}
+			}
+			if len(dims) == 0 {
+				return split(out, 0, 1, 1)
+			}
+		}
+		d := largestDim(out, dims)
 		if op.Kind == ir.RMSNorm { // a warp per row: a task takes rowsPerNormTask rows
 			return split(out, d, min(W, ceilDiv(out[d], rowsPerNormTask)), 1)
 		}

@@ -113,6 +113,12 @@ func TestTiles(t *testing.T) {
 		{"rmsnorm task count capped by workers", func(b *opBuilder) *ir.Op {
 			return b.op(ir.RMSNorm, b.buf("o", 32, 1024), b.buf("x", 32, 1024))
 		}, 1, 0, sh(0, 32)},
+		{"rope writing the cache splits heads, never the positions it writes", func(b *opBuilder) *ir.Op {
+			op := b.op(ir.RoPE, b.buf("cache", 1, 8, 64, 64), b.buf("x", 1, 8, 16, 64), b.buf("cos", 1, 8, 16, 64),
+				b.buf("sin", 1, 8, 16, 64), b.buf("pos", 16))
+			op.Attr.IndexIn, op.Attr.Dim = 4, 2
+			return op
+		}, 132, 1, sh(0, 4, 8)},
 		{"kv write iterates source rows", func(b *opBuilder) *ir.Op {
 			op := b.op(ir.KVWrite, b.buf("cache", 1, 2, 8, 4), b.buf("pos", 1), b.buf("src", 1, 2, 1, 4))
 			op.Attr.Dim = 2
