@@ -6,7 +6,9 @@
 //  - attention_partial (split-KV, flash-decoding): the KV chunks [lo, hi) of
 //    a task for every head, a warp per KV head, writing partial softmaxes
 //    [B, Splits, H, Sq, Dv+2] that attn_merge combines.
-// Positions the mask excludes (false, or -inf) skip the K/V math.
+// Positions the mask excludes (false, or -inf) skip the K/V math; a query
+// row the mask hides entirely (a left-padded prefill) is 0, as torch's SDPA
+// and the reference give.
 #pragma once
 #include "runtime/runtime.cuh"
 #include "tasks/linear.cuh"
@@ -247,7 +249,7 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
           for (int e = 0; e < PER; ++e) {
             if (lane * PER + e >= D) continue;
             int64_t oi[4] = {b, h0 + warp, i, lane * PER + e};
-            store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), L > 0.f ? o[e] / L : NAN);
+            store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), L > 0.f ? o[e] / L : 0.f);
           }
         }
         consumer_sync();
@@ -394,7 +396,7 @@ __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char
         float acc = 0.f;
         for (int w = 0; w < W; ++w) acc += red[w * (D + 2) + 2 + d];
         int64_t oi[4] = {b, h, i, d};
-        store_elem(base(s, out), out.dtype, offset_of(out, oi), Lt > 0.f ? acc / Lt : NAN);
+        store_elem(base(s, out), out.dtype, offset_of(out, oi), Lt > 0.f ? acc / Lt : 0.f);
       }
     }
     consumer_sync();  // red is reused by the next row
