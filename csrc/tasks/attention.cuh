@@ -127,7 +127,6 @@ __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op
   }
   for (int64_t jb = j0; jb < end; jb += step * U) {
     float kr[U][PER], vr[U][PER], sc[U][G];
-    bool live[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t j = jb + u * step;
@@ -140,10 +139,9 @@ __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      bool any = false;
+      bool any = false;  // some head sees row u: the same for every lane
 #pragma unroll
       for (int g = 0; g < G; ++g) any = any || sc[u][g] != -INFINITY;
-      live[u] = any;  // the same for every lane
       const int64_t j = jb + u * step;
       load_lane<T, D, PER>(kr[u], kb + kb0 + j * k.stride[2], k.stride[3], lane, any);
       load_lane<T, D, PER>(vr[u], vb + vb0 + j * v.stride[2], v.stride[3], lane, any);
@@ -158,7 +156,6 @@ __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op
         dot = warp_sum(dot);  // every lane, converged: a dead row's K is zeros
         if (sc[u][g] != -INFINITY) sc[u][g] += dot;
       }
-    (void)live;
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       float mnew = st.mx[g];
