@@ -19,8 +19,7 @@
 namespace mpk_gen {
 
 using Ring = mpk::Ring<kRingSlots>;
-constexpr int kBarsBytes = (int)((sizeof(mpk::RingBars<kRingSlots>) + 127) / 128 * 128);
-constexpr int kScratchOffset = kBarsBytes + kRingPages * mpk::kPageBytes;
+constexpr int kScratchOffset = mpk::ring_bars_bytes<kRingSlots>() + kRingPages * mpk::kPageBytes;
 constexpr int kDynamicSharedBytes = kScratchOffset + kSharedBytes;
 // Pages in flight per worker: enough for HBM, few enough that the other L2
 // traffic (activations, counters) does not queue behind them (bench/NOTES.md).
@@ -96,7 +95,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
   // task: the task code reads its views' shapes and strides many times.
   __shared__ __align__(16) mpk::Op s_op;
   const int w = blockIdx.x, warp = threadIdx.x / 32;
-  const Ring ring{reinterpret_cast<mpk::RingBars<kRingSlots>*>(smem), smem + kBarsBytes};
+  const Ring ring = mpk::ring_at<kRingSlots>(smem);
   if (threadIdx.x == 0) {
     s_step = *(volatile uint32_t*)st.epoch + 1;
     s_done = 0;

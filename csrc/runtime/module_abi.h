@@ -20,7 +20,6 @@ extern "C" {
 // Why a launch aborted (MpkStatus.aborted).
 #define MPK_ABORT_WAIT 1   // a spin-wait ran past its budget (event -1: the weight ring)
 #define MPK_ABORT_INDEX 2  // an index was out of range
-#define MPK_ABORT_LAUNCH 3 // the launch itself failed (a CUDA error)
 
 // What the first worker to give up saw.
 typedef struct MpkStatus {

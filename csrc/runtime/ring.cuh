@@ -116,4 +116,16 @@ struct Ring {
   }
 };
 
+// A ring's layout in shared memory: its barriers, rounded up to 128 bytes,
+// then its P pages.
+template <int P>
+constexpr int ring_bars_bytes() {
+  return (int)((sizeof(RingBars<P>) + 127) / 128 * 128);
+}
+
+template <int P>
+__device__ __forceinline__ Ring<P> ring_at(char* base) {
+  return Ring<P>{reinterpret_cast<RingBars<P>*>(base), base + ring_bars_bytes<P>()};
+}
+
 }  // namespace mpk

@@ -2,9 +2,9 @@
 // [lo, hi) of W. Decode is bound by reading W, so two task bodies:
 //  - linear_stream (the usual one): W's rows arrive through the worker's
 //    weight ring, streamed ahead by the loader warp (tasks/stream.cuh);
-//  - linear: each warp owns whole rows and reads them with 16-byte
-//    non-coherent loads, for what codegen does not stream (odd K, W not
-//    contiguous rows, many rows of x).
+//  - linear: each warp owns whole rows and reads them with 16-byte loads
+//    (non-coherent unless the graph writes W), for what codegen does not
+//    stream (odd K, W not contiguous rows or written, many rows of x).
 // x is staged in shared memory as fp32, computed by the folded prologue.
 #pragma once
 #include "runtime/runtime.cuh"
@@ -197,8 +197,7 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
     for (int m = 0; m < M; ++m) stage_x<K>(PRO{}, op, m, xs + m * K, s);
     consumer_sync();
   }
-  const Ring<P> ring{reinterpret_cast<RingBars<P>*>(c.ring),
-                     c.ring + (int)((sizeof(RingBars<P>) + 127) / 128 * 128)};
+  const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int lane = threadIdx.x % 32;
   // Lane 0 polls, then every lane takes the barrier's acquire: no per-thread

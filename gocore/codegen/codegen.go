@@ -149,14 +149,19 @@ func (gen *generator) sizeRing() error {
 	return nil
 }
 
+// linearX is the dtype of a Linear's x: its input's, or the dtype its
+// prologue rounds to when x is computed.
+func linearX(op *ir.Op) ir.DType {
+	if op.Attr.Pro != nil {
+		return op.Attr.Pro.DType
+	}
+	return op.In[0].DType()
+}
+
 // linearOnGPU reports whether the CUDA task library has a Linear for op's dtypes.
 func linearOnGPU(op *ir.Op) bool {
-	xdt := op.In[0].DType()
-	if op.Attr.Pro != nil {
-		xdt = op.Attr.Pro.DType
-	}
 	_, wok := cType[op.In[1].DType()]
-	_, xok := cType[xdt]
+	_, xok := cType[linearX(op)]
 	return wok && xok
 }
 
@@ -302,15 +307,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	switch op.Kind {
 	case ir.Linear:
 		x, w := op.In[0], op.In[1]
-		xdt := x.DType()
-		if op.Attr.Pro != nil {
-			xdt = op.Attr.Pro.DType // x is computed, then rounded to this
-		}
 		// x is staged in shared memory as fp32 whatever its dtype; T is the weights'.
-		T, ok := cType[w.DType()]
-		if _, xok := cType[xdt]; !ok || !xok {
-			return "", fmt.Errorf("codegen: linear op %d on %s × %s is not supported on the GPU", op.ID, xdt, w.DType())
+		if !linearOnGPU(op) {
+			return "", fmt.Errorf("codegen: linear op %d on %s × %s is not supported on the GPU", op.ID, linearX(op), w.DType())
 		}
+		T := cType[w.DType()]
 		K := x.Shape[1]
 		if op.Attr.Residual {
 			flags |= flagResidual
