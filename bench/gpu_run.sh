@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: install with the prebuilt core, then the checks and
-# benchmarks named by $JOBS (check:<model>[:<extra args>] | bench:<models>).
+# benchmarks named by $JOBS (check:<model>[:<extra args>] | bench:<models>[:<extra args>]
+# | trace:<model>: bench/trace.py, its JSON tarred to $OUT/trace_<model>.tgz).
 # Logs go to $OUT; a failing job does not stop the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,5 +19,8 @@ for job in ${JOBS:-check:tiny-llama}; do
            tail -2 "$OUT/check_$what.log" ;;
     bench) timeout "${JOB_TIMEOUT:-300}" python3 bench/decode.py --models ${what//+/ } $extra --json "$OUT/decode.json" >"$OUT/decode.log" 2>&1
            tail -8 "$OUT/decode.log" ;;
+    trace) timeout "${JOB_TIMEOUT:-200}" python3 bench/trace.py --model "$what" $extra --json "trace_$what.json" >"$OUT/trace_$what.log" 2>&1
+           tail -22 "$OUT/trace_$what.log"
+           tar czf "$OUT/trace_$what.tgz" "trace_$what.json" 2>/dev/null ;;
   esac
 done

@@ -10,8 +10,13 @@
 // row the mask hides entirely (a left-padded prefill) is 0, as torch's SDPA
 // and the reference give.
 #pragma once
+#include <type_traits>
+
 #include "runtime/runtime.cuh"
 #include "tasks/linear.cuh"
+#ifdef MPK_PHASE_PROFILE
+#include <stdio.h>
+#endif
 
 namespace mpk {
 
@@ -23,37 +28,50 @@ struct SoftmaxState {
   float qv[G][PER], acc[G][PER], mx[G], l[G];
 };
 
+// Activation loads of attention: q and the mask have their dtypes as
+// template parameters (QT, MT), so every load of a batch is one unconditional
+// instruction and the batch goes out together (a dtype branch per element
+// sent them out one L2 round trip at a time). MT is void without a mask, and
+// AnyMask for a dtype other than bool or a float kind (read out of line).
+struct AnyMask {};
+
+// mask_add reads a mask element as the score's addend: 0 or -inf for a bool
+// mask, the value for a float one. Plain L2 loads (the mask is an activation).
+template <typename MT>
+__device__ __forceinline__ float mask_add(const char* mb, int32_t dt, int64_t off) {
+  if constexpr (std::is_same<MT, bool>::value) {
+    return __ldcg(reinterpret_cast<const unsigned char*>(mb) + off) ? 0.f : -INFINITY;
+  } else if constexpr (std::is_same<MT, AnyMask>::value) {
+    return (float)load_elem(mb, dt, off);
+  } else {
+    return ld_typed(reinterpret_cast<const MT*>(mb) + off);
+  }
+}
+
 // load_queries fills q (pre-scaled) for heads h0..h0+G-1 and clears the state.
-template <int D, int G, int N>
+template <typename QT, int D, int G, int N>
 __device__ __forceinline__ void load_queries(SoftmaxState<D, G>& st, const Op& op, const Slots<N>& s, int64_t b,
                                              int64_t h0, int64_t i, int lane) {
   const View& q = op.in[0];
-  const bool inline_loads = float_kind(q.dtype);  // all G·PER loads in flight at once
+  const QT* qb = reinterpret_cast<const QT*>(base(s, q));
+  int64_t row[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    int64_t qi[4] = {b, h0 + g, i, 0};
+    row[g] = offset_of(q, qi);
+  }
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     st.mx[g] = -INFINITY;
     st.l[g] = 0.f;
-    int64_t qi[4] = {b, h0 + g, i, 0};
-    const int64_t row = offset_of(q, qi);
 #pragma unroll
     for (int e = 0; e < st.PER; ++e) {
-      const int c = lane * st.PER + e;
-      const int64_t off = row + c * q.stride[3];
-      const float x = c >= D ? 0.f : inline_loads ? ld_float(base(s, q), q.dtype, off)
-                                                  : (float)load_elem(base(s, q), q.dtype, off);
-      st.qv[g][e] = x * op.scale;
+      const int c = min(lane * st.PER + e, D - 1);  // lanes past D load a valid element and drop it
+      const float x = ld_typed(qb + row[g] + c * q.stride[3]);
+      st.qv[g][e] = lane * st.PER + e < D ? x * op.scale : 0.f;
       st.acc[g][e] = 0.f;
     }
   }
-}
-
-// mask_add reads a mask element as the score's addend: 0 or -inf for a bool
-// mask, the value for a float one. Plain L2 loads (the mask is an
-// activation), so a batch's mask loads travel together.
-__device__ __forceinline__ float mask_add(const char* mb, int32_t dt, int64_t off) {
-  if (dt == DT_BOOL) return __ldcg(reinterpret_cast<const unsigned char*>(mb) + off) ? 0.f : -INFINITY;
-  if (float_kind(dt)) return ld_float(mb, dt, off);
-  return (float)load_elem(mb, dt, off);
 }
 
 // Vector type of BYTES bytes for one non-coherent load.
@@ -62,11 +80,9 @@ template <> struct RawVec<4> { using type = unsigned; };
 template <> struct RawVec<8> { using type = uint2; };
 template <> struct RawVec<16> { using type = uint4; };
 
-// load_lane reads a lane's PER consecutive elements of a K or V row (columns
-// lane·PER ...) as fp32: one vector load when the row is contiguous and
-// aligned, else element by element; zeros past D or for a dead row.
-// The general case of load_lane, out of line: rare, and it would double the
-// inlined code of every row load.
+// load_lane_strided reads a lane's PER elements of a K or V row (columns
+// lane·PER ...) one by one, zeros past D or for a dead row: the general
+// case, out of line (rare, and it would double the code of the row loop).
 template <typename T, int D, int PER>
 __device__ __noinline__ void load_lane_strided(float (&dst)[PER], const T* row, int64_t stride, int c0, bool live) {
 #pragma unroll 1
@@ -76,26 +92,34 @@ __device__ __noinline__ void load_lane_strided(float (&dst)[PER], const T* row, 
   }
 }
 
+// kv_vector says whether K and V rows can be read with one vector load per
+// lane (contiguous, aligned rows): decided once per task, so the row loop
+// has no per-row branch between its loads.
 template <typename T, int D, int PER>
-__device__ __forceinline__ void load_lane(float (&dst)[PER], const T* row, int64_t stride, int lane, bool live) {
+__device__ __forceinline__ bool kv_vector(const View& k, const View& v, const T* kb, const T* vb) {
   constexpr int BYTES = PER * (int)sizeof(T);
-  const int c0 = lane * PER;
-  if (live && c0 + PER <= D && stride == 1) {
-    if constexpr (BYTES == 4 || BYTES == 8 || BYTES == 16) {
-      if (reinterpret_cast<uintptr_t>(row + c0) % BYTES == 0) {
-        using V = typename RawVec<BYTES>::type;
-        const V raw = __ldcg(reinterpret_cast<const V*>(row + c0));
-        const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-        for (int k = 0; k < PER; ++k) dst[k] = to_float(e[k]);
-        return;
-      }
-    }
+  if constexpr (BYTES != 4 && BYTES != 8 && BYTES != 16) {
+    return false;
+  } else {
+    if (D % PER != 0 || k.stride[3] != 1 || v.stride[3] != 1) return false;
+    const int64_t es = (int64_t)sizeof(T);
+    return reinterpret_cast<uintptr_t>(kb + k.offset) % BYTES == 0 && reinterpret_cast<uintptr_t>(vb + v.offset) % BYTES == 0 &&
+           (k.stride[0] * es) % BYTES == 0 && (k.stride[1] * es) % BYTES == 0 && (k.stride[2] * es) % BYTES == 0 &&
+           (v.stride[0] * es) % BYTES == 0 && (v.stride[1] * es) % BYTES == 0 && (v.stride[2] * es) % BYTES == 0;
   }
-  float tmp[PER];  // in local memory on this path only, so dst stays in registers
-  load_lane_strided<T, D, PER>(tmp, row, stride, c0, live);
+}
+
+// load_lane_vec reads lane's PER elements of a row with one predicated load
+// (zeros for a dead row: its K and V are never read).
+template <typename T, int D, int PER>
+__device__ __forceinline__ void load_lane_vec(float (&dst)[PER], const T* row, int lane, bool live) {
+  constexpr int BYTES = PER * (int)sizeof(T);
+  using V = typename RawVec<(BYTES == 4 || BYTES == 8 || BYTES == 16) ? BYTES : 4>::type;
+  V raw{};
+  if (live && lane * PER < D) raw = __ldcg(reinterpret_cast<const V*>(row + lane * PER));
+  const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-  for (int k = 0; k < PER; ++k) dst[k] = tmp[k];
+  for (int k = 0; k < PER; ++k) dst[k] = to_float(e[k]);
 }
 
 // accumulate_rows folds the KV rows j0, j0+step, ... below end into one
@@ -103,17 +127,18 @@ __device__ __forceinline__ void load_lane(float (&dst)[PER], const T* row, int64
 // of its live rows only (a long cache holding few tokens costs only the
 // tokens), all in flight together; the U·G scores are independent warp sums,
 // and the softmax state is rescaled once per batch rather than once per row.
-template <typename T, int D, int G, int N>
+template <typename T, typename MT, int D, int G, int N>
 __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op& op, const Slots<N>& s, int64_t b,
                                                 int64_t h0, int64_t i, int64_t j0, int64_t end, int64_t step,
                                                 int lane) {
   constexpr int U = 4, PER = SoftmaxState<D, G>::PER;
+  constexpr bool has_mask = !std::is_void<MT>::value;
   const View& k = op.in[1];
   const View& v = op.in[2];
-  const bool has_mask = op.flags & FLAG_MASK;
   const T* kb = reinterpret_cast<const T*>(base(s, k));
   const T* vb = reinterpret_cast<const T*>(base(s, v));
   const char* mb = has_mask ? base(s, op.in[3]) : nullptr;
+  const bool vec = kv_vector<T, D, PER>(k, v, kb, vb);
   const int64_t kvh = h0 / G;
   const int64_t kb0 = k.offset + b * k.stride[0] + kvh * k.stride[1];
   const int64_t vb0 = v.offset + b * v.stride[0] + kvh * v.stride[1];
@@ -133,18 +158,35 @@ __device__ __forceinline__ void accumulate_rows(SoftmaxState<D, G>& st, const Op
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float add = j < end ? 0.f : -INFINITY;
-        if (j < end && has_mask) add = mask_add(mb, op.in[3].dtype, mrow[g] + j * op.in[3].stride[3]);
+        if constexpr (has_mask)
+          if (j < end) add = mask_add<MT>(mb, op.in[3].dtype, mrow[g] + j * op.in[3].stride[3]);
         sc[u][g] = add;
       }
     }
+    bool live[U];  // some head sees row u: the same for every lane
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      bool any = false;  // some head sees row u: the same for every lane
+      live[u] = false;
 #pragma unroll
-      for (int g = 0; g < G; ++g) any = any || sc[u][g] != -INFINITY;
-      const int64_t j = jb + u * step;
-      load_lane<T, D, PER>(kr[u], kb + kb0 + j * k.stride[2], k.stride[3], lane, any);
-      load_lane<T, D, PER>(vr[u], vb + vb0 + j * v.stride[2], v.stride[3], lane, any);
+      for (int g = 0; g < G; ++g) live[u] = live[u] || sc[u][g] != -INFINITY;
+    }
+    if (vec) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t j = jb + u * step;
+        load_lane_vec<T, D, PER>(kr[u], kb + kb0 + j * k.stride[2], lane, live[u]);
+        load_lane_vec<T, D, PER>(vr[u], vb + vb0 + j * v.stride[2], lane, live[u]);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t j = jb + u * step;
+        float kt[PER], vt[PER];  // in local memory on this path only, so kr and vr stay in registers
+        load_lane_strided<T, D, PER>(kt, kb + kb0 + j * k.stride[2], k.stride[3], lane * PER, live[u]);
+        load_lane_strided<T, D, PER>(vt, vb + vb0 + j * v.stride[2], v.stride[3], lane * PER, live[u]);
+#pragma unroll
+        for (int e = 0; e < PER; ++e) kr[u][e] = kt[e], vr[u][e] = vt[e];
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -222,7 +264,7 @@ __device__ __forceinline__ void stash_state(const SoftmaxState<D, G>& st, float*
   }
 }
 
-template <typename T, int D, int G, int N>
+template <typename T, typename QT, typename MT, int D, int G, int N>
 __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -235,8 +277,8 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
     for (int64_t h0 = lo; h0 < hi; h0 += G)
       for (int64_t i = 0; i < Sq; ++i) {
         SoftmaxState<D, G> st;
-        load_queries(st, op, s, b, h0, i, lane);
-        accumulate_rows<T>(st, op, s, b, h0, i, warp, causal ? min(S, i + 1) : S, warps, lane);
+        load_queries<QT>(st, op, s, b, h0, i, lane);
+        accumulate_rows<T, MT>(st, op, s, b, h0, i, warp, causal ? min(S, i + 1) : S, warps, lane);
         stash_state(st, part, warp, lane);
         consumer_sync();
         if (warp < G) {  // warp g merges head g's partial softmaxes
@@ -256,7 +298,7 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-template <typename T, int D, int G, int N>
+template <typename T, typename QT, typename MT, int D, int G, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -281,12 +323,23 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
           const int64_t h0 = (int64_t)kvh * G;
           const int64_t j_lo = min(sp * chunk, S), j_hi = min(j_lo + chunk, causal ? min(S, i + 1) : S);
           SoftmaxState<D, G> st;
+#ifdef MPK_PHASE_PROFILE
+          uint64_t ta[2];
+          for (int pass = 0; pass < 2; ++pass) {
+          const uint64_t t0 = globaltimer();
+#endif
           if (active) {
-            load_queries(st, op, s, b, h0, i, lane);
-            accumulate_rows<T>(st, op, s, b, h0, i, j_lo + sub, j_hi, wph, lane);
+            load_queries<QT>(st, op, s, b, h0, i, lane);
+            accumulate_rows<T, MT>(st, op, s, b, h0, i, j_lo + sub, j_hi, wph, lane);
             if (wph > 1) stash_state(st, part, warp, lane);
           }
           if (wph > 1) consumer_sync();
+#ifdef MPK_PHASE_PROFILE
+          ta[pass] = globaltimer() - t0;
+          }
+          if (threadIdx.x == 0 && blockIdx.x == 0) printf("ATT cold %llu warm %llu\n", (unsigned long long)ta[0], (unsigned long long)ta[1]);
+          const uint64_t t3 = globaltimer();
+#endif
           if (active && sub == 0) {
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -310,6 +363,9 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
             }
           }
           if (wph > 1) consumer_sync();
+#ifdef MPK_PHASE_PROFILE
+          if (threadIdx.x == 0 && blockIdx.x == 0) printf("ATT merge+store %llu\n", (unsigned long long)(globaltimer() - t3));
+#endif
         }
 }
 

@@ -360,10 +360,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if G < 1 || G > 16 {
 			return "", fmt.Errorf("codegen: attention with %d query heads per KV head is not supported on the GPU (up to 16)", G)
 		}
-		code = fmt.Sprintf("mpk::attention<%s, %d, %d>(op, lo, hi, s, c.smem)", T, D, G)
+		fn := "attention"
 		if op.Attr.Splits > 1 {
-			code = fmt.Sprintf("mpk::attention_partial<%s, %d, %d>(op, lo, hi, s, c.smem)", T, D, G)
+			fn = "attention_partial"
 		}
+		code = fmt.Sprintf("mpk::%s<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", fn, T, cType[op.In[0].DType()], maskType(op), D, G)
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4)
 	case ir.AttnMerge:
 		D := op.Out.Shape[op.Out.Rank()-1]
@@ -410,6 +411,23 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	return fmt.Sprintf("  /* %d %s %s */ {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %sf, %sf, %s, {%s}},\n",
 		op.ID, op.Label, op.Node, kindCode(op.Kind), id, len(op.In), split, op.Attr.Dim, max(op.Attr.Groups, 1), flags,
 		reduceCode(op.Attr.Reduce), proFirst, proDType, xkey, floatLit(eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
+}
+
+// maskType is the C type attention reads its mask as (a template argument,
+// so the mask loads of a batch issue together): void without a mask,
+// mpk::AnyMask for a dtype other than bool or a float kind.
+func maskType(op *ir.Op) string {
+	if !op.Attr.HasMask {
+		return "void"
+	}
+	dt := op.In[3].DType()
+	if c, ok := cType[dt]; ok {
+		return c
+	}
+	if dt == ir.Bool {
+		return "bool"
+	}
+	return "mpk::AnyMask"
 }
 
 // touchesF64 reports whether op reads or writes a float64 view: only then do
