@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
 # One device call: install with the prebuilt core, then the checks and
-# benchmarks named by $JOBS (check:<model>[:<extra args>] | bench:<models>[:<extra args>]
-# | trace:<model>: bench/trace.py, its JSON tarred to $OUT/trace_<model>.tgz).
-# Logs go to $OUT; a failing job does not stop the others.
+# benchmarks named by $JOBS, each a word KIND:WHAT[:ARGS] (ARGS comma-separated):
+#   check:<model>      python -m mpk check --target cuda --dtype bfloat16
+#   bench:<m1+m2..>    bench/decode.py (JSON bench_<n>.json)
+#   trace:<model>      bench/trace.py (JSON trace_<model>.json)
+#   pytest:<path>      pytest -m gpu on that path
+# Logs and JSON go to $OUT/results.tgz (the device returns few files); each
+# job's last lines are printed. A failing job does not stop the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-outputs}
+W=$(mktemp -d)
 mkdir -p "$OUT"
-MPK_PREBUILT_CORE=.prebuilt/libmpkcore.so python3 -m pip install --no-build-isolation --no-deps -e . >"$OUT/install.log" 2>&1 || tail -5 "$OUT/install.log"
+MPK_PREBUILT_CORE=.prebuilt/libmpkcore.so python3 -m pip install --no-build-isolation --no-deps -e . >"$W/install.log" 2>&1 || tail -5 "$W/install.log"
 cp .prebuilt/libmpkcore.so python/mpk/
+n=0
 for job in ${JOBS:-check:tiny-llama}; do
   IFS=: read -r kind what extra <<<"$job"
   extra=${extra//,/ }
+  n=$((n + 1))
   echo "== $job"
   case $kind in
-    check) timeout "${JOB_TIMEOUT:-200}" python3 -m mpk check --model "$what" --target cuda --dtype bfloat16 $extra >"$OUT/check_$what.log" 2>&1
-           tail -2 "$OUT/check_$what.log" ;;
-    bench) timeout "${JOB_TIMEOUT:-300}" python3 bench/decode.py --models ${what//+/ } $extra --json "$OUT/decode.json" >"$OUT/decode.log" 2>&1
-           tail -8 "$OUT/decode.log" ;;
-    trace) timeout "${JOB_TIMEOUT:-200}" python3 bench/trace.py --model "$what" $extra --json "trace_$what.json" >"$OUT/trace_$what.log" 2>&1
-           tail -22 "$OUT/trace_$what.log"
-           tar czf "$OUT/trace_$what.tgz" "trace_$what.json" 2>/dev/null ;;
+    check) timeout "${JOB_TIMEOUT:-300}" python3 -m mpk check --model "$what" --target cuda --dtype bfloat16 $extra >"$W/check_${n}_$what.log" 2>&1
+           tail -1 "$W/check_${n}_$what.log" ;;
+    bench) timeout "${JOB_TIMEOUT:-500}" python3 bench/decode.py --models ${what//+/ } $extra --json "$W/bench_$n.json" >"$W/bench_$n.log" 2>&1
+           tail -12 "$W/bench_$n.log" ;;
+    trace) timeout "${JOB_TIMEOUT:-200}" python3 bench/trace.py --model "$what" $extra --json "$W/trace_$what.json" >"$W/trace_$what.log" 2>&1
+           tail -20 "$W/trace_$what.log" ;;
+    pytest) timeout "${JOB_TIMEOUT:-500}" python3 -m pytest -q -m gpu -p no:cacheprovider "$what" $extra >"$W/pytest_$n.log" 2>&1
+           tail -3 "$W/pytest_$n.log" ;;
   esac
 done
+tar czf "$OUT/results.tgz" -C "$W" .

@@ -295,6 +295,165 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
       }
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// dot_q is q·k over the elements of one 16-byte K load.
+template <typename T>
+__device__ __forceinline__ float dot_q(const uint4& raw, const float* q) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+  float a = 0.f;
+#pragma unroll
+  for (int i = 0; i < 16 / (int)sizeof(T); ++i) a = fmaf(q[i], to_float(e[i]), a);
+  return a;
+}
+
+// decode_rows_ok says whether attention_decode can read the K and V rows of
+// this op: contiguous and 16-byte aligned, so a lane reads its K row and
+// its V columns with vector loads.
+template <typename T, int D>
+__device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, const char* kb, const char* vb) {
+  constexpr int PER = (D + 31) / 32, VBYTES = PER * (int)sizeof(T);
+  if (D % (16 / (int)sizeof(T)) != 0 || D % 32 != 0 || (VBYTES != 4 && VBYTES != 8 && VBYTES != 16)) return false;
+  const int64_t es = sizeof(T);
+  auto aligned = [&](const View& x, const char* b) {
+    return x.stride[3] == 1 && reinterpret_cast<uintptr_t>(b + x.offset * es) % 16 == 0 && (x.stride[0] * es) % 16 == 0 &&
+           (x.stride[1] * es) % 16 == 0 && (x.stride[2] * es) % 16 == 0;
+  };
+  return aligned(k, kb) && aligned(v, vb);
+}
+
+// attention_decode is attention_partial for one query per head (decode):
+// a warp takes one (KV chunk, KV head) of the task and walks the chunk 32
+// positions at a time. For q·k a lane owns a position: it reads its K row
+// and dots it with the G queries (staged in shared memory, read as
+// broadcasts), so a score costs no warp reduction; the softmax reduces once
+// per head per 32 positions; for p·V the lanes own columns and the 32
+// probabilities are broadcast by shuffles. A position the mask hides (or
+// past the cache) reads no K or V. Rows as decode_rows_ok says.
+template <typename T, typename QT, typename MT, int D, int G, int N>
+__device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  constexpr int PER = D / 32;                // output columns per lane
+  constexpr int KV = 16 / (int)sizeof(T);    // K elements per 16-byte load
+  constexpr int KB = D / KV < 8 ? D / KV : 8;  // K loads in flight per lane (registers)
+  constexpr int VB = PER * (int)sizeof(T) <= 4 ? 16 : 8;  // V rows loaded per batch (registers)
+  using VRaw = typename RawVec<PER * (int)sizeof(T)>::type;
+  constexpr bool has_mask = !std::is_void<MT>::value;
+  const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
+  const int64_t B = q.shape[0], H = q.shape[1], S = k.shape[2];
+  const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
+  // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
+  const int64_t S_live = op.flags & FLAG_CAUSAL ? min(S, (int64_t)1) : S;
+  const int nkv = (int)(H / G);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
+  const T* kb = reinterpret_cast<const T*>(base(s, k));
+  const T* vb = reinterpret_cast<const T*>(base(s, v));
+  const char* mb = has_mask ? base(s, op.in[3]) : nullptr;
+  float* qs = reinterpret_cast<float*>(smem);  // [H][D] queries of batch row b, pre-scaled
+  float* pb = reinterpret_cast<float*>(base(s, p));
+  for (int64_t b = 0; b < B; ++b) {
+    consumer_sync();  // the previous row's readers are done with qs
+    const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0];
+    for (int t = threadIdx.x; t < H * D; t += MPK_THREADS)
+      qs[t] = ld_typed(qrow + (t / D) * q.stride[1] + (t % D) * q.stride[3]) * op.scale;
+    consumer_sync();
+    for (int64_t u = warp; u < (int64_t)(hi - lo) * nkv; u += warps) {
+      const int64_t sp = lo + u / nkv, kvh = u % nkv, h0 = kvh * G;
+      const int64_t j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
+      const T* krows = kb + k.offset + b * k.stride[0] + kvh * k.stride[1];
+      const T* vrows = vb + v.offset + b * v.stride[0] + kvh * v.stride[1];
+      const View& mv = op.in[3];  // [B, H or 1, 1, S]: head g's row at mrow + g·mhs
+      const int64_t mrow = has_mask ? mv.offset + b * mv.stride[0] + h0 * mv.stride[1] : 0;
+      const int64_t mhs = has_mask ? mv.stride[1] : 0, mjs = has_mask ? mv.stride[3] : 0;
+      float m[G], l[G], acc[G][PER];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        m[g] = -INFINITY, l[g] = 0.f;
+#pragma unroll
+        for (int e = 0; e < PER; ++e) acc[g][e] = 0.f;
+      }
+      for (int64_t jg = j_lo; jg < j_hi; jg += 32) {
+        const int64_t j = jg + lane;
+        float sc[G];
+        bool live = false;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          sc[g] = j < j_hi ? 0.f : -INFINITY;
+          if constexpr (has_mask)
+            if (j < j_hi) sc[g] = mask_add<MT>(mb, mv.dtype, mrow + g * mhs + j * mjs);
+          live = live || sc[g] != -INFINITY;
+        }
+        // q·k for this lane's position, KB loads at a time.
+        float dot[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) dot[g] = 0.f;
+        const T* krow = krows + min(j, S - 1) * k.stride[2];
+#pragma unroll
+        for (int d0 = 0; d0 < D; d0 += KB * KV) {
+          uint4 raw[KB];
+#pragma unroll
+          for (int i = 0; i < KB; ++i) {
+            raw[i] = make_uint4(0, 0, 0, 0);
+            if (live) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
+          }
+#pragma unroll
+          for (int i = 0; i < KB; ++i)
+#pragma unroll
+            for (int g = 0; g < G; ++g) dot[g] += dot_q<T>(raw[i], qs + (h0 + g) * D + d0 + i * KV);
+        }
+        // Online softmax over the 32 positions, per head.
+        float pr[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float x = sc[g] == -INFINITY ? -INFINITY : sc[g] + dot[g];
+          const float mnew = fmaxf(m[g], warp_max(x));
+          const float corr = mnew == -INFINITY ? 1.f : __expf(m[g] - mnew);
+          pr[g] = x == -INFINITY ? 0.f : __expf(x - mnew);
+          l[g] = l[g] * corr + warp_sum(pr[g]);
+#pragma unroll
+          for (int e = 0; e < PER; ++e) acc[g][e] *= corr;
+          m[g] = mnew;
+        }
+        // p·V: the lane's columns of the live rows, VB rows at a time.
+        const unsigned live_rows = __ballot_sync(0xffffffffu, live);
+#pragma unroll 1
+        for (int r0 = 0; r0 < 32; r0 += VB) {
+          if (((live_rows >> r0) & (VB == 32 ? 0xffffffffu : (1u << VB) - 1u)) == 0) continue;
+          VRaw vr[VB];
+#pragma unroll
+          for (int r = 0; r < VB; ++r) {
+            vr[r] = VRaw{};
+            const T* vrow = vrows + min(jg + r0 + r, S - 1) * v.stride[2];
+            if ((live_rows >> (r0 + r)) & 1u) vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
+          }
+#pragma unroll
+          for (int r = 0; r < VB; ++r) {
+            const T* e = reinterpret_cast<const T*>(&vr[r]);
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+              const float pj = __shfl_sync(0xffffffffu, pr[g], r0 + r);
+#pragma unroll
+              for (int c = 0; c < PER; ++c) acc[g][c] = fmaf(pj, to_float(e[c]), acc[g][c]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float* row = pb + p.offset + b * p.stride[0] + sp * p.stride[1] + (h0 + g) * p.stride[2];
+        if (lane == 0) {
+          row[0] = m[g];
+          row[p.stride[4]] = l[g];
+        }
+#pragma unroll
+        for (int c = 0; c < PER; ++c) row[(2 + lane * PER + c) * p.stride[4]] = acc[g][c];
+      }
+    }
+  }
+}
+
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
@@ -307,6 +466,12 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t B = q.shape[0], H = q.shape[1], Sq = q.shape[2], S = op.in[1].shape[2];
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
+  if constexpr (D % 32 == 0) {
+    if (Sq == 1 && decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
+      attention_decode<T, QT, MT, D, G>(op, lo, hi, s, smem);
+      return;
+    }
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   const int nkv = (int)(H / G);
   const int wph = max(1, warps / max(nkv, 1));     // warps per KV head
@@ -367,11 +532,6 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
           if (threadIdx.x == 0 && blockIdx.x == 0) printf("ATT merge+store %llu\n", (unsigned long long)(globaltimer() - t3));
 #endif
         }
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 // attn_merge: out = Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M), M = max_s m_s.

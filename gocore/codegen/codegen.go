@@ -46,13 +46,21 @@ func newLayout(g *ir.Graph) layout {
 	return l
 }
 
-// splitDim finds the one dim along which decompose cut op's tiles.
+// splitDim finds the one dim along which decompose cut op's tiles. An op
+// left whole reports the dim its task kernel reads [lo, hi) along: Linear's
+// weight rows, attention's heads or KV chunks, the merge's heads (dim 0
+// there was a batch range, which those kernels took for the whole op's
+// first rows or chunks).
 func splitDim(op *ir.Op, b tgraph.Box) int {
 	shape := op.IterShape()
 	for d := range shape {
 		if b.Lo[d] != 0 || b.Hi[d] != shape[d] {
 			return d
 		}
+	}
+	switch op.Kind {
+	case ir.Linear, ir.Attention, ir.AttnMerge:
+		return 1
 	}
 	return 0
 }
@@ -365,7 +373,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			fn = "attention_partial"
 		}
 		code = fmt.Sprintf("mpk::%s<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", fn, T, cType[op.In[0].DType()], maskType(op), D, G)
-		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4)
+		// Per-warp softmax states; decode stages every head's query instead.
+		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, int(op.In[0].Shape[1]*D)*4)
 	case ir.AttnMerge:
 		D := op.Out.Shape[op.Out.Rank()-1]
 		if D > 256 {

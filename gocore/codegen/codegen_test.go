@@ -4,6 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"mpk/gocore/ir"
+	"mpk/gocore/tgraph"
 )
 
 // TestABIHeaderUpToDate fails when csrc/runtime/abi_gen.cuh drifts from the
@@ -22,5 +25,31 @@ func TestABIHeaderUpToDate(t *testing.T) {
 	}
 	if string(got) != want {
 		t.Fatalf("%s is out of date with gocore/codegen/abi.go; run UPDATE_GOLDEN=1 go test ./gocore/codegen and review the diff", path)
+	}
+}
+
+// TestSplitDimOfAWholeOp: an op decompose left in one task reports the dim
+// its kernel reads [lo, hi) along, so the task covers the whole op (a
+// one-task split-KV attention once got lo/hi of the batch dim, one chunk).
+func TestSplitDimOfAWholeOp(t *testing.T) {
+	whole := func(shape ...int64) (*ir.Op, tgraph.Box) {
+		op := &ir.Op{Out: ir.View{Shape: shape}}
+		return op, tgraph.Box{Lo: make([]int64, len(shape)), Hi: append([]int64(nil), shape...)}
+	}
+	for _, c := range []struct {
+		kind ir.Kind
+		want int
+	}{{ir.Attention, 1}, {ir.AttnMerge, 1}, {ir.Linear, 1}, {ir.Elementwise, 0}} {
+		op, box := whole(1, 4, 4, 1, 66)
+		op.Kind = c.kind
+		if got := splitDim(op, box); got != c.want {
+			t.Errorf("%v: split dim %d, want %d", c.kind, got, c.want)
+		}
+	}
+	op, box := whole(1, 4, 4, 1, 66)
+	op.Kind = ir.Attention
+	box.Lo[1], box.Hi[1] = 2, 4
+	if got := splitDim(op, box); got != 1 {
+		t.Errorf("a cut box: split dim %d, want 1", got)
 	}
 }

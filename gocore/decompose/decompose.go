@@ -105,8 +105,14 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		d := largestDim(out, []int{0, 2})
 		return split(out, d, min(W, out[d]), 1)
 	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
-		if op.Attr.Splits > 1 { // partials [B, Splits, H, Sq, Dv+2]: a KV chunk per task
-			return split(out, 1, min(W, out[1]), 1)
+		if op.Attr.Splits > 1 { // partials [B, Splits, H, Sq, Dv+2]: KV chunks per task
+			// Decode gives each (chunk, KV head) a warp: a task takes enough
+			// chunks to keep its warps busy.
+			per := int64(1)
+			if out[3] == 1 {
+				per = max(1, int64(stream.Threads/32)/(out[2]/max(1, int64(op.Attr.Groups))))
+			}
+			return split(out, 1, min(W, ceilDiv(out[1], per)), 1)
 		}
 		G := op.Attr.Groups
 		return split(out, 1, min(W, out[1]/G), G)

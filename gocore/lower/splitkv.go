@@ -2,9 +2,9 @@ package lower
 
 import "mpk/gocore/ir"
 
-// minPositionsPerSplit keeps each KV chunk worth a task of its own: a warp
-// of the CUDA task then reads its rows in one batch.
-const minPositionsPerSplit = 8
+// minPositionsPerSplit keeps each KV chunk worth a warp of its own: the
+// CUDA decode attention gives a chunk's positions to a warp's 32 lanes.
+const minPositionsPerSplit = 32
 
 // maxSplits is the most partials the CUDA merge combines (32 per warp).
 const maxSplits = 512
