@@ -86,14 +86,7 @@ __device__ __noinline__ void signal_tasks(const mpk::State& st, int w, const uin
 
 // Thresholds grow with the launch count, so counters are never reset
 // between steps.
-// MPK_MAXNREG=112 lets each thread use the register file's full share for
-// one CTA of 576 threads (launch bounds alone gave 96, and the big task
-// bodies spilled to local memory, which L1 barely holds beside the ring).
-#ifdef MPK_MAXNREG
-__global__ void __maxnreg__(MPK_MAXNREG)
-#else
 __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
-#endif
     megakernel(const __grid_constant__ mpk::Slots<kNumSlots> slots, const mpk::State st) {
   extern __shared__ __align__(128) char smem[];
   __shared__ uint32_t s_step, s_done;

@@ -14,9 +14,6 @@
 
 #include "runtime/runtime.cuh"
 #include "tasks/linear.cuh"
-#ifdef MPK_PHASE_PROFILE
-#include <stdio.h>
-#endif
 
 namespace mpk {
 
@@ -355,9 +352,20 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   float* pb = reinterpret_cast<float*>(base(s, p));
   for (int64_t b = 0; b < B; ++b) {
     consumer_sync();  // the previous row's readers are done with qs
+    // Four loads of each thread in flight at once (clamped, not branched:
+    // a load under a condition waits for its use before the next).
     const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0];
-    for (int t = threadIdx.x; t < H * D; t += MPK_THREADS)
-      qs[t] = ld_typed(qrow + (t / D) * q.stride[1] + (t % D) * q.stride[3]) * op.scale;
+    for (int t0 = threadIdx.x; t0 < H * D; t0 += 4 * MPK_THREADS) {
+      float qv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = min(t0 + i * MPK_THREADS, (int)(H * D) - 1);
+        qv[i] = ld_typed(qrow + (t / D) * q.stride[1] + (t % D) * q.stride[3]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (t0 + i * MPK_THREADS < H * D) qs[t0 + i * MPK_THREADS] = qv[i] * op.scale;
+    }
     consumer_sync();
     for (int64_t u = warp; u < (int64_t)(hi - lo) * nkv; u += warps) {
       const int64_t sp = lo + u / nkv, kvh = u % nkv, h0 = kvh * G;
@@ -385,6 +393,16 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             if (j < j_hi) sc[g] = mask_add<MT>(mb, mv.dtype, mrow + g * mhs + j * mjs);
           live = live || sc[g] != -INFINITY;
         }
+        // The live rows' V for the lane's columns, VB rows a batch.
+        const unsigned live_rows = __ballot_sync(0xffffffffu, live);
+        auto load_v = [&](VRaw (&vr)[VB], int r0) {
+#pragma unroll
+          for (int r = 0; r < VB; ++r) {
+            vr[r] = VRaw{};
+            const T* vrow = vrows + min(jg + r0 + r, S - 1) * v.stride[2];
+            if ((live_rows >> (r0 + r)) & 1u) vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
+          }
+        };
         // q·k for this lane's position, KB loads at a time.
         float dot[G];
 #pragma unroll
@@ -403,6 +421,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
 #pragma unroll
             for (int g = 0; g < G; ++g) dot[g] += dot_q<T>(raw[i], qs + (h0 + g) * D + d0 + i * KV);
         }
+        VRaw vr[VB];
+        load_v(vr, 0);  // in flight during the softmax
         // Online softmax over the 32 positions, per head.
         float pr[G];
 #pragma unroll
@@ -416,18 +436,10 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           for (int e = 0; e < PER; ++e) acc[g][e] *= corr;
           m[g] = mnew;
         }
-        // p·V: the lane's columns of the live rows, VB rows at a time.
-        const unsigned live_rows = __ballot_sync(0xffffffffu, live);
+        // p·V, batch by batch.
 #pragma unroll 1
         for (int r0 = 0; r0 < 32; r0 += VB) {
-          if (((live_rows >> r0) & (VB == 32 ? 0xffffffffu : (1u << VB) - 1u)) == 0) continue;
-          VRaw vr[VB];
-#pragma unroll
-          for (int r = 0; r < VB; ++r) {
-            vr[r] = VRaw{};
-            const T* vrow = vrows + min(jg + r0 + r, S - 1) * v.stride[2];
-            if ((live_rows >> (r0 + r)) & 1u) vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
-          }
+          if (r0 > 0) load_v(vr, r0);
 #pragma unroll
           for (int r = 0; r < VB; ++r) {
             const T* e = reinterpret_cast<const T*>(&vr[r]);
@@ -488,23 +500,12 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
           const int64_t h0 = (int64_t)kvh * G;
           const int64_t j_lo = min(sp * chunk, S), j_hi = min(j_lo + chunk, causal ? min(S, i + 1) : S);
           SoftmaxState<D, G> st;
-#ifdef MPK_PHASE_PROFILE
-          uint64_t ta[2];
-          for (int pass = 0; pass < 2; ++pass) {
-          const uint64_t t0 = globaltimer();
-#endif
           if (active) {
             load_queries<QT>(st, op, s, b, h0, i, lane);
             accumulate_rows<T, MT>(st, op, s, b, h0, i, j_lo + sub, j_hi, wph, lane);
             if (wph > 1) stash_state(st, part, warp, lane);
           }
           if (wph > 1) consumer_sync();
-#ifdef MPK_PHASE_PROFILE
-          ta[pass] = globaltimer() - t0;
-          }
-          if (threadIdx.x == 0 && blockIdx.x == 0) printf("ATT cold %llu warm %llu\n", (unsigned long long)ta[0], (unsigned long long)ta[1]);
-          const uint64_t t3 = globaltimer();
-#endif
           if (active && sub == 0) {
 #pragma unroll
             for (int g = 0; g < G; ++g) {
@@ -528,9 +529,6 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
             }
           }
           if (wph > 1) consumer_sync();
-#ifdef MPK_PHASE_PROFILE
-          if (threadIdx.x == 0 && blockIdx.x == 0) printf("ATT merge+store %llu\n", (unsigned long long)(globaltimer() - t3));
-#endif
         }
 }
 

@@ -11,9 +11,6 @@
 #include "tasks/dot.cuh"
 #include "tasks/generic.cuh"
 #include "tasks/stream.cuh"
-#ifdef MPK_PHASE_PROFILE
-#include <stdio.h>
-#endif
 
 namespace mpk {
 
@@ -107,7 +104,8 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, float*
 
 template <int K, typename E, int N>
 __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
-  if (op.num_in - op.pro_first == 1 && float_row2(op.in[0]) && float_row2(op.in[op.pro_first])) {
+  if (op.num_in - op.pro_first == 1 && float_row2(op.in[0]) && float_row2(op.in[op.pro_first]) &&
+      float_kind(op.pro_dtype)) {
     // Two operands (SiLU·mul): both rows loaded up front.
     const View &a = op.in[0], &b = op.in[op.pro_first];
     float va[per_thread(K)], vb[per_thread(K)];
@@ -120,7 +118,8 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
       double in[MPK_MAX_INPUTS];
       in[0] = va[i];
       in[1] = vb[i];
-      xs[idx[1]] = (float)round_to(op.pro_dtype, E::eval(in, idx));
+      // round_float is round_to for a float kind, inline (round_to is a call per element).
+      xs[idx[1]] = round_float(op.pro_dtype, (float)E::eval(in, idx));
     }
     return;
   }
@@ -199,24 +198,11 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
                 "codegen and the task library disagree on this stream's page size");
   float* xs = reinterpret_cast<float*>(c.smem);  // [M][K]
   float* part = xs + M * K;                      // the chunk partials
-#ifdef MPK_PHASE_PROFILE
-  const uint64_t t0 = globaltimer();
-  uint64_t t1 = t0;
-#endif
   if (!c.x_ready) {
 #pragma unroll 1
     for (int m = 0; m < M; ++m) stage_x<K>(PRO{}, op, m, xs + m * K, s);
     consumer_sync();
-#ifdef MPK_PHASE_PROFILE
-    t1 = globaltimer();
-#pragma unroll 1
-    for (int m = 0; m < M; ++m) stage_x<K>(PRO{}, op, m, xs + m * K, s);
-    consumer_sync();
-#endif
   }
-#ifdef MPK_PHASE_PROFILE
-  const uint64_t t2 = globaltimer();
-#endif
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int lane = threadIdx.x % 32;
@@ -234,18 +220,8 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   };
   stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
   consumer_sync();
-#ifdef MPK_PHASE_PROFILE
-  const uint64_t t3 = globaltimer();
-#endif
   for (int r = threadIdx.x; r < (hi - lo) * M; r += MPK_THREADS)
     store_out<RESID>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s);
-#ifdef MPK_PHASE_PROFILE
-  consumer_sync();
-  if (threadIdx.x == 0 && blockIdx.x == 0)
-    printf("LIN K%d rows%d xr%d stage %llu stage2 %llu stream %llu store %llu\n", K, hi - lo, (int)c.x_ready,
-           (unsigned long long)(t1 - t0), (unsigned long long)(t2 - t1), (unsigned long long)(t3 - t2),
-           (unsigned long long)(globaltimer() - t3));
-#endif
   return seq;
 }
 
