@@ -134,3 +134,18 @@ def test_hf_generate_with_mpk_compile_config(core_lib, fresh_dynamo):
     got = m.generate(ids, compile_config=cfg, **kw)
     assert backend.compile_count > before, "generate did not compile through mpk"
     assert got.shape == eager.shape and torch.equal(got, eager), (got, eager)
+
+
+@pytest.mark.parametrize("bad,op,index", [("cache", "kv_write", "10"), ("token", "embedding", "256")])
+def test_index_out_of_range_raises(core_lib, fresh_dynamo, bad, op, index):
+    """A KV write past the cache's end and a token id at the vocabulary size
+    raise MpkRuntimeError naming the op and the index (the launch aborts with
+    MPK_ABORT_INDEX instead of skipping the write), and the process goes on
+    compiling and running."""
+    from mpk.errors import MpkRuntimeError
+    from test_errors import _index_error_steps
+    with pytest.raises(MpkRuntimeError) as e:
+        _index_error_steps("cuda", "cuda", bad)
+    assert op in str(e.value) and f"index {index}" in str(e.value), str(e.value)
+    res = check.run_check(model="tiny-llama", target="cuda", dtype="bfloat16", steps=2, log=lambda s: None)
+    assert res.ok

@@ -120,3 +120,43 @@ def test_wrong_argument_count(compiled_lin):
     fn, _, _ = compiled_lin
     with pytest.raises(mpk.ArgumentError, match="arguments"):
         fn(*_args(fn)[:-1])
+
+
+# Out-of-range indices: a KV-cache write past the cache's capacity and a token
+# id at or above the vocabulary raise MpkRuntimeError naming the op and the
+# index (tests/test_cuda.py runs the same on the GPU), and compiling and
+# running go on afterwards.
+
+def _index_error_steps(target: str, device: str, bad: str):
+    """Steps of tiny-llama (a cache of 10 slots holding 8 tokens) until one
+    raises: `bad` is "cache" (the third step writes slot 10) or "token" (the
+    first step's token id is the vocabulary size)."""
+    from mpk import check
+    check.ensure_backend_registered()
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    m, cache = check.decode_setup("tiny-llama", 8, dtype=dtype, device=device, extra=2)
+    step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False, options={"target": target, "sync": True})
+    tok = torch.tensor([[m.config.vocab_size if bad == "token" else 5]], device=device)
+    with torch.no_grad():
+        for _ in range(3):
+            step(input_ids=tok, past_key_values=cache, use_cache=True)
+
+
+@pytest.mark.parametrize("bad,op,index", [("cache", "kv_write", "10"), ("token", "embedding", "256")])
+def test_index_out_of_range_raises_on_the_reference_target(core_lib, fresh_dynamo, bad, op, index):
+    with pytest.raises(errors.MpkRuntimeError) as e:
+        _index_error_steps("reference", "cpu", bad)
+    assert op in str(e.value) and f"index {index}" in str(e.value), str(e.value)
+
+
+def test_index_abort_status_names_the_op_and_index():
+    """The cuda target's status of an index abort (MPK_ABORT_INDEX: the op in
+    event, the index in waited_ns as an int64) reads as the reference's error."""
+    from mpk.build import abort_error
+    summary = {"op_labels": ["embedding", "kv_write"], "op_nodes": ["embedding", "index_copy_1"]}
+    st = {"aborted": 2, "worker": 7, "task": 40, "event": 1, "count": 10, "needed": 10, "waited_ns": 10}
+    msg = str(abort_error(st, summary))
+    assert isinstance(abort_error(st, summary), errors.MpkRuntimeError)
+    assert "kv_write#1 (index_copy_1)" in msg and "index 10" in msg and "size 10" in msg, msg
+    st = {**st, "event": 0, "waited_ns": (1 << 64) - 3, "needed": 256}  # a negative index, as read
+    assert "index -3" in str(abort_error(st, summary)) and "embedding#0" in str(abort_error(st, summary))

@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     s_step = *(volatile uint32_t*)st.epoch + 1;
     s_done = 0;
     s_xkey = -1;
+    mpk::s_fault = mpk::Fault{st.abort, st.status, w, -1, -1};
     if (kRingPages > 0) ring.init(mpk::kConsumerWarps);
   }
   __syncthreads();  // the last barrier of all warps: the roles part here
@@ -120,6 +121,8 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
 #ifdef MPK_TRACE
     if (threadIdx.x == 0) trace_records[t].wait_ns = mpk::globaltimer();
 #endif
+    // The task a bad index is blamed on (read after the barrier below).
+    if (threadIdx.x == 0) mpk::s_fault.task = t, mpk::s_fault.op = task.op;
     // The op table never changes: its descriptor is copied before the wait,
     // so that L2 round trip overlaps the wait instead of following it. (The
     // previous task finished with s_op at the barrier that ended it.)

@@ -28,8 +28,8 @@ typedef struct MpkStatus {
   int32_t task;      // the task it was running or about to run
   int32_t event;     // the event it waited on (WAIT), or the op (INDEX)
   uint32_t count;    // the event counter it last read (WAIT), or the offending index's low bits (INDEX)
-  uint32_t needed;   // the count it needed (WAIT), or the index's bound (INDEX)
-  uint64_t waited_ns;
+  uint32_t needed;   // the count it needed (WAIT), or the size the index indexes (INDEX)
+  uint64_t waited_ns;  // how long it waited (WAIT), or the index as an int64 (INDEX)
 } MpkStatus;
 
 typedef struct MpkInstance MpkInstance;

@@ -178,6 +178,33 @@ struct State {
 
 __device__ __forceinline__ bool aborting(const int32_t* abort) { return *(volatile const int32_t*)abort != 0; }
 
+// Where a task reports a bad index: the instance's abort flag and status and
+// the task running, kept in shared memory by the megakernel (thread 0 sets
+// them; tasks read them only on the error path). A kernel that never sets
+// them (a test kernel) leaves status null and reports nothing.
+struct Fault {
+  int32_t* abort;
+  MpkStatus* status;
+  int32_t worker, task, op;
+};
+__shared__ Fault s_fault;
+
+// index_error records the first out-of-range index of the launch (the op,
+// the index as read, the size it indexes) and raises the abort flag: the
+// launch finishes without the bad write and the host raises MpkRuntimeError.
+__device__ __noinline__ void index_error(int64_t index, int64_t size) {
+  const Fault f = s_fault;
+  if (f.status == nullptr || atomicCAS(f.abort, 0, 1) != 0) return;
+  f.status->worker = f.worker;
+  f.status->task = f.task;
+  f.status->event = f.op;
+  f.status->count = (uint32_t)index;
+  f.status->needed = (uint32_t)size;
+  f.status->waited_ns = (uint64_t)index;
+  __threadfence();
+  f.status->aborted = MPK_ABORT_INDEX;
+}
+
 // give_up records why this worker stops (the first to give up wins) and
 // raises the abort flag every worker polls.
 __device__ __noinline__ void give_up(const State& st, int32_t code, int worker, int task, int event, uint32_t seen,

@@ -153,11 +153,17 @@ __device__ __forceinline__ void row_index(int64_t* idx, int64_t row, const int64
   }
 }
 
-// read_index loads an index element, wrapping negatives; out of range → -1.
+// read_index loads an index element, wrapping negatives as torch does; out
+// of range it reports the error (the launch aborts) and returns -1, which
+// every caller takes as "write nothing".
 __device__ __forceinline__ int64_t read_index(const char* p, const View& v, const int64_t* idx, int64_t size) {
-  int64_t i = (int64_t)load_elem(p, v.dtype, offset_of(v, idx));
-  if (i < 0) i += size;
-  return (i < 0 || i >= size) ? -1 : i;
+  const int64_t raw = (int64_t)load_elem(p, v.dtype, offset_of(v, idx));
+  const int64_t i = raw < 0 ? raw + size : raw;
+  if (i < 0 || i >= size) {
+    index_error(raw, size);
+    return -1;
+  }
+  return i;
 }
 
 // RoPE rows normally land at their own index of op.out; with FLAG_CACHE

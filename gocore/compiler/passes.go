@@ -106,12 +106,12 @@ func summarize(c *Compiled) {
 	s := c.Result.Summary
 	s.Ops, s.Tasks, s.Events, s.Workers = len(c.Ops.Ops), len(c.Tasks.Tasks), len(c.Tasks.Events), c.Tasks.Workers
 	s.TasksByOp, s.OpsByKind = map[string]int{}, map[string]int{}
-	labels := make([]string, len(c.Ops.Ops))
+	labels, nodes := make([]string, len(c.Ops.Ops)), make([]string, len(c.Ops.Ops))
 	for i, op := range c.Ops.Ops {
-		labels[i] = op.Label
+		labels[i], nodes[i] = op.Label, op.Node
 		s.OpsByKind[op.Label]++
 	}
-	s.OpLabels = labels
+	s.OpLabels, s.OpNodes = labels, nodes
 	for _, t := range c.Tasks.Tasks {
 		if t.Op < 0 {
 			s.EmptyTasks++

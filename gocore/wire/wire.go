@@ -238,6 +238,7 @@ type Summary struct {
 	Passes     []PassTime     `json:"passes"`
 	CoreMs     float64        `json:"core_ms"`
 	OpLabels   []string       `json:"op_labels"` // by op index, as the task tables number ops
+	OpNodes    []string       `json:"op_nodes"`  // by op index: the FX node each op came from (errors name it)
 	Text       string         `json:"text"`
 }
 

@@ -485,7 +485,22 @@ def abort_error(st: dict, summary: dict | None = None):
     """The MpkRuntimeError for a status dict from an aborted launch."""
     from .errors import MpkRuntimeError
     code = int(st.get("aborted", 0))
-    what = {1: "a spin-wait ran past its budget", 2: "an index was out of range"}.get(code, f"abort code {code}")
+    if code == 2:  # MPK_ABORT_INDEX: event is the op, waited_ns the index (int64)
+        op = int(st.get("event", -1))
+        labels = (summary or {}).get("op_labels") or []
+        nodes = (summary or {}).get("op_nodes") or []
+        name = f"op {op}"
+        if 0 <= op < len(labels):  # as the reference target names it: kv_write#17 (index_copy_1)
+            name = f"{labels[op]}#{op}" + (f" ({nodes[op]})" if op < len(nodes) else "")
+        index = int(st.get("waited_ns", 0))
+        if index >= 1 << 63:
+            index -= 1 << 64
+        msg = (f"the megakernel stopped: {name} read index {index}, out of range for size {st.get('needed')} "
+               f"(task {st.get('task')}, worker {st.get('worker')}); nothing was written at that index")
+        return MpkRuntimeError(msg, hint="an input index is past its tensor: a token id at or above the vocabulary "
+                                         "size, or a KV-cache write past the cache's capacity; the module was reset",
+                               kind="runtime")
+    what = {1: "a spin-wait ran past its budget"}.get(code, f"abort code {code}")
     ms = int(st.get("waited_ns", 0)) / 1e6
     msg = (f"the megakernel aborted: {what}\n"
            f"  worker {st.get('worker')} waited on event {st.get('event')} before task {st.get('task')}: "
