@@ -5,14 +5,19 @@ in one process on the same weights and cache, and against the bandwidth
 floor: (weight bytes + KV bytes read) / a device copy measured in the same run.
 
     python bench/decode.py --models llama-3.2-1b qwen3-8b --cache-tokens 512
+    python bench/decode.py --models llama-3.2-1b --batch 4            # 4 sequences a step
+    python bench/decode.py --models llama-3.2-1b --prefill 64         # 64-token chunks
 
 Per variant: back-to-back device time (--steps steps timed with CUDA events,
 median of --repeats) and per-call synchronised latency (each call followed by
 a synchronisation, host clock, median), as a generate loop sees it. Before
 mpk is timed, its steps pass DESIGN.md's bf16 rule against a float32 copy of
 the model. The cache's position counters are reset between repeats (untimed):
-HF's StaticCache mutates them itself. Results go to
-bench/results/decode-<gpu>.json (bench/plot.py draws them)."""
+HF's StaticCache mutates them itself. --batch runs that many sequences per
+step, --prefill that many tokens of each per step (a prompt chunk): the floor
+is still every weight once plus the KV read, and each row also reports the
+matmul TFLOP/s. Results go to bench/results/decode-<gpu>.json (decode-bB-pP-
+<gpu>.json for other shapes; bench/plot.py draws them)."""
 
 from __future__ import annotations
 
@@ -46,9 +51,10 @@ def copy_bandwidth(device) -> float:
     return 2 * n * 10 / (start.elapsed_time(end) / 1e3)
 
 
-def floor_bytes(model, live_tokens: int, batch: int = 1) -> int:
-    """Bytes a decode step must read: every weight once (the embedding table
-    only its rows, unless it is also the LM head) plus the live KV cache."""
+def floor_bytes(model, live_tokens: int, batch: int = 1, tokens: int = 1) -> int:
+    """Bytes a step must read: every weight once (the embedding table only the
+    rows of its batch·tokens ids, unless it is also the LM head) plus the live
+    KV cache of each sequence."""
     seen, total = set(), 0
     emb = model.get_input_embeddings().weight
     head = model.get_output_embeddings().weight
@@ -57,13 +63,20 @@ def floor_bytes(model, live_tokens: int, batch: int = 1) -> int:
             continue
         seen.add(id(p))
         if p is emb and emb is not head:
-            total += batch * p.shape[1] * p.element_size()
+            total += batch * tokens * p.shape[1] * p.element_size()
         else:
             total += p.numel() * p.element_size()
     cfg = model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * live_tokens * batch * emb.element_size()
     return total + kv
+
+
+def matmul_flops(model, batch: int, tokens: int) -> float:
+    """Multiply-adds ×2 of a step's Linears (the LM head on every position, as
+    HF computes it): what TFLOP/s is reported against (attention not counted)."""
+    n = sum(mod.weight.numel() for mod in model.modules() if isinstance(mod, torch.nn.Linear))  # lm_head included
+    return 2.0 * n * batch * tokens
 
 
 def back_to_back_ms(fn, cache, state, toks, steps: int, repeats: int) -> float:
@@ -117,11 +130,12 @@ def cuda_graph_step(model, cache, toks_shape, device):
     return step
 
 
-def bf16_rule(name, model, fn, cache, state, prompt, max_len, steps: int = 4) -> list[str]:
+def bf16_rule(name, model, fn, cache, state, prompt, max_len, toks_per_step: int = 1, steps: int = 4) -> list[str]:
     """Problems of mpk's steps under DESIGN.md's bf16 rule (empty: passed)."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(7)
-    token_steps = [torch.randint(0, model.config.vocab_size, (1, 1), generator=gen) for _ in range(steps)]
+    shape = tuple(prompt.shape[:1]) + (toks_per_step,)
+    token_steps = [torch.randint(0, model.config.vocab_size, shape, generator=gen) for _ in range(steps)]
     check.restore(cache, state)
     eager = check._steps(model, cache, token_steps, device)
     check.restore(cache, state)
@@ -133,36 +147,39 @@ def bf16_rule(name, model, fn, cache, state, prompt, max_len, steps: int = 4) ->
 def bench_model(name: str, args, bw: float) -> list[dict]:
     device = torch.device("cuda")
     model = models.build(name, dtype=torch.bfloat16, device=device)
-    max_len = args.capacity or args.cache_tokens + args.steps + 8
-    prompt = torch.randint(0, model.config.vocab_size, (1, args.cache_tokens), generator=torch.Generator().manual_seed(1))
+    B, P = args.batch, args.prefill
+    max_len = args.capacity or args.cache_tokens + args.steps * P + 8
+    prompt = torch.randint(0, model.config.vocab_size, (B, args.cache_tokens), generator=torch.Generator().manual_seed(1))
     cache = check._make_cache(model, max_len, device, prompt)
     state = check.snapshot(cache)
-    floor_ms = floor_bytes(model, args.cache_tokens + args.steps // 2) / bw * 1e3
-    toks = torch.randint(0, model.config.vocab_size, (1, 1), device=device)
+    floor_ms = floor_bytes(model, args.cache_tokens + args.steps * P // 2, B, P) / bw * 1e3
+    flops = matmul_flops(model, B, P)
+    toks = torch.randint(0, model.config.vocab_size, (B, P), device=device)
     variants = {
         "eager": lambda: model,
-        "cuda-graphs": lambda: cuda_graph_step(model, cache, (1, 1), device),
+        "cuda-graphs": lambda: cuda_graph_step(model, cache, (B, P), device),
         "inductor-ro": lambda: torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False),
         "mpk": lambda: torch.compile(model, backend="mpk", fullgraph=True, dynamic=False),
     }
     rows = []
     for v in args.variants:
         torch.compiler.reset()
-        row = {"model": name, "variant": v, "cache_tokens": args.cache_tokens, "capacity": max_len,
-               "floor_ms": floor_ms}
+        row = {"model": name, "variant": v, "batch": B, "prefill": P, "cache_tokens": args.cache_tokens,
+               "capacity": max_len, "floor_ms": floor_ms}
         try:
             with torch.no_grad():
                 check.restore(cache, state)
                 fn = variants[v]()
                 fn(input_ids=toks, past_key_values=cache, use_cache=True)  # compile / capture
                 if v == "mpk" and args.check:
-                    problems = bf16_rule(name, model, fn, cache, state, prompt, max_len)
+                    problems = bf16_rule(name, model, fn, cache, state, prompt, max_len, P)
                     row["bf16_rule"] = "PASS" if not problems else "FAIL: " + "; ".join(problems)
                     if problems:
                         raise RuntimeError(row["bf16_rule"])
                 row["ms"] = back_to_back_ms(fn, cache, state, toks, args.steps, args.repeats)
                 row["sync_us"] = synchronised_us(fn, cache, state, toks, args.steps)
                 row["floor_frac"] = floor_ms / row["ms"]
+                row["tflops"] = flops / (row["ms"] / 1e3) / 1e12
         except Exception as e:  # one failing variant must not hide the others
             row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
         rows.append(row)
@@ -174,7 +191,9 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
 
 def print_table(rows: list[dict]) -> None:
     by = {(r["model"], r["variant"]): r for r in rows if "ms" in r}
-    print(f"\n{'model':14} {'variant':12} {'ms/step':>8} {'sync us':>8} {'floor/time':>10}  "
+    if rows:
+        print(f"\nbatch {rows[0]['batch']}, {rows[0]['prefill']} token(s) a step, {rows[0]['cache_tokens']} cached")
+    print(f"{'model':14} {'variant':12} {'ms/step':>8} {'sync us':>8} {'floor/time':>10} {'TFLOP/s':>8}  "
           f"{'mpk vs this (back to back / synchronised)':>40}")
     for r in rows:
         if "error" in r:
@@ -182,7 +201,8 @@ def print_table(rows: list[dict]) -> None:
             continue
         mpk = by.get((r["model"], "mpk"))
         vs = f"{r['ms'] / mpk['ms']:.2f}x / {r['sync_us'] / mpk['sync_us']:.2f}x" if mpk else "-"
-        print(f"{r['model']:14} {r['variant']:12} {r['ms']:8.3f} {r['sync_us']:8.0f} {r['floor_frac']:10.2f}  {vs:>40}")
+        print(f"{r['model']:14} {r['variant']:12} {r['ms']:8.3f} {r['sync_us']:8.0f} {r['floor_frac']:10.2f} "
+              f"{r['tflops']:8.1f}  {vs:>40}")
 
 
 def main(argv=None) -> int:
@@ -190,7 +210,9 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=["qwen3-0.6b"])
     p.add_argument("--variants", nargs="+", default=["eager", "cuda-graphs", "inductor-ro", "mpk"])
     p.add_argument("--cache-tokens", type=int, default=512, help="tokens already in the cache (live)")
-    p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + steps + 8)")
+    p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + steps·prefill + 8)")
+    p.add_argument("--batch", type=int, default=1, help="sequences per step")
+    p.add_argument("--prefill", type=int, default=1, help="tokens of each sequence per step (a prompt chunk)")
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-check", dest="check", action="store_false", help="skip mpk's bf16-rule check")
@@ -204,7 +226,8 @@ def main(argv=None) -> int:
     for m in args.models:
         rows += bench_model(m, args, bw)
     print_table(rows)
-    out = Path(args.json) if args.json else RESULTS / f"decode-{re.sub(r'[^A-Za-z0-9]+', '-', gpu).strip('-').lower()}.json"
+    shape = "" if (args.batch, args.prefill) == (1, 1) else f"b{args.batch}-p{args.prefill}-"
+    out = Path(args.json) if args.json else RESULTS / f"decode-{shape}{re.sub(r'[^A-Za-z0-9]+', '-', gpu).strip('-').lower()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": gpu, "copy_bandwidth": bw, "torch": torch.__version__, "rows": rows}, indent=1))
     print(f"wrote {out}")
