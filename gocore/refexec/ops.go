@@ -119,6 +119,9 @@ func (x *exec) row(v ir.View, lead []int64, dst []float64) []float64 {
 	n := v.Shape[v.Rank()-1]
 	dst = dst[:0]
 	for i := int64(0); i < n; i++ {
+		if x.audit {
+			x.check(v.Buf.ID, off+i*s, false)
+		}
 		dst = append(dst, m.load(off+i*s))
 	}
 	return dst

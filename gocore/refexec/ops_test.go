@@ -53,7 +53,7 @@ func (r *rig) run(op *ir.Op, box *tgraph.Box) error {
 		box = &tgraph.Box{Lo: make([]int64, len(shape)), Hi: shape}
 	}
 	x := &exec{g: r.g, mems: r.mems}
-	return x.task(op, *box)
+	return x.runTask(op, *box)
 }
 
 func sh(xs ...int64) []int64 { return xs }

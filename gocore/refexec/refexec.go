@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand"
 	"runtime"
+	"sort"
 	"unsafe"
 
 	"mpk/gocore/ir"
@@ -17,6 +18,18 @@ import (
 // Run executes every task of tg over caller memory (ptrs: inputs in order,
 // then outputs) and returns how many tasks ran.
 func Run(g *ir.Graph, tg *tgraph.Graph, ptrs []uintptr, seed int64) (int, error) {
+	return run(g, tg, ptrs, seed, false)
+}
+
+// RunAudited is Run that also checks every element each task reads or
+// writes against the task's declared accesses (tgraph.Task.Reads and
+// Writes, what the validator reasons with): the first element outside them
+// is the error. It checks the compiler's claims against execution.
+func RunAudited(g *ir.Graph, tg *tgraph.Graph, ptrs []uintptr, seed int64) (int, error) {
+	return run(g, tg, ptrs, seed, true)
+}
+
+func run(g *ir.Graph, tg *tgraph.Graph, ptrs []uintptr, seed int64, audit bool) (int, error) {
 	if want := len(g.Inputs) + len(g.Outputs); len(ptrs) != want {
 		return 0, fmt.Errorf("refexec: got %d pointers, want %d (%d inputs, %d outputs)", len(ptrs), want, len(g.Inputs), len(g.Outputs))
 	}
@@ -39,7 +52,7 @@ func Run(g *ir.Graph, tg *tgraph.Graph, ptrs []uintptr, seed int64) (int, error)
 		}
 		mems[b.ID] = mem{base: p, dt: b.DType, n: b.Numel}
 	}
-	x := &exec{g: g, mems: mems}
+	x := &exec{g: g, mems: mems, audit: audit}
 	n, err := x.run(tg, rand.New(rand.NewSource(seed)))
 	runtime.KeepAlive(keep) // the temporaries are reached only through unsafe pointers
 	return n, err
@@ -54,6 +67,38 @@ func callerMemory(addr uintptr) unsafe.Pointer {
 type exec struct {
 	g    *ir.Graph
 	mems []mem
+	// With audit, every load and store is checked against task's declared
+	// accesses; the first violation is kept in bad.
+	audit bool
+	task  *tgraph.Task
+	bad   error
+}
+
+// check records a violation when element off of buffer buf lies outside the
+// running task's declared reads (or writes).
+func (x *exec) check(buf int, off int64, write bool) {
+	if x.bad != nil {
+		return
+	}
+	declared, what := x.task.Reads, "reads"
+	if write {
+		declared, what = x.task.Writes, "writes"
+	}
+	for _, a := range declared {
+		if a.Buf != buf {
+			continue
+		}
+		i := sort.Search(len(a.Ivs), func(i int) bool { return a.Ivs[i].Hi > off })
+		if i < len(a.Ivs) && a.Ivs[i].Lo <= off {
+			return
+		}
+	}
+	verb := "reads"
+	if write {
+		verb = "writes"
+	}
+	x.bad = fmt.Errorf("refexec audit: task %d (op %d) %s element %d of buffer %s, outside its declared %s",
+		x.task.ID, x.task.Op, verb, off, x.g.Buffers[buf].Name, what)
 }
 
 // run picks ready tasks at random until none is left.
@@ -72,8 +117,12 @@ func (x *exec) run(tg *tgraph.Graph, rng *rand.Rand) (int, error) {
 		ready[i] = ready[len(ready)-1]
 		ready = ready[:len(ready)-1]
 		if t.Op >= 0 {
-			if err := x.task(x.g.Ops[t.Op], t.Box); err != nil {
+			x.task = t
+			if err := x.runTask(x.g.Ops[t.Op], t.Box); err != nil {
 				return done, fmt.Errorf("%s: %v", tg.Name(t.ID), err)
+			}
+			if x.bad != nil {
+				return done, fmt.Errorf("%s: %v", tg.Name(t.ID), x.bad)
 			}
 		}
 		done++
@@ -102,9 +151,21 @@ func at(v ir.View, idx []int64) int64 {
 	return off
 }
 
-func (x *exec) load(v ir.View, idx []int64) float64 { return x.mems[v.Buf.ID].load(at(v, idx)) }
+func (x *exec) load(v ir.View, idx []int64) float64 {
+	off := at(v, idx)
+	if x.audit {
+		x.check(v.Buf.ID, off, false)
+	}
+	return x.mems[v.Buf.ID].load(off)
+}
 
-func (x *exec) store(v ir.View, idx []int64, val float64) { x.mems[v.Buf.ID].store(at(v, idx), val) }
+func (x *exec) store(v ir.View, idx []int64, val float64) {
+	off := at(v, idx)
+	if x.audit {
+		x.check(v.Buf.ID, off, true)
+	}
+	x.mems[v.Buf.ID].store(off, val)
+}
 
 // each calls f for every index of box, in row-major order.
 func each(b tgraph.Box, f func(idx []int64) error) error {
@@ -132,7 +193,7 @@ func each(b tgraph.Box, f func(idx []int64) error) error {
 	}
 }
 
-func (x *exec) task(op *ir.Op, b tgraph.Box) error {
+func (x *exec) runTask(op *ir.Op, b tgraph.Box) error {
 	switch op.Kind {
 	case ir.Elementwise:
 		return each(b, func(idx []int64) error {
