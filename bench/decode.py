@@ -11,7 +11,7 @@ floor: (weight bytes + KV bytes read) / a device copy measured in the same run.
 Per variant: back-to-back device time (--steps steps timed with CUDA events,
 median of --repeats) and per-call synchronised latency (each call followed by
 a synchronisation, host clock, median), as a generate loop sees it. Before
-mpk is timed, its steps pass DESIGN.md's bf16 rule against a float32 copy of
+mpk is timed, its steps pass the bf16 rule (docs/architecture.md) against a float32 copy of
 the model. The cache's position counters are reset between repeats (untimed):
 HF's StaticCache mutates them itself. --batch runs that many sequences per
 step, --prefill that many tokens of each per step (a prompt chunk): the floor
@@ -131,7 +131,7 @@ def cuda_graph_step(model, cache, toks_shape, device):
 
 
 def bf16_rule(name, model, fn, cache, state, prompt, max_len, toks_per_step: int = 1, steps: int = 4) -> list[str]:
-    """Problems of mpk's steps under DESIGN.md's bf16 rule (empty: passed)."""
+    """Problems of mpk's steps under the bf16 rule (empty: passed)."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(7)
     shape = tuple(prompt.shape[:1]) + (toks_per_step,)

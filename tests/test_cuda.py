@@ -1,5 +1,5 @@
 """The cuda target on a GPU (pytest -m gpu): tiny models through one megakernel
-launch per step, judged by DESIGN.md's bf16 rule against a float32 copy."""
+launch per step, judged by the bf16 rule (docs/architecture.md) against a float32 copy."""
 
 from __future__ import annotations
 

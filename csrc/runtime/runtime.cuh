@@ -1,6 +1,7 @@
 // Device runtime of an mpk megakernel: element access through the view
-// descriptors of the op table, the event-counter protocol (DESIGN.md contract
-// 4), and small math helpers shared by the task library.
+// descriptors of the op table, the event-counter protocol
+// (docs/architecture.md, contract 4), and small math helpers shared by the
+// task library.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

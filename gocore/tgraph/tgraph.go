@@ -1,7 +1,8 @@
 // Package tgraph is the SM-level task graph: tasks that each compute one tile
-// of one op, and events (monotonic counters) that order them. Contract 4 of
-// DESIGN.md: a task waits on at most one event, needing all of its producers,
-// and triggers at most one event when every write it made is complete.
+// of one op, and events (monotonic counters) that order them
+// (docs/architecture.md, contract 4): a task waits on at most one event,
+// needing all of its producers, and triggers at most one event when every
+// write it made is complete.
 package tgraph
 
 import (

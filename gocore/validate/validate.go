@@ -1,4 +1,4 @@
-// Package validate is the static validator of DESIGN.md contract 5: it proves,
+// Package validate is the static validator of docs/architecture.md contract 5: it proves,
 // before anything is launched, that a task graph cannot hang or race.
 //
 // Semantics checked: a task waits on event Wait (or none) until Needed tasks

@@ -319,7 +319,7 @@ def float32_copy(model: torch.nn.Module, name: str) -> torch.nn.Module:
 
 
 def _bf16_rule(m, name, fill, state, token_steps, max_len, eager, got, log=print) -> list[str]:
-    """DESIGN.md's bf16 rule: judge against a float32 copy of the model on the
+    """The bf16 rule (docs/architecture.md, Correctness): judge against a float32 copy of the model on the
     same inputs: the same tokens, and the same cache contents (the bf16 cache
     as the steps found it, upcast), so the judge measures the steps alone."""
     ref = float32_copy(m, name)
