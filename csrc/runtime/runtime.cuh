@@ -181,8 +181,9 @@ __device__ __forceinline__ bool aborting(const int32_t* abort) { return *(volati
 
 // Where a task reports a bad index: the instance's abort flag and status and
 // the task running, kept in shared memory by the megakernel (thread 0 sets
-// them; tasks read them only on the error path). A kernel that never sets
-// them (a test kernel) leaves status null and reports nothing.
+// them before its first barrier; tasks read them only on the error path).
+// Any other kernel that runs tasks which read indices must set s_fault first
+// (status null: report nothing).
 struct Fault {
   int32_t* abort;
   MpkStatus* status;
