@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mpk import backend, build
+from mpk import backend, build, build_cli
 from mpk.errors import MpkError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_build_command_tiny_llama(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    rc = build.main(["--model", "tiny-llama", "--out", str(out)])
+    rc = build_cli.main(["--model", "tiny-llama", "--out", str(out)])
     text = capsys.readouterr().out
     last = text.strip().splitlines()[-1]
     if "the core returned no CUDA sources" in text:

@@ -119,30 +119,30 @@ def test_hit_with_parameters_on_the_graph_module(core_lib, fresh_dynamo, monkeyp
 def test_core_result_cache_for_the_cuda_target(core_lib, fresh_dynamo, monkeypatch, tmp_path):
     """`mpk build` (the cuda target's compile path, no GPU needed) twice: the
     second finds the core's result; a corrupt entry is a miss and is rebuilt."""
-    from mpk import build
+    from mpk import build_cli
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
-    first = build.export_for_cuda("tiny-qwen3", workers=8)
+    first = build_cli.export_for_cuda("tiny-qwen3", workers=8)
     assert not first.summary.get("core_cache_hit") and first.summary["core_ms"] > 0
-    second = build.export_for_cuda("tiny-qwen3", workers=8)
+    second = build_cli.export_for_cuda("tiny-qwen3", workers=8)
     assert second.summary.get("core_cache_hit") and second.summary["core_ms"] == 0.0
     assert second.sources == first.sources and second.output_specs == first.output_specs
     assert second.summary["tasks"] == first.summary["tasks"]
-    other = build.export_for_cuda("tiny-qwen3", workers=16)  # options are part of the key
+    other = build_cli.export_for_cuda("tiny-qwen3", workers=16)  # options are part of the key
     assert not other.summary.get("core_cache_hit") and other.sources != first.sources
     entries = list((tmp_path / "core").iterdir())
     assert len(entries) == 2
     for e in entries:
         e.write_bytes(b"not zlib")
-    again = build.export_for_cuda("tiny-qwen3", workers=8)
+    again = build_cli.export_for_cuda("tiny-qwen3", workers=8)
     assert not again.summary.get("core_cache_hit") and again.sources == first.sources
 
 
 def test_core_cache_key_ignores_dict_order(core_lib, fresh_dynamo, monkeypatch, tmp_path):
     """A graph-cache hit rebuilds the request with the options added last; it
     must still find the core result the cold compile stored."""
-    from mpk import build, core
+    from mpk import build, build_cli, core
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
-    req = build.export_for_cuda("tiny-qwen3", workers=8).request
+    req = build_cli.export_for_cuda("tiny-qwen3", workers=8).request
     reordered = {k: req[k] for k in reversed(list(req))}
     assert list(reordered) != list(req)
     assert core.compile_cached(reordered, build.cache_root()).summary.get("core_cache_hit")

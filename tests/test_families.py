@@ -181,10 +181,10 @@ def test_cuda_build(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys, model
     """The cuda target's module for a left-padded batch builds (nvcc, where found)
     for families whose ops lower to the most kinds: layer norms, split heads,
     partial rotary, soft-capped eager attention, a sliding-window cache."""
-    from mpk import build
+    from mpk import build, build_cli
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
-    rc = build.main(["--model", model, "--out", str(tmp_path / "out"), "--cache-tokens", str(CACHE_TOKENS),
-                     "--batch", "4", "--mask"])
+    rc = build_cli.main(["--model", model, "--out", str(tmp_path / "out"), "--cache-tokens", str(CACHE_TOKENS),
+                         "--batch", "4", "--mask"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert rc == 0 and last.startswith("BUILT "), last
     assert last.endswith("nvcc ok" if build.find_nvcc() else "nvcc skipped"), last

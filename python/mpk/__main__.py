@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import check
         return check.main(rest)
     if cmd == "build":
-        from . import build
-        return build.main(rest)
+        from . import build_cli
+        return build_cli.main(rest)
     if cmd == "validate-suite":
         from . import validate_suite
         return validate_suite.main(rest)

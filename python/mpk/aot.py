@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import torch
 
 from . import cachefile
+from .compiled import unbox
 from .errors import ArgumentError, MpkError
 
 FORMAT = 1
@@ -73,7 +74,6 @@ class SavableGraph(_Savable):
     def __call__(self, *args):
         if not self.lifted:
             return self.graph(*args)
-        from .backend import unbox
         return self.graph(*self.lifted, *unbox(args, len(self.graph.inputs) - len(self.lifted)))
 
     @classmethod

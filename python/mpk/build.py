@@ -4,15 +4,10 @@ build_module() compiles the core's generated CUDA (module.cu, which includes
 headers from csrc/runtime and csrc/tasks) into module.so under a cache
 directory keyed by the content hash of everything that affects the binary.
 cuda_callable() loads it through the pybind11 launcher (mpk._launcher, see
-csrc/launcher) and returns the callable torch.compile hands back.
-
-`python -m mpk build` (main below) runs the compile path for the cuda target
-on the CPU, without a GPU, and writes the generated sources (and module.so
-where nvcc is found) to a directory."""
+csrc/launcher) and returns the callable torch.compile hands back."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -27,8 +22,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
+import torch
+
+from .compiled import CompiledGraph, unbox
 from .errors import MpkError
 
 MODULE_SO = "module.so"
@@ -362,118 +360,111 @@ def cuda_callable(request, compiled, opts, display_names, returns_sequence, devi
     if opts.get("build_only"):
         if gm is None:
             raise MpkError("build_only needs the ATen graph", kind="internal")
-        return _graph_classes()[0](request, compiled, opts, display_names, returns_sequence, gm)
+        return BuildOnlyGraph(request, compiled, opts, display_names, returns_sequence, gm)
     sources = compiled.result.get("cuda") or {}
     if not sources:
         raise MpkError("cuda target not built yet: the core returned no CUDA sources",
                        hint="use options={'target': 'reference'} for now", kind="not_implemented")
-    return _graph_classes()[1](request, compiled, opts, display_names, returns_sequence, device)
+    return CudaGraph(request, compiled, opts, display_names, returns_sequence, device)
 
 
-def _make_classes():
-    import torch
+class BuildOnlyGraph(CompiledGraph):
+    """What the backend returns with build_only: the core's result (for `mpk
+    build`), and a call that runs the ATen graph eagerly so tracing code
+    that calls the model once still works."""
 
-    from .backend import CompiledGraph as Base, unbox
+    def __init__(self, request, compiled, opts, display_names, returns_sequence, gm):
+        super().__init__(request, compiled, opts, display_names, returns_sequence)
+        self.gm = gm
+        self.sources = dict(compiled.result.get("cuda") or {})
 
-    class BuildOnlyGraph(Base):
-        """What the backend returns with build_only: the core's result (for `mpk
-        build`), and a call that runs the ATen graph eagerly so tracing code
-        that calls the model once still works."""
+    def __call__(self, *args):
+        args = unbox(args, len(self.inputs))
+        self.calls += 1
+        with torch.no_grad():
+            return self.gm(*args)
 
-        def __init__(self, request, compiled, opts, display_names, returns_sequence, gm):
-            super().__init__(request, compiled, opts, display_names, returns_sequence)
-            self.gm = gm
-            self.sources = dict(compiled.result.get("cuda") or {})
+class CudaGraph(CompiledGraph):
+    """Builds and loads the module once; each call checks arguments,
+    allocates outputs and makes one launch on torch's current stream."""
 
-        def __call__(self, *args):
-            args = unbox(args, len(self.inputs))
-            self.calls += 1
-            with torch.no_grad():
-                return self.gm(*args)
+    def __init__(self, request, compiled, opts, display_names, returns_sequence, device):
+        super().__init__(request, compiled, opts, display_names, returns_sequence)
+        if device.type != "cuda":
+            raise MpkError(f"target 'cuda' got a graph whose tensors are on {device}",
+                           hint="move the model and inputs to a CUDA device, or use "
+                                "options={'target': 'reference'}", kind="bad_request")
+        self.device = device
+        self.sync = bool(opts.get("sync", False))
+        self.poison = bool(opts.get("poison", False))
+        self.core_ms = float(self.summary.get("core_ms", 0.0))
+        self.sources = dict(compiled.result.get("cuda") or {})
+        self.build = build_module_info(self.sources, cuda_arch(device=self.device))
+        t0 = time.perf_counter()
+        launcher = load_launcher()
+        budget_ms = float(opts.get("wait_budget_ms", DEFAULT_WAIT_BUDGET_MS))
+        with torch.cuda.device(self.device):
+            self.module = launcher.Module(str(self.build.path))
+            self._check_module()
+            # This callable's own device state: another compile of the same
+            # graph loads the same module.so but never shares counters.
+            self.instance = self.module.create(int(budget_ms * 1e6))
+        # The compiler runs under Dynamo's fake-tensor mode, where torch.empty
+        # makes a tensor without storage: the arena is allocated at the first call.
+        self.arena: torch.Tensor | None = None
+        self.load_s = time.perf_counter() - t0
+        self.nvcc_s = None if self.build.cache_hit else self.build.nvcc_s
+        self.launches = 0
+        self._done: torch.cuda.Event | None = None
+        self.last_status: dict | None = None
 
-    class CudaGraph(Base):
-        """Builds and loads the module once; each call checks arguments,
-        allocates outputs and makes one launch on torch's current stream."""
+    def _check_module(self) -> None:
+        m = self.module
+        n_in, n_out = len(self.inputs), len(self.output_specs)
+        if (m.num_inputs, m.num_outputs, m.num_slots) != (n_in, n_out, n_in + n_out + 1):
+            raise MpkError(f"module {self.build.path} takes {m.num_inputs} inputs, {m.num_outputs} "
+                           f"outputs, {m.num_slots} slots; the graph has {n_in} inputs and "
+                           f"{n_out} outputs (want {n_in + n_out + 1} slots)", kind="internal")
 
-        def __init__(self, request, compiled, opts, display_names, returns_sequence, device):
-            super().__init__(request, compiled, opts, display_names, returns_sequence)
-            if device.type != "cuda":
-                raise MpkError(f"target 'cuda' got a graph whose tensors are on {device}",
-                               hint="move the model and inputs to a CUDA device, or use "
-                                    "options={'target': 'reference'}", kind="bad_request")
-            self.device = device
-            self.sync = bool(opts.get("sync", False))
-            self.poison = bool(opts.get("poison", False))
-            self.core_ms = float(self.summary.get("core_ms", 0.0))
-            self.sources = dict(compiled.result.get("cuda") or {})
-            self.build = build_module_info(self.sources, cuda_arch(device=self.device))
-            t0 = time.perf_counter()
-            launcher = load_launcher()
-            budget_ms = float(opts.get("wait_budget_ms", DEFAULT_WAIT_BUDGET_MS))
-            with torch.cuda.device(self.device):
-                self.module = launcher.Module(str(self.build.path))
-                self._check_module()
-                # This callable's own device state: another compile of the same
-                # graph loads the same module.so but never shares counters.
-                self.instance = self.module.create(int(budget_ms * 1e6))
-            # The compiler runs under Dynamo's fake-tensor mode, where torch.empty
-            # makes a tensor without storage: the arena is allocated at the first call.
-            self.arena: torch.Tensor | None = None
-            self.load_s = time.perf_counter() - t0
-            self.nvcc_s = None if self.build.cache_hit else self.build.nvcc_s
-            self.launches = 0
-            self._done: torch.cuda.Event | None = None
-            self.last_status: dict | None = None
+    def timing(self) -> str:
+        """Compile cost after Dynamo: AOTAutograd (or the graph cache), the Go
+        core, nvcc (or the cache), loading."""
+        front = f"{self.front_timing}, " if self.front_timing else ""
+        core = "core cache hit" if self.summary.get("core_cache_hit") else f"core {self.core_ms:.1f} ms"
+        return f"{front}{core}, {self.build.describe()}, load {self.load_s:.2f} s"
 
-        def _check_module(self) -> None:
-            m = self.module
-            n_in, n_out = len(self.inputs), len(self.output_specs)
-            if (m.num_inputs, m.num_outputs, m.num_slots) != (n_in, n_out, n_in + n_out + 1):
-                raise MpkError(f"module {self.build.path} takes {m.num_inputs} inputs, {m.num_outputs} "
-                               f"outputs, {m.num_slots} slots; the graph has {n_in} inputs and "
-                               f"{n_out} outputs (want {n_in + n_out + 1} slots)", kind="internal")
+    def check_status(self) -> None:
+        """Reads the status the last finished launch copied to pinned memory
+        (the caller made sure it finished); raises MpkRuntimeError (and
+        resets the instance) when it aborted."""
+        st = self.instance.status()
+        self.last_status = st
+        if st.get("aborted"):
+            self.instance.reset()
+            raise abort_error(st, self.summary)
 
-        def timing(self) -> str:
-            """Compile cost after Dynamo: AOTAutograd (or the graph cache), the Go
-            core, nvcc (or the cache), loading."""
-            front = f"{self.front_timing}, " if self.front_timing else ""
-            core = "core cache hit" if self.summary.get("core_cache_hit") else f"core {self.core_ms:.1f} ms"
-            return f"{front}{core}, {self.build.describe()}, load {self.load_s:.2f} s"
-
-        def check_status(self) -> None:
-            """Reads the status the last finished launch copied to pinned memory
-            (the caller made sure it finished); raises MpkRuntimeError (and
-            resets the instance) when it aborted."""
-            st = self.instance.status()
-            self.last_status = st
-            if st.get("aborted"):
-                self.instance.reset()
-                raise abort_error(st, self.summary)
-
-        def _run(self, args, outs) -> None:
-            stream = torch.cuda.current_stream(self.device)
-            capturing = torch.cuda.is_current_stream_capturing()
-            if self._done is not None and not capturing and not self.sync and self._done.query():
-                self._done = None
-                self.check_status()  # the previous launch finished: cheap to look
-            if self.arena is None:
-                self.arena = torch.empty(max(int(self.module.arena_bytes), 1), dtype=torch.uint8,
-                                         device=self.device)
-            slots = [t.data_ptr() for t in args] + [t.data_ptr() for t in outs] + [self.arena.data_ptr()]
-            try:
-                self.instance.launch(slots, stream.cuda_stream)
-            except RuntimeError as e:
-                raise MpkError(f"launching the megakernel failed: {e}", kind="runtime") from None
-            self.launches += 1
-            if self.sync:
-                stream.synchronize()
-                self.check_status()
-            elif not capturing:
-                ev = torch.cuda.Event()
-                ev.record(stream)
-                self._done = ev
-
-    return BuildOnlyGraph, CudaGraph
+    def _run(self, args, outs) -> None:
+        stream = torch.cuda.current_stream(self.device)
+        capturing = torch.cuda.is_current_stream_capturing()
+        if self._done is not None and not capturing and not self.sync and self._done.query():
+            self._done = None
+            self.check_status()  # the previous launch finished: cheap to look
+        if self.arena is None:
+            self.arena = torch.empty(max(int(self.module.arena_bytes), 1), dtype=torch.uint8,
+                                     device=self.device)
+        slots = [t.data_ptr() for t in args] + [t.data_ptr() for t in outs] + [self.arena.data_ptr()]
+        try:
+            self.instance.launch(slots, stream.cuda_stream)
+        except RuntimeError as e:
+            raise MpkError(f"launching the megakernel failed: {e}", kind="runtime") from None
+        self.launches += 1
+        if self.sync:
+            stream.synchronize()
+            self.check_status()
+        elif not capturing:
+            ev = torch.cuda.Event()
+            ev.record(stream)
+            self._done = ev
 
 
 # How long one spin-wait of the megakernel may last before it aborts: far
@@ -508,111 +499,3 @@ def abort_error(st: dict, summary: dict | None = None):
     return MpkRuntimeError(msg, hint="the module was reset; a hang like this is a compiler bug: "
                                      "rerun with MPK_DUMP_REQUEST=req.json and report it",
                            kind="runtime")
-
-
-_classes: tuple | None = None
-
-
-def _graph_classes():
-    """(BuildOnlyGraph, CudaGraph), defined on first use: they subclass
-    backend.CompiledGraph, and importing mpk.build must not import the backend."""
-    global _classes
-    if _classes is None:
-        _classes = _make_classes()
-    return _classes
-
-
-# --------------------------------------------------------------------------
-# `python -m mpk build`
-# --------------------------------------------------------------------------
-
-def export_for_cuda(model_name: str, dtype: str = "bfloat16", workers: int = 132, seed: int = 0,
-                    cache_tokens: int = 64, prefill: int = 1, extra: dict | None = None,
-                    batch: int = 1, mask: bool = False):
-    """Compiles one step of a model (a named model or a local HF config; the
-    inputs `python -m mpk check` gives it) for the cuda target on the CPU
-    (build_only) and returns the BuildOnlyGraph holding the core's result."""
-    import torch
-
-    from . import backend, check, models
-
-    check.ensure_backend_registered()
-    m = models.build(model_name, dtype=check.DTYPES[dtype], device="cpu", seed=seed)
-    max_len = (cache_tokens + prefill + 63) // 64 * 64
-    plan = check.plan_inputs(m.config.vocab_size, batch, cache_tokens, prefill, 1, mask, max_len, seed)
-    cache = check._make_cache(m, max_len, "cpu", plan.fill, **plan.fill_inputs)
-    opts = {"target": "cuda", "build_only": True, "num_workers": workers, "seed": seed, **(extra or {})}
-    torch._dynamo.reset()
-    before = backend.compile_count
-    cm = torch.compile(m, backend="mpk", options=opts, fullgraph=True, dynamic=False)
-    with torch.no_grad():
-        cm(**plan.steps[0], past_key_values=cache, use_cache=True)
-    fn = backend.last_compiled
-    if backend.compile_count == before or fn is None:
-        raise MpkError("the mpk backend was not called (nothing compiled)", kind="internal")
-    return fn
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mpk build",
-                                description="Compile a model's decode step for the cuda target on the "
-                                            "CPU (no GPU needed); write module.cu and friends to --out, "
-                                            "and module.so where nvcc is found.")
-    from . import models
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--model", default="tiny-llama", choices=models.MODELS)
-    which.add_argument("--config", default=None, metavar="PATH", help="a local HF config.json instead")
-    p.add_argument("--out", required=True, help="directory for the generated files")
-    p.add_argument("--workers", type=int, default=132, help="num_workers (default 132, an H100's SMs)")
-    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prefill", type=int, default=1, help="tokens per step")
-    p.add_argument("--cache-tokens", type=int, default=64)
-    p.add_argument("--batch", type=int, default=1, help="sequences per step")
-    p.add_argument("--mask", action="store_true", help="a 2-D attention mask, as `mpk check --mask`")
-    p.add_argument("--arch", default=None, help="e.g. 90a (default: $MPK_CUDA_ARCH, the GPU, else 90a)")
-    p.add_argument("--no-nvcc", action="store_true", help="write the sources only")
-    a = p.parse_args(argv)
-
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        fn = export_for_cuda(a.config or a.model, a.dtype, a.workers, a.seed, a.cache_tokens, a.prefill,
-                             batch=a.batch, mask=a.mask)
-    except MpkError as e:
-        print(f"mpk error ({e.kind}): {e}")
-        print("BUILT 0 tasks, cuda 0 bytes, nvcc skipped")
-        return 1
-    summary = fn.summary or {}
-    tasks = int(summary.get("tasks", 0))
-    text = summary.get("text", "")
-    (out / "summary.txt").write_text(text)
-    if text:
-        print(text.rstrip("\n"))
-    sources = fn.sources
-    for name, body in sources.items():
-        if "/" in name or name.startswith("."):
-            print(f"skipping generated file with odd name {name!r}")
-            continue
-        (out / name).write_text(body)
-    nbytes = sum(len(s.encode()) for s in sources.values())
-    rc, status = 0, "skipped"
-    if not sources:
-        print("the core returned no CUDA sources for the cuda target")
-        rc = 1
-    elif a.no_nvcc:
-        pass
-    elif find_nvcc() is None:
-        print("nvcc not found: sources written, module.so not built")
-    else:
-        try:
-            info = build_module_info(sources, cuda_arch(a.arch or os.environ.get("MPK_CUDA_ARCH")
-                                                        or DEFAULT_ARCH))
-            shutil.copyfile(info.path, out / MODULE_SO)
-            print(f"{info.describe()}: {' '.join(info.command)}")
-            status = "ok"
-        except MpkError as e:
-            print(f"mpk error ({e.kind}): {e}")
-            status, rc = "failed", 1
-    print(f"BUILT {tasks} tasks, cuda {nbytes} bytes, nvcc {status}")
-    return rc

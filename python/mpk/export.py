@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.fx
