@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import torch
 
-from mpk import backend, check
+from mpk import check
 
 
 def main() -> None:
@@ -26,13 +26,15 @@ def main() -> None:
     a = p.parse_args()
     check.ensure_backend_registered()
     m, cache = check.decode_setup(a.model, a.cache_tokens)
-    step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False, options={"trace": True})
+    compiled = []
+    step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
+                         options={"trace": True, "on_compile": compiled.append})
     tok = torch.randint(0, m.config.vocab_size, (1, 1), device="cuda")
     with torch.no_grad():
         for _ in range(4):
             step(input_ids=tok, past_key_values=cache, use_cache=True)
     torch.cuda.synchronize()
-    fn = backend.last_compiled
+    fn = compiled[-1]
     labels = fn.summary["op_labels"]
     lib = ctypes.CDLL(str(fn.build.path))  # the module the launcher loaded (same handle)
     lib.mpk_trace.argtypes = [ctypes.c_void_p, ctypes.c_int32]

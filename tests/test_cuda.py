@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpk import backend, check, models
+from mpk import check, models
 from mpk.errors import ArgumentError
 
 pytestmark = pytest.mark.gpu
@@ -27,21 +27,22 @@ def _compiled_tiny_llama(options=None):
     gen = torch.Generator().manual_seed(1)
     fill = torch.randint(0, m.config.vocab_size, (1, 64), generator=gen)
     cache = check._make_cache(m, 128, "cuda", fill)
-    cm = torch.compile(m, backend="mpk", options={"target": "cuda", **(options or {})},
+    compiled = []  # the compiled callables, through the on_compile option
+    cm = torch.compile(m, backend="mpk", options={"target": "cuda", "on_compile": compiled.append, **(options or {})},
                        fullgraph=True, dynamic=False)
     toks = [torch.randint(0, m.config.vocab_size, (1, 1), generator=gen).cuda() for _ in range(6)]
-    return cm, cache, toks
+    return cm, cache, toks, compiled
 
 
 @torch.no_grad()
 def test_one_kernel_launch_per_step(core_lib, fresh_dynamo):
     from torch.profiler import ProfilerActivity, profile
 
-    cm, cache, toks = _compiled_tiny_llama()
+    cm, cache, toks, compiled = _compiled_tiny_llama()
     for t in toks[:2]:  # compile, then one warm step
         cm(input_ids=t, past_key_values=cache, use_cache=True)
     torch.cuda.synchronize()
-    fn = backend.last_compiled
+    fn = compiled[-1]
     before = fn.launches
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for t in toks[2:5]:
@@ -52,14 +53,14 @@ def test_one_kernel_launch_per_step(core_lib, fresh_dynamo):
                and not e.name.lower().startswith(("memcpy", "memset"))]
     assert fn.launches - before == 3
     assert len(kernels) == 3, kernels
-    assert backend.compile_count >= 1 and fn.calls == 5
+    assert len(compiled) == 1 and fn.calls == 5
 
 
 @torch.no_grad()
 def test_arguments_are_checked_on_cuda(core_lib, fresh_dynamo):
-    cm, cache, toks = _compiled_tiny_llama()
+    cm, cache, toks, compiled = _compiled_tiny_llama()
     cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
-    fn = backend.last_compiled
+    fn = compiled[-1]
     metas = [i["meta"] for i in fn.inputs]
     good = [torch.empty_strided(m["shape"], m["strides"], dtype=_dtype(m["dtype"]), device=fn.device)
             for m in metas]
@@ -83,15 +84,15 @@ def test_timings_and_cache_hit(core_lib, fresh_dynamo, monkeypatch, tmp_path):
     """A cold compile into an empty cache, then a warm one that hits all three
     caches (exported graph, core result, nvcc module) and still runs."""
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
-    cm, cache, toks = _compiled_tiny_llama({"sync": True})
+    cm, cache, toks, compiled = _compiled_tiny_llama({"sync": True})
     cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
-    first = backend.last_compiled
+    first = compiled[-1]
     assert first.core_ms > 0 and first.load_s >= 0 and not first.build.cache_hit
     assert "core" in first.timing() and first.front_timing.startswith("AOTAutograd ")
     torch._dynamo.reset()
-    cm, cache, toks = _compiled_tiny_llama({"sync": True})
+    cm, cache, toks, compiled = _compiled_tiny_llama({"sync": True})
     cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
-    second = backend.last_compiled
+    second = compiled[-1]
     assert second is not first and second.build.cache_hit and second.nvcc_s is None
     assert second.summary.get("core_cache_hit") and "core cache hit" in second.timing()
     assert second.front_timing == "AOTAutograd skipped (graph cache hit)"
@@ -106,7 +107,7 @@ def test_broken_graph_raises_instead_of_hanging(core_lib, fresh_dynamo):
 
     from mpk.errors import MpkError
 
-    cm, cache, toks = _compiled_tiny_llama({"skip_validate": True, "drop_dependency": True, "sync": True})
+    cm, cache, toks, _ = _compiled_tiny_llama({"skip_validate": True, "drop_dependency": True, "sync": True})
     with pytest.raises(MpkError) as first:  # compiles (nvcc), launches, aborts
         cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
     assert "wait" in str(first.value).lower() and "event" in str(first.value).lower(), str(first.value)
@@ -129,10 +130,11 @@ def test_hf_generate_with_mpk_compile_config(core_lib, fresh_dynamo):
     ids = torch.randint(0, m.config.vocab_size, (1, 8), generator=torch.Generator().manual_seed(3)).cuda()
     kw = dict(max_new_tokens=32, do_sample=False, cache_implementation="static", pad_token_id=0)
     eager = m.generate(ids, disable_compile=True, **kw)
-    before = backend.compile_count
-    cfg = CompileConfig(backend="mpk", fullgraph=True, dynamic=False, mode=None, options={"target": "cuda"})
+    compiled = []
+    cfg = CompileConfig(backend="mpk", fullgraph=True, dynamic=False, mode=None,
+                        options={"target": "cuda", "on_compile": compiled.append})
     got = m.generate(ids, compile_config=cfg, **kw)
-    assert backend.compile_count > before, "generate did not compile through mpk"
+    assert compiled, "generate did not compile through mpk"
     assert got.shape == eager.shape and torch.equal(got, eager), (got, eager)
 
 

@@ -73,10 +73,11 @@ def compiled_lin(request, fresh_dynamo):
         request.getfixturevalue("fake_core")
     else:
         request.getfixturevalue("core_lib")
+    compiled = []
     with torch.no_grad():
-        torch.compile(Lin(), backend="mpk", options={"target": "reference"}, fullgraph=True,
-                      dynamic=False)(torch.randn(2, 8))
-    fn = backend.last_compiled
+        torch.compile(Lin(), backend="mpk", options={"target": "reference", "on_compile": compiled.append},
+                      fullgraph=True, dynamic=False)(torch.randn(2, 8))
+    fn = compiled[-1]
     assert isinstance(fn, backend.CompiledGraph)
     names = [i["name"] for i in fn.inputs]
     x_idx = next(i for i, inp in enumerate(fn.inputs) if inp["meta"]["shape"] == [2, 8])

@@ -25,12 +25,15 @@ def _affine(x, y):
 
 def _compile_affine():
     """torch.compile of _affine for (4, 8) float32 inputs; returns (compiled fn, CompiledGraph)."""
-    cf = torch.compile(_affine, backend="mpk", options=OPTS, fullgraph=True, dynamic=False)
+    compiled = []
+    cf = torch.compile(_affine, backend="mpk", options={**OPTS, "on_compile": compiled.append}, fullgraph=True,
+                       dynamic=False)
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     with torch.no_grad():
         torch.testing.assert_close(cf(x, y), _affine(x, y))
-    fn = backend.last_compiled
+    fn = compiled[-1]
     assert isinstance(fn, backend.CompiledGraph) and len(fn.inputs) == 2
+    cf.compiled = compiled  # every compile of cf, later ones included
     return cf, fn
 
 
@@ -151,10 +154,12 @@ def test_aliased_inputs(core_lib, fresh_dynamo):
     # Through torch.compile: Dynamo guards on input aliasing and aot_autograd
     # dedups the aliased pair (the graph it hands mpk has one input), so the
     # result must equal eager's, in the outputs and in the mutated input.
-    cf = torch.compile(_two_writes, backend="mpk", options=OPTS, fullgraph=True, dynamic=False)
+    compiled = []
+    cf = torch.compile(_two_writes, backend="mpk", options={**OPTS, "on_compile": compiled.append}, fullgraph=True,
+                       dynamic=False)
     with torch.no_grad():
         cf(torch.ones(3, 4), torch.ones(3, 4))  # compiled for two distinct inputs
-        fn = backend.last_compiled
+        fn = compiled[-1]
         x_eager, x_mpk = torch.ones(3, 4), torch.ones(3, 4)
         expect = _two_writes(x_eager, x_eager)
         got = cf(x_mpk, x_mpk)
@@ -194,11 +199,11 @@ def test_wrong_device(core_lib, fresh_dynamo):
 
 def test_new_shape_recompiles_correctly(core_lib, fresh_dynamo):
     cf, _ = _compile_affine()
-    n = backend.compile_count
+    n = len(cf.compiled)
     x, y = torch.randn(6, 8), torch.randn(6, 8)
     with torch.no_grad():
         out = cf(x, y)  # Dynamo's shape guard fails: a new static-shape compile
-    assert backend.compile_count == n + 1
+    assert len(cf.compiled) == n + 1
     torch.testing.assert_close(out, _affine(x, y))
 
 
@@ -288,10 +293,12 @@ def test_thousand_compiles_memory_flat(core_lib, fresh_dynamo):
     torch.manual_seed(0)
     m = Tiny().eval()
     x = torch.randn(2, 16)
+    compiled = []
     with torch.no_grad():
-        torch.compile(m, backend="mpk", options=OPTS, fullgraph=True, dynamic=False)(x)
+        torch.compile(m, backend="mpk", options={**OPTS, "on_compile": compiled.append}, fullgraph=True,
+                      dynamic=False)(x)
         expect = m(x)
-    fn = backend.last_compiled
+    fn = compiled[-1]
     req = fn.request  # exported once, reused for every compile
     # Dynamo orders the inputs by first use; its names say which is which.
     by_name = {"l_x_": x, "l_self_buffers_state_": m.state}

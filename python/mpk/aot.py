@@ -27,83 +27,23 @@ import io
 import json
 import os
 import re
-import threading
 import types
 from builtins import type  # noqa: A004 - see _forward
 from typing import Any, Sequence
 
 import torch
 
-from . import cachefile
-from .compiled import unbox
+from . import savable
+from .savable import FORMAT, SavableGraph  # noqa: F401  (files saved before savable.py name mpk.aot.SavableGraph)
 from .errors import ArgumentError, MpkError
 
-FORMAT = 1
 MAGIC = b"mpk-precompiled-step\n"
-
-try:  # torch >= 2.9
-    from torch._dynamo.aot_compile_types import SerializableCallable as _Savable
-except ImportError:  # pragma: no cover - older torch: graphs run but cannot be saved
-    _Savable = object
-
-_saving = threading.local()
-
-
-def saving() -> bool:
-    """True while `precompile` traces: the backend must return a SavableGraph."""
-    return getattr(_saving, "on", False)
-
 
 def _forward(model, *args, **kwargs):
     # What is traced and saved. Dynamo's bytecode around the graph loads
     # builtins such as `type` as globals, and torch 2.11 resolves them in this
     # module's dict only; hence the explicit import above.
     return model(*args, **kwargs)
-
-
-class SavableGraph(_Savable):
-    """What the backend returns when AOTAutograd's runtime wrapper has nothing
-    to do (see graph_cache.trivial_wrapper): the compiled graph, called with
-    Dynamo's arguments. Parameters left on the graph module (not lifted to
-    inputs by Dynamo) are passed first, as AOTAutograd would."""
-
-    def __init__(self, graph, lifted: Sequence[torch.Tensor] = ()):
-        self.graph = graph
-        self.lifted = tuple(lifted)
-
-    def __call__(self, *args):
-        if not self.lifted:
-            return self.graph(*args)
-        return self.graph(*self.lifted, *unbox(args, len(self.graph.inputs) - len(self.lifted)))
-
-    @classmethod
-    def serialize_compile_artifacts(cls, fn: "SavableGraph") -> bytes:
-        if fn.lifted:
-            raise MpkError(f"cannot save a graph that holds {len(fn.lifted)} parameters or buffers "
-                           "as graph-module attributes", kind="bad_request",
-                           hint="keep torch._dynamo.config.inline_inbuilt_nn_modules=True (the default)")
-        g = fn.graph
-        return cachefile.encode({"format": FORMAT, "request": g.request, "opts": g.opts,
-                                 "display_names": g.display_names, "returns_sequence": g.returns_sequence,
-                                 "device": str(g.device)})
-
-    @classmethod
-    def deserialize_compile_artifacts(cls, data: bytes) -> "SavableGraph":
-        from . import backend
-        try:
-            saved = cachefile.decode(data)
-        except ValueError as e:
-            raise MpkError(f"the precompiled graph is unreadable: {e}", kind="bad_request") from None
-        if saved.get("format") != FORMAT:
-            raise MpkError(f"the precompiled graph has format {saved.get('format')}, this mpk reads {FORMAT}",
-                           hint="precompile it again with this version of mpk", kind="bad_request")
-        device = torch.device(saved["device"])
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        graph = backend.compile_request(saved["request"], saved["opts"], saved["display_names"],
-                                        saved["returns_sequence"], device)
-        graph.front_timing = "loaded from a precompiled file"
-        return cls(graph)
 
 
 def _portable_guards(entries) -> list[bool]:
@@ -125,11 +65,13 @@ def _aot_enabled():
 
 class Precompiled:
     """A model's compiled step: call it as the model. Holds the model, whose
-    parameters and buffers are the graph's inputs."""
+    parameters and buffers are the graph's inputs, and `graphs`, the compiled
+    callables behind it (their summaries, modules and timings)."""
 
-    def __init__(self, model: torch.nn.Module, fn: Any):
+    def __init__(self, model: torch.nn.Module, fn: Any, graphs: Sequence[Any] = ()):
         self.model = model
         self._fn = fn
+        self.graphs = list(graphs)
 
     def __call__(self, *args, **kwargs):
         try:
@@ -202,6 +144,14 @@ def precompile(model: torch.nn.Module, path: str | None, *args, options: dict | 
     would, fullgraph, static shapes) and saves it to `path` (unless None).
     Nothing runs: the example arguments give shapes, dtypes and devices."""
     from .backend import mpk_backend
+    graphs: list = []
+    user_hook = (options or {}).get("on_compile")
+
+    def on_compile(g):
+        graphs.append(g)
+        if user_hook is not None:
+            user_hook(g)
+    options = {**(options or {}), "on_compile": on_compile}
     with _aot_enabled():  # torch 2.11 attaches .aot_compile only when enabled at torch.compile
         compile_fn = torch.compile(_forward, backend=functools.partial(mpk_backend, options=options),
                                    fullgraph=True, dynamic=False,
@@ -209,13 +159,9 @@ def precompile(model: torch.nn.Module, path: str | None, *args, options: dict | 
     if not hasattr(compile_fn, "aot_compile"):
         raise MpkError(f"torch {torch.__version__} has no AOT precompile (torch.compile(...).aot_compile)",
                        hint="use torch >= 2.10, or torch.compile(model, backend='mpk')", kind="bad_request")
-    _saving.on = True
-    try:
-        with _aot_enabled(), torch.no_grad():
-            fn = compile_fn.aot_compile(((model, *args), kwargs))
-    finally:
-        _saving.on = False
-    step = Precompiled(model, fn)
+    with savable.precompiling(), _aot_enabled(), torch.no_grad():
+        fn = compile_fn.aot_compile(((model, *args), kwargs))
+    step = Precompiled(model, fn, graphs)
     if path is not None:
         step.save(path)
     return step
@@ -239,7 +185,7 @@ def load(model: torch.nn.Module, path: str) -> Precompiled:
                        hint="precompile it again with this version of mpk", kind="bad_request")
     try:
         scope = {**globals(), **{k: _resolve(v) for k, v in header.get("globals", {}).items()}}
-        with _aot_enabled():
+        with _aot_enabled(), savable.collect() as graphs:
             fn = torch.compiler.load_compiled_function(io.BytesIO(data[start + n:]), f_globals=scope)
     except MpkError:
         raise
@@ -247,4 +193,4 @@ def load(model: torch.nn.Module, path: str) -> Precompiled:
         raise MpkError(f"cannot load the precompiled step {path}: {type(e).__name__}: {e}",
                        hint=f"precompile it again with this torch ({torch.__version__}; it was saved "
                             f"with {header.get('torch')}), mpk and GPU", kind="bad_request") from e
-    return Precompiled(model, fn)
+    return Precompiled(model, fn, graphs)

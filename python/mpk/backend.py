@@ -6,17 +6,15 @@ nodes; export.py writes it to the wire format; the Go core compiles it."""
 
 from __future__ import annotations
 
-import json
-import os
-import threading
 import time
 from typing import Any, Sequence
 
 import torch
 
-from . import aot, build, core, export, graph_cache
+from . import build, export, graph_cache, savable
 from .compiled import CompiledGraph
 from .errors import MpkError
+from .targets import compile_request
 
 TARGETS = ("cuda", "reference")
 DEFAULT_REFERENCE_WORKERS = 132
@@ -26,15 +24,10 @@ _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round
 # the status), build_only (cuda: compile, keep the core's result, run the ATen
 # graph eagerly; `python -m mpk build` uses it on machines without a GPU),
 # wait_budget_ms (cuda: how long one spin-wait of the kernel may last before
-# it aborts and the call raises).
-_FRONT_OPTIONS = ("poison", "sync", "build_only", "wait_budget_ms")
-
-# The most recent compiled callable (for `python -m mpk check`) and how many
-# graphs this process compiled. Updated under _lock.
-last_compiled: "CompiledGraph | None" = None
-compile_count = 0
-_lock = threading.Lock()
-
+# it aborts and the call raises), on_compile (a function called with each
+# compiled callable: the handle to its summary, module and timings; never
+# stored with the compile).
+_FRONT_OPTIONS = ("poison", "sync", "build_only", "wait_budget_ms", "on_compile")
 
 def resolve_options(options: dict | None) -> dict:
     """Checks user options and fills defaults; returns the wire options plus front-end keys."""
@@ -65,6 +58,9 @@ def resolve_options(options: dict | None) -> dict:
     wire = {"target": target, "num_workers": int(workers), "seed": int(opts.get("seed", 0))}
     for k in _PASS_THROUGH:
         wire[k] = bool(opts.get(k, False))
+    hook = opts.get("on_compile")
+    if hook is not None and not callable(hook):
+        raise MpkError(f"option on_compile={hook!r}: want a function of the compiled callable", kind="bad_request")
     budget = opts.get("wait_budget_ms", build.DEFAULT_WAIT_BUDGET_MS)
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise MpkError(f"option wait_budget_ms={budget!r}: want a positive number of milliseconds",
@@ -140,7 +136,8 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
     if kwargs:  # e.g. someone calling the backend by hand with flat options
         options = {**(options or {}), **kwargs}
     opts = resolve_options(options)
-    if opts["build_only"] and aot.saving():
+    hook = (options or {}).get("on_compile")  # kept out of opts, which a precompile saves
+    if opts["build_only"] and savable.saving():
         raise MpkError("the build_only option cannot be precompiled (it runs the graph eagerly)",
                        kind="bad_request")
 
@@ -168,9 +165,9 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
         if entry is not None:
             request = {**entry.request, "options": opts["wire"]}
             fn = compile_request(request, opts, entry.display_names, entry.returns_sequence,
-                                 _device_of([*lifted, *example_inputs]))
+                                 _device_of([*lifted, *example_inputs]), on_compile=hook)
             fn.front_timing = "AOTAutograd skipped (graph cache hit)"
-            return aot.SavableGraph(fn, lifted)
+            return savable.SavableGraph(fn, lifted)
 
     t_aot = time.perf_counter()
     unwrapped: list[CompiledGraph] = []  # the graph, when AOTAutograd's wrapper has nothing to do
@@ -180,7 +177,7 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
         n = len([p for p in fx_gm.graph.nodes if p.op == "placeholder"])
         k = kinds if len(kinds) == n else None
         disp = names if len(names) == n else None
-        fn = compile_graph(fx_gm, fx_inputs, opts, input_kinds=k, display_names=disp)
+        fn = compile_graph(fx_gm, fx_inputs, opts, input_kinds=k, display_names=disp, on_compile=hook)
         fn.front_timing = f"AOTAutograd {aot_s:.2f} s"
         if graph_cache.trivial_wrapper(len(lifted) + len(example_inputs), n_outputs, n, fn.n_outputs):
             unwrapped.append(fn)
@@ -192,8 +189,8 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
         wrapped = aot_module_simplified(gm, example_inputs, fw_compiler=fw_compiler,
                                         keep_inference_input_mutations=True)
     if unwrapped and not opts["build_only"]:  # the same callable a graph-cache hit returns
-        return aot.SavableGraph(unwrapped[0], lifted)
-    if aot.saving():
+        return savable.SavableGraph(unwrapped[0], lifted)
+    if savable.saving():
         raise MpkError("this graph cannot be precompiled: it needs AOTAutograd's runtime wrapper "
                        "(an input mutation kept outside the graph, an output aliasing an input, or "
                        "duplicated inputs)", hint="use torch.compile(model, backend='mpk') for it",
@@ -221,33 +218,12 @@ def _device_of(tensors: Sequence[Any]) -> torch.device:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], opts: dict,
                   input_kinds: Sequence[str] | None = None,
-                  display_names: Sequence[str] | None = None) -> "CompiledGraph":
+                  display_names: Sequence[str] | None = None, on_compile=None) -> CompiledGraph:
     """Exports an ATen graph, compiles it in the core and returns the callable."""
     if "wire" not in opts:
+        on_compile = on_compile or opts.get("on_compile")
         opts = resolve_options(opts)
     request = export.export_graph(gm, example_inputs, input_kinds, opts["wire"])
     _, returns_sequence = export.output_structure(gm)
-    return compile_request(request, opts, display_names, returns_sequence, _device_of(example_inputs), gm)
-
-
-def compile_request(request: dict, opts: dict, display_names: Sequence[str] | None, returns_sequence: bool,
-                    device: torch.device, gm: torch.fx.GraphModule | None = None) -> "CompiledGraph":
-    """Compiles a wire request in the core and returns the callable. `gm`, the
-    ATen graph, is needed only by the build_only option (it runs eagerly)."""
-    global last_compiled, compile_count
-    dump = os.environ.get("MPK_DUMP_REQUEST")
-    if dump:
-        with open(dump, "w") as f:
-            json.dump(request, f, indent=1)
-    target = opts["wire"]["target"]
-    # The reference target runs through the core's handle; the cuda target
-    # only reads the result, which a warm start finds in the cache.
-    compiled = core.compile_cached(request, build.cache_root()) if target == "cuda" else core.compile(request)
-    if target == "reference":
-        fn = CompiledGraph(request, compiled, opts, display_names, returns_sequence)
-    else:
-        fn = build.cuda_callable(request, compiled, opts, display_names, returns_sequence, device, gm)
-    with _lock:
-        compile_count += 1
-        last_compiled = fn
-    return fn
+    return compile_request(request, opts, display_names, returns_sequence, _device_of(example_inputs), gm,
+                           on_compile=on_compile)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from . import backend, build, check, models
+from . import build, check, models
 from .errors import MpkError
 
 
@@ -28,16 +28,16 @@ def export_for_cuda(model_name: str, dtype: str = "bfloat16", workers: int = 132
     max_len = (cache_tokens + prefill + 63) // 64 * 64
     plan = check.plan_inputs(m.config.vocab_size, batch, cache_tokens, prefill, 1, mask, max_len, seed)
     cache = check._make_cache(m, max_len, "cpu", plan.fill, **plan.fill_inputs)
-    opts = {"target": "cuda", "build_only": True, "num_workers": workers, "seed": seed, **(extra or {})}
+    compiled: list = []
+    opts = {"target": "cuda", "build_only": True, "num_workers": workers, "seed": seed,
+            "on_compile": compiled.append, **(extra or {})}
     torch._dynamo.reset()
-    before = backend.compile_count
     cm = torch.compile(m, backend="mpk", options=opts, fullgraph=True, dynamic=False)
     with torch.no_grad():
         cm(**plan.steps[0], past_key_values=cache, use_cache=True)
-    fn = backend.last_compiled
-    if backend.compile_count == before or fn is None:
+    if not compiled:
         raise MpkError("the mpk backend was not called (nothing compiled)", kind="internal")
-    return fn
+    return compiled[-1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

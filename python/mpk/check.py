@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -39,6 +39,7 @@ class CheckResult:
     cold_s: float = 0.0      # first step: Dynamo + Go core + nvcc (or cache) + load + run
     warm_ms: float = 0.0     # mean of the later steps
     summary: dict = field(default_factory=dict)
+    compiled: Any = None     # the compiled callable of the last compile (its summary, timings, module)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -198,16 +199,13 @@ def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int
               batch: int = 1, mask: bool = False) -> CheckResult:
     """Runs the check; logs the summary and the result line; returns the result.
     `model` is a named model or a path to a local HF config."""
-    from . import backend
-    before = backend.compile_count
+    compiled: list = []  # what the backend compiled, through the on_compile option
     try:
         return _run_check(model, target, prefill, seed, workers, cache_tokens, dtype, steps, log,
-                          seed if exec_seed is None else exec_seed, batch, mask)
+                          seed if exec_seed is None else exec_seed, batch, mask, compiled)
     except MpkError as e:
-        from . import backend
-        fn = backend.last_compiled
-        if fn is not None and backend.compile_count > before and (fn.summary or {}).get("text"):
-            log(fn.summary["text"].rstrip("\n"))
+        if compiled and (compiled[-1].summary or {}).get("text"):
+            log(compiled[-1].summary["text"].rstrip("\n"))
         log(f"mpk error ({e.kind}): {e}")
         res = CheckResult(False, f"FAIL mpk error ({e.kind}): {e.message}")
         log(res.line)
@@ -215,9 +213,7 @@ def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int
 
 
 def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps, log, exec_seed,
-               batch, mask) -> CheckResult:
-    from . import backend
-
+               batch, mask, compiled: list) -> CheckResult:
     ensure_backend_registered()
     dtype = dtype or ("float32" if target == "reference" else "bfloat16")
     device = "cpu" if target == "reference" else "cuda"
@@ -248,20 +244,19 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     eager_cache = snapshot(cache)
     restore(cache, state)
 
-    opts = {"target": target, "seed": exec_seed}
+    opts = {"target": target, "seed": exec_seed, "on_compile": compiled.append}
     if target == "cuda":  # surface a kernel abort at the step that caused it; NaN-fill outputs
         opts.update(sync=True, poison=True)
     if workers is not None:
         opts["num_workers"] = workers
     torch._dynamo.reset()
     compiled_model = torch.compile(m, backend="mpk", options=opts, fullgraph=True, dynamic=False)
-    before = backend.compile_count
     times: list[float] = []
     got = _steps(compiled_model, cache, token_steps, device, times)
-    compiles = backend.compile_count - before
+    compiles = len(compiled)
     mpk_cache = snapshot(cache)
-    fn = backend.last_compiled
-    if backend.compile_count == before or fn is None:
+    fn = compiled[-1] if compiled else None
+    if fn is None:
         res = CheckResult(False, "FAIL mpk backend was not called (nothing compiled)")
         log(res.line)
         return res
@@ -278,7 +273,7 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     res = CheckResult(False, "", rel_err=err, cache_err=cache_err, tasks=int(summary.get("tasks", 0)),
                       events=int(summary.get("events", 0)), executed=int(last.get("executed", 0)),
                       core_ms=float(summary.get("core_ms", 0.0)), summary=summary)
-    res.compiles, res.cold_s = compiles, times[0]
+    res.compiles, res.cold_s, res.compiled = compiles, times[0], fn
     res.warm_ms = 1e3 * sum(times[1:]) / len(times[1:]) if len(times) > 1 else float("nan")
     timing = fn.timing() if hasattr(fn, "timing") else f"core {res.core_ms:.1f} ms"
     log(f"compiles: {compiles} in {steps} step(s); cold step {res.cold_s:.2f} s ({timing}); "
