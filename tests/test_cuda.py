@@ -151,3 +151,89 @@ def test_index_out_of_range_raises(core_lib, fresh_dynamo, bad, op, index):
     assert op in str(e.value) and f"index {index}" in str(e.value), str(e.value)
     res = check.run_check(model="tiny-llama", target="cuda", dtype="bfloat16", steps=2, log=lambda s: None)
     assert res.ok
+
+
+def _decode_steps(step, cache, toks):
+    """Logits (float32, on the CPU) of one decode call per token, in order."""
+    out = []
+    for t in toks:
+        out.append(step(input_ids=t, past_key_values=cache, use_cache=True).logits.float().cpu())
+    return out
+
+
+@torch.no_grad()
+def test_cuda_graph_capture_replays_the_step(core_lib, fresh_dynamo):
+    """A decode step captured with torch.cuda.graph and replayed 32 times gives
+    the logits and the KV cache of 32 direct calls (the kernel is deterministic:
+    equal to the bit)."""
+    check.ensure_backend_registered()
+    m, cache = check.decode_setup("tiny-llama", 16, extra=40)
+    state = check.snapshot(cache)
+    gen = torch.Generator().manual_seed(5)
+    toks = [torch.randint(0, m.config.vocab_size, (1, 1), generator=gen).cuda() for _ in range(32)]
+    cm = torch.compile(m, backend="mpk", options={"target": "cuda"}, fullgraph=True, dynamic=False)
+    cm(input_ids=toks[0], past_key_values=cache, use_cache=True)  # compile and warm, outside the capture
+    check.restore(cache, state)
+    direct = _decode_steps(cm, cache, toks)
+    direct_cache = check.snapshot(cache)
+
+    check.restore(cache, state)
+    static_tok = toks[0].clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm the capture's allocations on a side stream, as torch.cuda.graph wants
+        cm(input_ids=static_tok, past_key_values=cache, use_cache=True)
+    torch.cuda.current_stream().wait_stream(s)
+    check.restore(cache, state)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = cm(input_ids=static_tok, past_key_values=cache, use_cache=True)
+    check.restore(cache, state)  # capturing ran nothing; start the replays from the same cache
+    replayed = []
+    for t in toks:
+        static_tok.copy_(t)
+        g.replay()
+        replayed.append(out.logits.float().cpu())
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(replayed, direct))
+    for a, b in zip(check.snapshot(cache), direct_cache):
+        assert torch.equal(a["keys"], b["keys"]) and torch.equal(a["values"], b["values"])
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+@torch.no_grad()
+def test_two_instances_of_one_module_interleave(core_lib, fresh_dynamo, streams):
+    """Two identically configured models with different weights compile to the
+    same module (one build) but two instances: decoding them interleaved for 16
+    steps, on one stream or on two, each matches its own eager run (float32,
+    TF32 off)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    check.ensure_backend_registered()
+    runs = []
+    for seed in (0, 1):
+        m, cache = check.decode_setup("tiny-llama", 16, dtype=torch.float32, seed=seed, extra=20)
+        state = check.snapshot(cache)
+        gen = torch.Generator().manual_seed(10 + seed)
+        toks = [torch.randint(0, m.config.vocab_size, (1, 1), generator=gen).cuda() for _ in range(16)]
+        eager = _decode_steps(m, cache, toks)
+        check.restore(cache, state)
+        compiled = []
+        cm = torch.compile(m, backend="mpk", options={"target": "cuda", "on_compile": compiled.append},
+                           fullgraph=True, dynamic=False)
+        runs.append(dict(cm=cm, cache=cache, toks=toks, eager=eager, compiled=compiled, got=[],
+                         stream=torch.cuda.Stream() if streams == 2 else torch.cuda.current_stream()))
+    for r in runs:  # the caches were restored on the default stream
+        r["stream"].wait_stream(torch.cuda.current_stream())
+    for i in range(16):
+        for r in runs:
+            with torch.cuda.stream(r["stream"]):
+                r["got"].append(r["cm"](input_ids=r["toks"][i], past_key_values=r["cache"], use_cache=True).logits)
+    torch.cuda.synchronize()
+    a, b = runs
+    assert a["compiled"][0].build.path == b["compiled"][0].build.path  # one module ...
+    assert a["compiled"][0].instance is not b["compiled"][0].instance  # ... two instances
+    for r in runs:
+        errs = [check.rel_err(g.float().cpu(), e) for g, e in zip(r["got"], r["eager"])]
+        assert max(errs) <= 1e-3, errs
