@@ -232,6 +232,7 @@ def test_two_instances_of_one_module_interleave(core_lib, fresh_dynamo, streams)
                 r["got"].append(r["cm"](input_ids=r["toks"][i], past_key_values=r["cache"], use_cache=True).logits)
     torch.cuda.synchronize()
     a, b = runs
+    assert len(a["compiled"]) == 1 and len(b["compiled"]) == 1, "each model compiles once, to its own callable"
     assert a["compiled"][0].build.path == b["compiled"][0].build.path  # one module ...
     assert a["compiled"][0].instance is not b["compiled"][0].instance  # ... two instances
     for r in runs:
