@@ -89,6 +89,16 @@ __device__ __noinline__ void load_lane_strided(float (&dst)[PER], const T* row, 
   }
 }
 
+// rows_aligned says whether every row of a [B, H, S, D] view of T elements
+// is contiguous and starts on a BYTES boundary, so vector loads of BYTES may
+// read it.
+template <typename T>
+__device__ __forceinline__ bool rows_aligned(const View& x, const void* base, int bytes) {
+  const int64_t es = sizeof(T);
+  return x.stride[3] == 1 && reinterpret_cast<uintptr_t>(static_cast<const char*>(base) + x.offset * es) % bytes == 0 &&
+         (x.stride[0] * es) % bytes == 0 && (x.stride[1] * es) % bytes == 0 && (x.stride[2] * es) % bytes == 0;
+}
+
 // kv_vector says whether K and V rows can be read with one vector load per
 // lane (contiguous, aligned rows): decided once per task, so the row loop
 // has no per-row branch between its loads.
@@ -98,11 +108,7 @@ __device__ __forceinline__ bool kv_vector(const View& k, const View& v, const T*
   if constexpr (BYTES != 4 && BYTES != 8 && BYTES != 16) {
     return false;
   } else {
-    if (D % PER != 0 || k.stride[3] != 1 || v.stride[3] != 1) return false;
-    const int64_t es = (int64_t)sizeof(T);
-    return reinterpret_cast<uintptr_t>(kb + k.offset) % BYTES == 0 && reinterpret_cast<uintptr_t>(vb + v.offset) % BYTES == 0 &&
-           (k.stride[0] * es) % BYTES == 0 && (k.stride[1] * es) % BYTES == 0 && (k.stride[2] * es) % BYTES == 0 &&
-           (v.stride[0] * es) % BYTES == 0 && (v.stride[1] * es) % BYTES == 0 && (v.stride[2] * es) % BYTES == 0;
+    return D % PER == 0 && rows_aligned<T>(k, kb, BYTES) && rows_aligned<T>(v, vb, BYTES);
   }
 }
 
@@ -314,12 +320,7 @@ template <typename T, int D>
 __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, const char* kb, const char* vb) {
   constexpr int PER = (D + 31) / 32, VBYTES = PER * (int)sizeof(T);
   if (D % (16 / (int)sizeof(T)) != 0 || D % 32 != 0 || (VBYTES != 4 && VBYTES != 8 && VBYTES != 16)) return false;
-  const int64_t es = sizeof(T);
-  auto aligned = [&](const View& x, const char* b) {
-    return x.stride[3] == 1 && reinterpret_cast<uintptr_t>(b + x.offset * es) % 16 == 0 && (x.stride[0] * es) % 16 == 0 &&
-           (x.stride[1] * es) % 16 == 0 && (x.stride[2] * es) % 16 == 0;
-  };
-  return aligned(k, kb) && aligned(v, vb);
+  return rows_aligned<T>(k, kb, 16) && rows_aligned<T>(v, vb, 16);
 }
 
 // attention_decode is attention_partial for one query per head (decode):

@@ -80,9 +80,9 @@ func (x *exec) check(buf int, off int64, write bool) {
 	if x.bad != nil {
 		return
 	}
-	declared, what := x.task.Reads, "reads"
+	declared, verb := x.task.Reads, "reads"
 	if write {
-		declared, what = x.task.Writes, "writes"
+		declared, verb = x.task.Writes, "writes"
 	}
 	for _, a := range declared {
 		if a.Buf != buf {
@@ -93,12 +93,8 @@ func (x *exec) check(buf int, off int64, write bool) {
 			return
 		}
 	}
-	verb := "reads"
-	if write {
-		verb = "writes"
-	}
 	x.bad = fmt.Errorf("refexec audit: task %d (op %d) %s element %d of buffer %s, outside its declared %s",
-		x.task.ID, x.task.Op, verb, off, x.g.Buffers[buf].Name, what)
+		x.task.ID, x.task.Op, verb, off, x.g.Buffers[buf].Name, verb)
 }
 
 // run picks ready tasks at random until none is left.
