@@ -36,8 +36,10 @@ struct Op {
   int32_t groups;  // attention: query heads per KV head
   int32_t flags;  // OpFlags
   int32_t reduce;  // ReduceKind
-  int32_t pro_first;  // linear prologue: its inputs are in[0] and in[pro_first..num_in)
+  int32_t pro_first;  // linear prologue: its inputs are in[0] and in[pro_first..epi_first or num_in)
   int32_t pro_dtype;  // linear prologue: the dtype x rounds to
+  int32_t epi_first;  // linear epilogue: its inputs besides the product are in[epi_first..num_in)
+  int32_t epi_dtype;  // linear epilogue: the dtype the product rounds to before it
   int32_t xkey;  // streamed linear: ops with one key stage the same x; -1 otherwise
   float eps;  // rmsnorm, or a linear's rmsnorm prologue
   float scale;

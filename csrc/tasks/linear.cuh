@@ -1,4 +1,5 @@
-// Linear: out[m, n] = Σ_k x[m, k]·W[n, k] (+ residual[m, n]) for the rows
+// Linear: out[m, n] = Σ_k x[m, k]·W[n, k] (+ residual[m, n], or an
+// elementwise epilogue of it) for the rows
 // [lo, hi) of W. Decode is bound by reading W, so two task bodies:
 //  - linear_stream (the usual one): W's rows arrive through the worker's
 //    weight ring, streamed ahead by the loader warp (tasks/stream.cuh);
@@ -7,12 +8,17 @@
 //    stream (odd K, W not contiguous rows or written, many rows of x).
 // x is staged in shared memory as fp32, computed by the folded prologue.
 #pragma once
+#include <type_traits>
+
 #include "runtime/runtime.cuh"
 #include "tasks/dot.cuh"
 #include "tasks/generic.cuh"
 #include "tasks/stream.cuh"
 
 namespace mpk {
+
+// The end of a Linear prologue's inputs: the epilogue's, if any, follow them.
+__device__ __forceinline__ int pro_end(const Op& op) { return op.epi_first > 0 ? op.epi_first : op.num_in; }
 
 // How a Linear gets row m of x into shared memory (fp32): read it, or compute
 // it with the op the compiler folded into the load (an RMSNorm, or an
@@ -104,7 +110,7 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, float*
 
 template <int K, typename E, int N>
 __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
-  if (op.num_in - op.pro_first == 1 && float_row2(op.in[0]) && float_row2(op.in[op.pro_first]) &&
+  if (pro_end(op) - op.pro_first == 1 && float_row2(op.in[0]) && float_row2(op.in[op.pro_first]) &&
       float_kind(op.pro_dtype)) {
     // Two operands (SiLU·mul): both rows loaded up front.
     const View &a = op.in[0], &b = op.in[op.pro_first];
@@ -128,24 +134,87 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
     double in[MPK_MAX_INPUTS];
     in[0] = load_elem(base(s, op.in[0]), op.in[0].dtype, offset_of(op.in[0], idx));
 #pragma unroll 1
-    for (int j = op.pro_first; j < op.num_in; ++j)
+    for (int j = op.pro_first; j < pro_end(op); ++j)
       in[1 + j - op.pro_first] = load_elem(base(s, op.in[j]), op.in[j].dtype, offset_of(op.in[j], idx));
     xs[k] = (float)round_to(op.pro_dtype, E::eval(in, idx));
   }
 }
 
-// store_out writes out[m, n] = acc (+ residual[m, n]), rounding as eager
-// does: the product to the output dtype, then the sum.
-template <bool RESID, int N>
-__device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, float acc, const Slots<N>& s) {
+// What a Linear stores: the product (NoEpi), or an elementwise expression of
+// it and other inputs at the same index (ExprEpi, e.g. SiLU(gate)·up in the
+// up projection), which the compiler folded into the store.
+struct NoEpi {};
+template <typename E>
+struct ExprEpi {};
+constexpr int kMaxEpiInputs = 2;  // inputs besides the product (lower/epilogue.go)
+
+// EpiIn holds an epilogue's inputs at one output index, loaded before the
+// task streams its weights so the store does not wait for them.
+struct EpiIn {
+  float v[kMaxEpiInputs];
+};
+
+__device__ __forceinline__ bool epi_fast(const Op& op) {
+  bool ok = float_row2(op.out);
+  for (int j = op.epi_first; j < op.num_in; ++j) ok = ok && float_row2(op.in[j]);
+  return ok;
+}
+
+// load_epi reads the epilogue inputs at (m, n) (fast layouts only).
+template <typename EPI, int N>
+__device__ __forceinline__ EpiIn load_epi(const Op& op, int64_t m, int64_t n, const Slots<N>& s) {
+  EpiIn e{};
+  if constexpr (!std::is_same<EPI, NoEpi>::value) {
+#pragma unroll
+    for (int j = 0; j < kMaxEpiInputs; ++j) {
+      const View& v = op.in[min(op.epi_first + j, op.num_in - 1)];
+      e.v[j] = ld_float(base(s, v), v.dtype, v.offset + m * v.stride[0] + n);
+    }
+  }
+  return e;
+}
+
+template <typename E>
+__device__ __forceinline__ double eval_epi(ExprEpi<E>, double product, const double* extra, const int64_t* idx) {
+  double in[1 + kMaxEpiInputs];
+  in[0] = product;
+#pragma unroll
+  for (int j = 0; j < kMaxEpiInputs; ++j) in[1 + j] = extra[j];
+  return E::eval(in, idx);
+}
+
+// store_out writes out[m, n] = acc (+ residual[m, n]), or the epilogue of
+// acc, rounding as eager does: the product to its dtype, then the result.
+// pre holds the epilogue inputs at (m, n) when the caller loaded them.
+template <bool RESID, typename EPI, int N>
+__device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, float acc, const Slots<N>& s,
+                                          const EpiIn* pre = nullptr) {
   const View& r = op.in[2];
+  int64_t oi[2] = {m, n};
+  if constexpr (!std::is_same<EPI, NoEpi>::value) {
+    double extra[kMaxEpiInputs];
+    if (epi_fast(op)) {
+      const EpiIn e = pre ? *pre : load_epi<EPI>(op, m, n, s);
+#pragma unroll
+      for (int j = 0; j < kMaxEpiInputs; ++j) extra[j] = e.v[j];
+      const float v = (float)eval_epi(EPI{}, round_float(op.epi_dtype, acc), extra, oi);
+      st_float(base(s, op.out), op.out.dtype, op.out.offset + m * op.out.stride[0] + n, v);
+      return;
+    }
+    for (int j = 0; j < kMaxEpiInputs; ++j) {
+      const View& v = op.in[min(op.epi_first + j, op.num_in - 1)];
+      extra[j] = load_elem(base(s, v), v.dtype, offset_of(v, oi));
+    }
+    store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi),
+               eval_epi(EPI{}, round_to(op.epi_dtype, (double)acc), extra, oi));
+    return;
+  }
   if (float_row2(op.out) && (!RESID || float_row2(r))) {
     float v = acc;
     if (RESID) v = round_float(op.out.dtype, acc) + ld_float(base(s, r), r.dtype, r.offset + m * r.stride[0] + n);
     st_float(base(s, op.out), op.out.dtype, op.out.offset + m * op.out.stride[0] + n, v);
     return;
   }
-  int64_t oi[2] = {m, n};
   double v = acc;
   if (RESID) v = round_to(op.out.dtype, v) + load_elem(base(s, r), r.dtype, offset_of(r, oi));
   store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
@@ -153,7 +222,7 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
 
 // CONST: nothing in the graph writes W, so it may be read non-coherently
 // (through the read-only path, evict-first); else every load goes through L2.
-template <typename T, int K, bool RESID, typename PRO, bool CONST, int N>
+template <typename T, int K, bool RESID, typename PRO, typename EPI, bool CONST, int N>
 __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(K * 4 <= MPK_MAX_SHARED_BYTES, "x does not fit in shared memory");
   constexpr int VEC = 16 / sizeof(T);
@@ -182,7 +251,7 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
         for (int k = lane; k < K; k += 32) acc += to_float(CONST ? row[k] : __ldcg(row + k)) * xs[k];
       }
       acc = warp_sum(acc);
-      if (lane == 0) store_out<RESID>(op, m, n, acc, s);
+      if (lane == 0) store_out<RESID, EPI>(op, m, n, acc, s);
     }
   }
 }
@@ -192,7 +261,7 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
 // the loader (runtime/module.cuh) issued them; x's M rows are staged once
 // unless the previous task staged the same x (c.x_ready). Returns the
 // consumers' new place in the ring.
-template <typename T, int K, int M, int PAGE, int P, bool RESID, typename PRO, int N>
+template <typename T, int K, int M, int PAGE, int P, bool RESID, typename PRO, typename EPI, int N>
 __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(page_elems(K, kPageBytes / (int)sizeof(T), StreamOf<T>::CHUNK) * (int)sizeof(T) == PAGE,
                 "codegen and the task library disagree on this stream's page size");
@@ -218,10 +287,19 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
     __syncwarp();
     ring.ready(q);
   };
+  // The epilogue's inputs of this thread's first output, in flight while the weights stream.
+  const int outs = (hi - lo) * M;
+  const bool fast_epi = !std::is_same<EPI, NoEpi>::value && epi_fast(op);
+  EpiIn pre{};
+  if (fast_epi) {
+    const int r = min((int)threadIdx.x, outs - 1);
+    pre = load_epi<EPI>(op, r % M, lo + r / M, s);
+  }
   stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
   consumer_sync();
-  for (int r = threadIdx.x; r < (hi - lo) * M; r += MPK_THREADS)
-    store_out<RESID>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s);
+  for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
+    store_out<RESID, EPI>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s,
+                          fast_epi && r < MPK_THREADS ? &pre : nullptr);
   return seq;
 }
 

@@ -311,7 +311,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	}
 	var code string // a call of the task library, or (ret) a return of one
 	ret := false
-	flags, proFirst, proDType, eps, xkey := 0, 0, 0, op.Attr.Eps, -1
+	flags, proFirst, proDType, epiFirst, epiDType, eps, xkey := 0, 0, 0, 0, 0, op.Attr.Eps, -1
 	switch op.Kind {
 	case ir.Linear:
 		x, w := op.In[0], op.In[1]
@@ -337,14 +337,19 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				pro = fmt.Sprintf("mpk::ExprPro<Expr%d>", gen.expr(p.Expr, touchesF64(op)))
 			}
 		}
+		epi := "mpk::NoEpi"
+		if e := op.Attr.Epi; e != nil {
+			epiFirst, epiDType = e.First, int(e.DType)
+			epi = fmt.Sprintf("mpk::ExprEpi<Expr%d>", gen.expr(e.Expr, touchesF64(op)))
+		}
 		if p, ok := gen.plans[op]; ok {
-			code = fmt.Sprintf("mpk::linear_stream<%s, %d, %d, %d, kRingSlots, %v, %s>(op, lo, hi, s, c)",
-				T, K, p.M, p.PageBytes, op.Attr.Residual, pro)
+			code = fmt.Sprintf("mpk::linear_stream<%s, %d, %d, %d, kRingSlots, %v, %s, %s>(op, lo, hi, s, c)",
+				T, K, p.M, p.PageBytes, op.Attr.Residual, pro, epi)
 			ret, xkey = true, gen.xkey(op)
 		} else {
 			// A weight the graph writes is read coherently (never through the read-only path).
-			code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s, %v>(op, lo, hi, s, c.smem)", T, K, op.Attr.Residual, pro,
-				!gen.written(w.Buf))
+			code = fmt.Sprintf("mpk::linear<%s, %d, %v, %s, %s, %v>(op, lo, hi, s, c.smem)", T, K, op.Attr.Residual, pro,
+				epi, !gen.written(w.Buf))
 			gen.smem = max(gen.smem, int(K)*4)
 		}
 	case ir.Attention:
@@ -417,9 +422,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	for _, v := range op.In {
 		ins = append(ins, gen.view(v))
 	}
-	return fmt.Sprintf("  /* %d %s %s */ {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %sf, %sf, %s, {%s}},\n",
+	return fmt.Sprintf("  /* %d %s %s */ {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %sf, %sf, %s, {%s}},\n",
 		op.ID, op.Label, op.Node, kindCode(op.Kind), id, len(op.In), split, op.Attr.Dim, max(op.Attr.Groups, 1), flags,
-		reduceCode(op.Attr.Reduce), proFirst, proDType, xkey, floatLit(eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
+		reduceCode(op.Attr.Reduce), proFirst, proDType, epiFirst, epiDType, xkey, floatLit(eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
 }
 
 // maskType is the C type attention reads its mask as (a template argument,

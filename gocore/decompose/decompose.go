@@ -208,6 +208,11 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 		if op.Attr.Residual {
 			read(op.In[2], b)
 		}
+		if op.Attr.Epi != nil { // read at the output index
+			for _, v := range op.EpiIn() {
+				read(v, b)
+			}
+		}
 	case ir.Matmul:
 		a, m := op.In[0], op.In[1]
 		K := a.Shape[2]

@@ -212,6 +212,9 @@ type Attrs struct {
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:
 	// the norm or elementwise op that produced x, folded into every reader.
 	Pro *Prologue
+	// Epi, on a Linear, computes what it stores from the product: the
+	// elementwise op that read the product (SiLU·mul), folded into the store.
+	Epi *Epilogue
 	// IndexIn > 0, on a RoPE, makes it also the KV-cache write that read it:
 	// In[IndexIn] holds the positions, and row i of the rotation lands at
 	// Out.select(Dim, In[IndexIn][i]) (Out is the cache, as for a KVWrite).
@@ -230,14 +233,30 @@ type Prologue struct {
 	DType     DType
 }
 
+// Epilogue is an elementwise op folded into a Linear's store. In its Expr,
+// Load(0) is the product rounded to DType (the Linear's output dtype before
+// the fold) and Load(i), i ≥ 1, is In[First+i-1] viewed in the [M, N] index
+// space of the output; the result rounds to the Linear's Out dtype.
+type Epilogue struct {
+	First int
+	Expr  *Expr
+	DType DType
+}
+
 // ProIn returns the inputs of op's prologue.
 func (op *Op) ProIn() []View {
 	end := len(op.In)
 	if op.Attr.IndexIn > 0 {
 		end = op.Attr.IndexIn
 	}
+	if op.Attr.Epi != nil {
+		end = op.Attr.Epi.First
+	}
 	return append([]View{op.In[0]}, op.In[op.Attr.Pro.First:end]...)
 }
+
+// EpiIn returns the inputs of op's epilogue besides the product.
+func (op *Op) EpiIn() []View { return op.In[op.Attr.Epi.First:] }
 
 // IterShape is the index space op's tasks tile: the output, except for ops
 // that write rows at run-time positions (a KV-cache write, a RoPE storing

@@ -58,15 +58,16 @@ func TestLowerRealModels(t *testing.T) {
 			}
 			want := map[string]int{
 				"rmsnorm":                  0,
-				"rmsnorm+linear":           5*c.layers + 1, // q, k, v, gate, up; the LM head
+				"rmsnorm+linear":           4*c.layers + 1, // q, k, v, gate; the LM head
+				"rmsnorm+linear+silu_mul":  c.layers,       // up, storing SiLU(gate)·up
 				"rmsnorm+rope":             headNorms,
 				"rope":                     c.layers - headNorms,
 				"rmsnorm+rope+kv_write":    headNorms,
 				"rope+kv_write":            c.layers - headNorms,
 				"attention":                c.layers,
 				"kv_write":                 c.layers,
-				"linear+residual":          c.layers, // o_proj
-				"silu_mul+linear+residual": c.layers, // down_proj
+				"linear+residual":          2 * c.layers, // o_proj, down_proj
+				"silu_mul+linear+residual": 0,
 				"embedding":                1,
 			}
 			for label, n := range want {

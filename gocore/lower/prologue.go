@@ -25,7 +25,8 @@ func fusePrologue(g *ir.Graph) {
 				break
 			}
 			if l.Kind != ir.Linear || l.Attr.Pro != nil || l.In[0].Buf != p.Out.Buf || !l.In[0].IsWhole() || l.In[1].Buf == p.Out.Buf ||
-				l.Attr.Residual && l.In[2].Buf == p.Out.Buf || writtenBetween(g, index[p], index[l], p.In) {
+				l.Attr.Residual && l.In[2].Buf == p.Out.Buf || l.Attr.Epi != nil && readsBuf(l.EpiIn(), p.Out.Buf) ||
+				writtenBetween(g, index[p], index[l], p.In) {
 				ok = false
 				break
 			}
@@ -44,9 +45,16 @@ func fusePrologue(g *ir.Graph) {
 			continue
 		}
 		for i, l := range readers {
-			l.Attr.Pro = &ir.Prologue{Kind: p.Kind, First: len(l.In), Expr: p.Attr.Expr, Eps: p.Attr.Eps,
+			// The prologue's inputs go before the epilogue's, which stay last.
+			at := len(l.In)
+			if l.Attr.Epi != nil {
+				at = l.Attr.Epi.First
+				l.Attr.Epi.First += len(views[i]) - 1
+			}
+			l.Attr.Pro = &ir.Prologue{Kind: p.Kind, First: at, Expr: p.Attr.Expr, Eps: p.Attr.Eps,
 				HasWeight: p.Attr.HasWeight, DType: p.Out.DType()}
-			l.In = append(append([]ir.View{views[i][0]}, l.In[1:]...), views[i][1:]...)
+			rest := append([]ir.View{}, l.In[at:]...)
+			l.In = append(append(append([]ir.View{views[i][0]}, l.In[1:at]...), views[i][1:]...), rest...)
 			if p.Kind == ir.RMSNorm {
 				l.Label = "rmsnorm+" + l.Label
 			} else {
@@ -56,6 +64,16 @@ func fusePrologue(g *ir.Graph) {
 		dead[p] = true
 	}
 	removeOps(g, dead)
+}
+
+// readsBuf reports whether any of vs is a view of buf.
+func readsBuf(vs []ir.View, buf *ir.Buffer) bool {
+	for _, v := range vs {
+		if v.Buf == buf {
+			return true
+		}
+	}
+	return false
 }
 
 func hasIndex(e *ir.Expr) bool {

@@ -35,6 +35,7 @@ var rewrites = []struct {
 	{"rope", rope},
 	{"linear", linear},
 	{"fuse_residual", fuseResidual},
+	{"fuse_epilogue", fuseEpilogue},
 	{"fuse_prologue", fusePrologue},
 	{"norm_rope", foldNormIntoRoPE},
 	{"rope_kv", foldRoPEIntoCacheWrite},

@@ -26,6 +26,12 @@ func widenTemps(g *ir.Graph) {
 				p.DType = ir.F32
 			}
 		}
+		if p := op.Attr.Epi; p != nil {
+			p.Expr = dropHalfCasts(p.Expr)
+			if isHalf(p.DType) {
+				p.DType = ir.F32
+			}
+		}
 	}
 }
 

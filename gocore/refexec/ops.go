@@ -256,10 +256,28 @@ func (x *exec) linear(op *ir.Op, b tgraph.Box) error {
 			if op.Attr.Residual {
 				acc = round(dt, acc) + x.load(op.In[2], idx)
 			}
+			if epi := op.Attr.Epi; epi != nil {
+				acc = x.epilogue(op, round(epi.DType, acc), idx)
+			}
 			x.store(op.Out, idx, acc)
 		}
 	}
 	return nil
+}
+
+// epilogue is what a Linear with an epilogue stores at idx, given its
+// product rounded as the folded op read it.
+func (x *exec) epilogue(op *ir.Op, product float64, idx []int64) float64 {
+	e := op.Attr.Epi.Expr.Map(func(n *ir.Expr) *ir.Expr {
+		if n.Op == ir.ELoad && n.Input == 0 {
+			return &ir.Expr{Op: ir.EConst, Const: product}
+		}
+		if n.Op == ir.ELoad {
+			return ir.Load(n.Input - 1)
+		}
+		return n
+	})
+	return x.eval(&ir.Op{In: op.EpiIn()}, e, idx)
 }
 
 // linearInput is row m of a Linear's x: read, or computed by its prologue
