@@ -175,12 +175,15 @@ static int32_t fail(char* err, int32_t errlen, const char* what, cudaError_t e) 
 }  // namespace mpk_gen
 
 // An instance's device state: counters, epoch, finished, abort and status in
-// one allocation, and the pinned copy of the status the host reads.
+// one allocation, the pinned copy of the status the host reads, and the event
+// that says the copy landed (recorded by launches outside a capture).
 struct MpkInstance {
   mpk::State st;
   void* block;
   size_t bytes;
   MpkStatus* host_status;
+  cudaEvent_t copied;
+  bool pending;  // copied was recorded and not yet polled
 };
 
 extern "C" {
@@ -196,6 +199,7 @@ void mpk_destroy(MpkInstance* inst) {
   if (inst == nullptr) return;
   if (inst->block) cudaFree(inst->block);
   if (inst->host_status) cudaFreeHost(inst->host_status);
+  if (inst->copied) cudaEventDestroy(inst->copied);
   delete inst;
 }
 
@@ -203,6 +207,7 @@ int32_t mpk_reset(MpkInstance* inst) {
   cudaError_t e = cudaMemset(inst->block, 0, inst->bytes);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   memset(inst->host_status, 0, sizeof(MpkStatus));
+  inst->pending = false;
   return e == cudaSuccess ? 0 : 1;
 }
 
@@ -236,6 +241,7 @@ int32_t mpk_create(uint64_t budget_ns, MpkInstance** out, char* err, int32_t err
   inst->bytes = sizeof(uint32_t) * (kNumEvents + 2) + sizeof(int32_t) + sizeof(MpkStatus) + 64;
   e = cudaMalloc(&inst->block, inst->bytes);
   if (e == cudaSuccess) e = cudaHostAlloc(reinterpret_cast<void**>(&inst->host_status), sizeof(MpkStatus), cudaHostAllocDefault);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&inst->copied, cudaEventDisableTiming);
   if (e != cudaSuccess) {
     mpk_destroy(inst);
     return fail(err, errlen, "allocating the instance state", e);
@@ -267,11 +273,39 @@ int32_t mpk_launch(MpkInstance* inst, void* const* slot_ptrs, void* stream, char
   if (e != cudaSuccess) return fail(err, errlen, "cudaLaunchCooperativeKernel", e);
   e = cudaMemcpyAsync(inst->host_status, inst->st.status, sizeof(MpkStatus), cudaMemcpyDeviceToHost, s);
   if (e != cudaSuccess) return fail(err, errlen, "cudaMemcpyAsync(status)", e);
+  // An event recorded in a capture cannot be queried afterwards: a captured
+  // launch leaves the last direct launch's event to mpk_poll.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  e = cudaStreamIsCapturing(s, &capture);
+  if (e != cudaSuccess) return fail(err, errlen, "cudaStreamIsCapturing", e);
+  if (capture == cudaStreamCaptureStatusNone) {
+    e = cudaEventRecord(inst->copied, s);
+    if (e != cudaSuccess) return fail(err, errlen, "cudaEventRecord(status copied)", e);
+    inst->pending = true;
+  }
   return 0;
 }
 
 void mpk_status(const MpkInstance* inst, MpkStatus* out) {
   memcpy(out, (const void*)inst->host_status, sizeof(MpkStatus));
+}
+
+int32_t mpk_poll(MpkInstance* inst, void* stream, MpkStatus* out) {
+  if (!inst->pending) return 0;
+  // Under a global-mode capture a query would invalidate the capture.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone)
+    return 0;
+  const cudaError_t e = cudaEventQuery(inst->copied);
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: leave none behind for torch's checks
+    return 0;
+  }
+  inst->pending = false;
+  if (e != cudaSuccess) return 0;  // a sticky error: the next launch reports it
+  memcpy(out, (const void*)inst->host_status, sizeof(MpkStatus));
+  return 1;
 }
 
 int32_t mpk_trace(void* out, int32_t n) {

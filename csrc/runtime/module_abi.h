@@ -58,6 +58,13 @@ int32_t mpk_launch(MpkInstance* inst, void* const* slots, void* stream, char* er
 // synchronisation here.
 void mpk_status(const MpkInstance* inst, MpkStatus* out);
 
+// Whether the last launch made outside a stream capture has finished: 1 and
+// its status in *out (once per launch), else 0 (still running, already
+// polled, or stream is being captured, when nothing may be queried). A
+// launch records the instance's event after its status copy; this queries
+// it. Never synchronises: the host's cheap look before each call.
+int32_t mpk_poll(MpkInstance* inst, void* stream, MpkStatus* out);
+
 // Clears the instance's counters, epoch and status after an abort, so it can
 // run again (synchronises the device).
 int32_t mpk_reset(MpkInstance* inst);
