@@ -2,8 +2,8 @@
 
 * The Go core: `go build -buildmode=c-shared -o python/mpk/libmpkcore.so ./gocore/cmd/libmpkcore`,
   or, when MPK_PREBUILT_CORE=/path/libmpkcore.so is set, a copy of that file (no Go needed).
-* The pybind11 launcher mpk._launcher (csrc/launcher/launcher.cpp): plain C++,
-  built whenever pybind11 is importable; no CUDA toolkit needed.
+* The launcher mpk._launcher (csrc/launcher/launcher.cpp): a torch C++
+  extension, built when torch is importable; no CUDA toolkit needed.
 * csrc/ (the CUDA runtime and task headers that generated modules include) is
   copied into the package as mpk/csrc; editable installs use the source tree.
 """
@@ -72,23 +72,29 @@ def _go_build(force: bool) -> None:
 
 
 # ---------------------------------------------------------------------------
-# The launcher extension (csrc/launcher): plain C++ and pybind11, no CUDA
-# headers (it dlopens the generated module), so it is built whenever pybind11
-# is importable. Without it, mpk.build compiles it on first use.
+# The launcher extension (csrc/launcher): a torch C++ extension without CUDA
+# headers (it dlopens the generated module), built against the torch of the
+# build environment. pip's build isolation hides the installed torch (install
+# with --no-build-isolation to build it here); without torch the launcher is
+# compiled on first use, and mpk.build also does that when the installed one
+# was built against another torch.
 # ---------------------------------------------------------------------------
-def launcher_extensions() -> list:
+def launcher_extensions() -> tuple[list, dict]:
+    """The extension and the build_ext command that builds it (none without torch)."""
     src = ROOT / "csrc" / "launcher" / "launcher.cpp"
     if not src.is_file() or os.environ.get("MPK_NO_LAUNCHER"):
-        return []
+        return [], {}
     try:
-        import pybind11
+        import torch
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
     except ImportError:
-        print("mpk: pybind11 not found; mpk._launcher will be compiled on first use")
-        return []
-    from setuptools import Extension
-    return [Extension("mpk._launcher", [os.path.relpath(src, ROOT)],
-                      include_dirs=[pybind11.get_include(), "csrc"],
-                      extra_compile_args=["-std=c++17", "-O2"], libraries=["dl"], language="c++")]
+        print("mpk: torch is not importable here (pip build isolation?); mpk._launcher will be compiled on "
+              "first use")
+        return [], {}
+    ext = CppExtension("mpk._launcher", [os.path.relpath(src, ROOT)], include_dirs=["csrc"],
+                       define_macros=[("MPK_TORCH_VERSION", f'"{torch.__version__}"')],
+                       extra_compile_args=["-std=c++20", "-O2", "-g0"], libraries=["dl"])
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=False)}
 
 
 def copy_csrc(dest: Path) -> None:
@@ -118,7 +124,8 @@ class Develop(develop):
         super().run()
 
 
-cmdclass = {"build_py": BuildPy, "develop": Develop}
+ext_modules, ext_cmdclass = launcher_extensions()
+cmdclass = {"build_py": BuildPy, "develop": Develop, **ext_cmdclass}
 
 if editable_wheel is not None:
     class EditableWheel(editable_wheel):
@@ -128,4 +135,4 @@ if editable_wheel is not None:
 
     cmdclass["editable_wheel"] = EditableWheel
 
-setup(cmdclass=cmdclass, ext_modules=launcher_extensions())
+setup(cmdclass=cmdclass, ext_modules=ext_modules)

@@ -291,21 +291,40 @@ def _run_nvcc(cmd: list[str], cwd: Path, root: Path, key: str) -> float:
 # --------------------------------------------------------------------------
 
 _launcher = None
+# The launcher compiled on first use is named apart from the installed one,
+# which may be loaded already (built for another torch).
+JIT_LAUNCHER = "_launcher_jit"
 
 
 def load_launcher():
-    """mpk._launcher, as installed by setup.py; failing that, compiled here
-    from csrc/launcher/launcher.cpp with the host C++ compiler and pybind11
-    (cached like modules), so a source checkout works without installing."""
+    """mpk._launcher, as installed by setup.py when it was built against this
+    torch (a torch C++ extension works with the torch it was compiled for
+    only); failing that, compiled here from csrc/launcher/launcher.cpp with
+    the host C++ compiler (cached like modules), so a source checkout works
+    without installing."""
     global _launcher
     if _launcher is not None:
         return _launcher
     try:
         from . import _launcher as mod  # type: ignore[attr-defined]
-    except ImportError:
+    except ImportError:  # not installed, or built against another torch (missing symbols)
+        mod = None
+    if getattr(mod, "torch_version", None) != torch.__version__:
         mod = _jit_launcher()
     _launcher = mod
     return mod
+
+
+def launcher_flags() -> tuple[list[str], list[str]]:
+    """The compile and link flags of the launcher as a torch C++ extension
+    (setup.py's BuildExtension adds the same): torch's headers and libraries,
+    its C++ standard and ABI, and the torch version it was built against."""
+    from torch.utils import cpp_extension
+    inc = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"], str(csrc_dir())]
+    cflags = ["-O2", "-std=c++20", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+              f'-DMPK_TORCH_VERSION="{torch.__version__}"', *(f"-I{i}" for i in inc)]
+    ldflags = [*(f"-L{d}" for d in cpp_extension.library_paths()), "-ltorch_python", "-ltorch_cpu", "-lc10", "-ldl"]
+    return cflags, ldflags
 
 
 def _jit_launcher():
@@ -314,39 +333,35 @@ def _jit_launcher():
         src = Path(__file__).resolve().parents[2] / "csrc" / "launcher" / "launcher.cpp"
     if not src.is_file():
         raise BuildError("the mpk launcher (mpk._launcher) is not installed and its source is missing",
-                         hint="reinstall mpk with pybind11 available", kind="build")
-    try:
-        import pybind11
-    except ImportError:
-        raise BuildError("the mpk launcher (mpk._launcher) is not installed, and pybind11 is "
-                         "missing to build it", hint="pip install pybind11, then reinstall mpk",
-                         kind="build") from None
+                         hint="reinstall mpk", kind="build")
     csrc = csrc_dir()
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
-    inc = [pybind11.get_include(), sysconfig.get_paths()["include"], str(csrc)]
+    cflags, ldflags = launcher_flags()
+    cflags.append(f"-DMPK_LAUNCHER_NAME={JIT_LAUNCHER}")
     h = hashlib.sha256(src.read_bytes() + (csrc / "runtime" / "module_abi.h").read_bytes()
-                       + suffix.encode() + sys.version.encode()).hexdigest()
+                       + " ".join([cxx, *cflags, *ldflags]).encode() + suffix.encode()
+                       + sys.version.encode()).hexdigest()
     out_dir = cache_root() / "launcher" / h[:16]
-    out = out_dir / ("_launcher" + suffix)
+    out = out_dir / (JIT_LAUNCHER + suffix)
     if not out.is_file():
         with _file_lock(cache_root() / "locks" / f"launcher-{h[:16]}.lock"):
             if not out.is_file():
                 out_dir.mkdir(parents=True, exist_ok=True)
                 tmp = out_dir / f".tmp-{os.getpid()}{suffix}"
-                cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", *(f"-I{i}" for i in inc),
-                       str(src), "-o", str(tmp), "-ldl"]
+                cmd = [cxx, *cflags, "-shared", str(src), "-o", str(tmp), *ldflags]
                 r = subprocess.run(cmd, capture_output=True, text=True)
                 if r.returncode != 0:
                     raise BuildError("building the mpk launcher failed:\n" +
                                      "\n".join((r.stdout + r.stderr).splitlines()[-20:]),
                                      hint=" ".join(cmd), kind="build")
                 os.replace(tmp, out)
-    loader = importlib.machinery.ExtensionFileLoader("mpk._launcher", str(out))
-    spec = importlib.util.spec_from_file_location("mpk._launcher", str(out), loader=loader)
+    name = f"mpk.{JIT_LAUNCHER}"
+    loader = importlib.machinery.ExtensionFileLoader(name, str(out))
+    spec = importlib.util.spec_from_file_location(name, str(out), loader=loader)
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
-    sys.modules["mpk._launcher"] = mod
+    sys.modules[name] = mod
     return mod
 
 
@@ -385,8 +400,11 @@ class BuildOnlyGraph(CompiledGraph):
             return self.gm(*args)
 
 class CudaGraph(CompiledGraph):
-    """Builds and loads the module once; each call checks arguments,
-    allocates outputs and makes one launch on torch's current stream."""
+    """Builds and loads the module once. A call is one call into the launcher
+    (launcher.Call): it checks the arguments (those unchanged since the last
+    call that passed skip the checks), looks at the previous launch's status,
+    allocates the outputs and launches on torch's current stream. Python
+    touches no argument unless the launcher refuses one, to name it."""
 
     def __init__(self, request, compiled, opts, display_names, returns_sequence, device):
         super().__init__(request, compiled, opts, display_names, returns_sequence)
@@ -401,22 +419,25 @@ class CudaGraph(CompiledGraph):
         self.sources = dict(compiled.result.get("cuda") or {})
         self.build = build_module_info(self.sources, cuda_arch(device=self.device))
         t0 = time.perf_counter()
-        launcher = load_launcher()
+        self._launcher = load_launcher()
         budget_ms = float(opts.get("wait_budget_ms", DEFAULT_WAIT_BUDGET_MS))
         with torch.cuda.device(self.device):
-            self.module = launcher.Module(str(self.build.path))
+            self.module = self._launcher.Module(str(self.build.path))
             self._check_module()
             # This callable's own device state: another compile of the same
             # graph loads the same module.so but never shares counters.
             self.instance = self.module.create(int(budget_ms * 1e6))
-        # The compiler runs under Dynamo's fake-tensor mode, where torch.empty
-        # makes a tensor without storage: the arena is allocated at the first call.
-        self.arena: torch.Tensor | None = None
+        self._call = self._launcher.Call(self.instance, self.device, *self.layout, int(self.module.arena_bytes),
+                                         self.poison, self.returns_sequence)
+        self._stream = torch._C._cuda_getCurrentRawStream  # torch.cuda.current_stream's handle, minus the object
+        self._index = self.device.index
         self.load_s = time.perf_counter() - t0
         self.nvcc_s = None if self.build.cache_hit else self.build.nvcc_s
-        self.launches = 0
-        self._done: torch.cuda.Event | None = None
         self.last_status: dict | None = None
+
+    @property
+    def launches(self) -> int:
+        return self._call.launches
 
     def _check_module(self) -> None:
         m = self.module
@@ -437,34 +458,39 @@ class CudaGraph(CompiledGraph):
         """Reads the status the last finished launch copied to pinned memory
         (the caller made sure it finished); raises MpkRuntimeError (and
         resets the instance) when it aborted."""
+        err = self._status_error()
+        if err is not None:
+            raise err
+
+    def _status_error(self):
         st = self.instance.status()
         self.last_status = st
-        if st.get("aborted"):
-            self.instance.reset()
-            raise abort_error(st, self.summary)
+        if not st.get("aborted"):
+            return None
+        self.instance.reset()
+        return abort_error(st, self.summary)
 
-    def _run(self, args, outs) -> None:
-        stream = torch.cuda.current_stream(self.device)
-        capturing = torch.cuda.is_current_stream_capturing()
-        if self._done is not None and not capturing and not self.sync and self._done.query():
-            self._done = None
-            self.check_status()  # the previous launch finished: cheap to look
-        if self.arena is None:
-            self.arena = torch.empty(max(int(self.module.arena_bytes), 1), dtype=torch.uint8,
-                                     device=self.device)
-        slots = [t.data_ptr() for t in args] + [t.data_ptr() for t in outs] + [self.arena.data_ptr()]
+    def __call__(self, *args):
         try:
-            self.instance.launch(slots, stream.cuda_stream)
-        except RuntimeError as e:
-            raise MpkError(f"launching the megakernel failed: {e}", kind="runtime") from None
-        self.launches += 1
+            out = self._call(args, self._stream(self._index))
+        except Exception as e:  # noqa: BLE001 - the launcher's refusals become mpk's errors
+            raise self._call_error(args, e) from None
+        self.calls += 1
         if self.sync:
-            stream.synchronize()
+            torch.cuda.current_stream(self.device).synchronize()
             self.check_status()
-        elif not capturing:
-            ev = torch.cuda.Event()
-            ev.record(stream)
-            self._done = ev
+        return out
+
+    def _call_error(self, args: tuple, e: Exception) -> Exception:
+        L = self._launcher
+        if isinstance(e, L.ArgumentRefused):
+            return self.argument_error(unbox(args, len(self.inputs)), *e.args)
+        if isinstance(e, L.PreviousLaunchAborted):  # it finished since the last call
+            return self._status_error() or MpkError("the launcher saw an aborted launch whose status reads "
+                                                    "healthy", kind="internal")
+        if isinstance(e, L.LaunchFailed):
+            return MpkError(f"launching the megakernel failed: {e.args[0]}", kind="runtime")
+        return e
 
 
 # How long one spin-wait of the megakernel may last before it aborts: far

@@ -1,8 +1,10 @@
 """The callable a compile returns for the reference target, and what every
-target's callable shares: argument checks against the compiled layout,
-output allocation from the core's output specs, and the two calling
-conventions (one argument per input, or AOTAutograd's boxed list).
-The cuda target's callables (build.py) subclass CompiledGraph."""
+target's callable shares: the compiled layout (what each argument must be,
+what each output is), argument checks against it, output allocation, and the
+two calling conventions (one argument per input, or AOTAutograd's boxed
+list). The cuda target's callables (build.py) subclass CompiledGraph; their
+calls check and allocate in the launcher (C++) by the same layout, and the
+checks here name what the launcher refused."""
 
 from __future__ import annotations
 
@@ -65,6 +67,29 @@ class CompiledGraph:
             index[n["args"][0]["node"]] for n in request["graph"]["nodes"]
             if n["target"] == "aten.copy_.default" and n["args"] and n["args"][0].get("k") == "node"
             and n["args"][0].get("node") in index)
+        self.layout = self._layout()
+
+    def _layout(self) -> tuple[list[tuple], list[tuple]]:
+        """What a call checks and allocates, as the launcher takes it (see
+        launcher.Call): per input (dtype, shape, strides, written), per output
+        (kind, dtype, shape, strides, offset, buffer elements, input index): a
+        new tensor (a view at `offset` into a buffer when offset is nonzero),
+        or a view of an input at `offset` from that input's own offset."""
+        inputs = [(export.DTYPES_BY_NAME[i["meta"]["dtype"]], i["meta"]["shape"], i["meta"]["strides"],
+                   k in self._written) for k, i in enumerate(self.inputs)]
+        outputs = []
+        for j, spec in enumerate(self.output_specs):
+            shape, strides, off = spec["shape"], spec["strides"], int(spec.get("offset", 0))
+            if spec["kind"] == "input":
+                idx = int(spec.get("input", 0))
+                rel = off - int(self.inputs[idx]["meta"].get("offset", 0))
+                outputs.append(("input", inputs[idx][0], shape, strides, rel, 0, idx))
+            elif spec["kind"] == "new":
+                buffer = off + 1 + sum((s - 1) * st for s, st in zip(shape, strides) if s > 0) if off else 0
+                outputs.append(("new", export.DTYPES_BY_NAME[spec["dtype"]], shape, strides, off, buffer, -1))
+            else:
+                raise MpkError(f"output {j} has unknown kind {spec['kind']!r}", kind="internal")
+        return inputs, outputs
 
     def timing(self) -> str:
         """Compile cost after Dynamo (the cuda target adds the Go core, nvcc, loading)."""
@@ -81,8 +106,7 @@ class CompiledGraph:
         pointer, shape and strides, is not checked again: a decode step passes
         the same parameters and cache every time, and the full check of a few
         hundred tensors would cost more host time than the kernel itself."""
-        if len(args) != len(self.inputs):
-            raise ArgumentError(f"compiled graph takes {len(self.inputs)} arguments, got {len(args)}")
+        self._check_count(args)
         changed = []
         for i, a in enumerate(args):
             s = self._passed[i]
@@ -100,6 +124,25 @@ class CompiledGraph:
             a, span = args[i], self._spans[i]
             rng = (a.data_ptr(), a.data_ptr() + span * a.element_size()) if span else None
             self._passed[i] = (weakref.ref(a), a.data_ptr(), a.shape, a.stride(), rng)
+
+    def argument_error(self, args: Sequence[Any], index: int, reason: str) -> ArgumentError:
+        """The error for arguments the launcher refused (argument `index`, or
+        -1 for their number): the checks below name the problem as the
+        reference target's calls do; the launcher's reason if they all pass."""
+        try:
+            self._check_count(args)
+            if 0 <= index < len(args):
+                self._check_each(args, [index])
+            self._check_each(args, range(len(args)))
+            if self._written:
+                self._check_aliasing(args)
+        except ArgumentError as e:
+            return e
+        return ArgumentError(f"{self._describe(index)} {reason}" if 0 <= index < len(self.inputs) else reason)
+
+    def _check_count(self, args: Sequence[Any]) -> None:
+        if len(args) != len(self.inputs):
+            raise ArgumentError(f"compiled graph takes {len(self.inputs)} arguments, got {len(args)}")
 
     def _check_aliasing_of(self, args: Sequence[torch.Tensor], changed: Sequence[int]) -> None:
         """_check_aliasing for the pairs that involve a changed argument."""
@@ -188,26 +231,18 @@ class CompiledGraph:
 
     def _outputs(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         outs = []
-        for j, spec in enumerate(self.output_specs):
-            shape, strides, off = spec["shape"], spec["strides"], int(spec.get("offset", 0))
-            if spec["kind"] == "input":
-                idx = int(spec.get("input", 0))
+        for kind, dtype, shape, strides, off, buffer, idx in self.layout[1]:
+            if kind == "input":
                 base = args[idx]
-                rel = off - int(self.inputs[idx]["meta"].get("offset", 0))
-                outs.append(base.as_strided(shape, strides, base.storage_offset() + rel))
-            elif spec["kind"] == "new":
-                dtype = export.DTYPES_BY_NAME[spec["dtype"]]
-                if off:
-                    span = off + 1 + sum((s - 1) * st for s, st in zip(shape, strides) if s > 0)
-                    buf = torch.empty(span, dtype=dtype, device=self.device)
-                    t = buf.as_strided(shape, strides, off)
-                else:
-                    t = torch.empty_strided(shape, strides, dtype=dtype, device=self.device)
-                if self.poison and t.is_floating_point():
-                    t.fill_(float("nan"))
-                outs.append(t)
+                outs.append(base.as_strided(shape, strides, base.storage_offset() + off))
+                continue
+            if buffer:
+                t = torch.empty(buffer, dtype=dtype, device=self.device).as_strided(shape, strides, off)
             else:
-                raise MpkError(f"output {j} has unknown kind {spec['kind']!r}", kind="internal")
+                t = torch.empty_strided(shape, strides, dtype=dtype, device=self.device)
+            if self.poison and t.is_floating_point():
+                t.fill_(float("nan"))
+            outs.append(t)
         return outs
 
     def _run(self, args: Sequence[torch.Tensor], outs: list[torch.Tensor]) -> None:
