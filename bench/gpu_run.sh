@@ -5,6 +5,7 @@
 #   bench:<m1+m2..>    bench/decode.py (JSON bench_<n>.json)
 #   trace:<model>      bench/trace.py (JSON trace_<model>.json)
 #   pytest:<path>      pytest -m gpu on that path
+#   host:<model>       bench/host_time.py: host time of one call (JSON host_<model>.json)
 # Logs and JSON go to $OUT/results.tgz (the device returns few files); each
 # job's last lines are printed. A failing job does not stop the others.
 set -uo pipefail
@@ -28,6 +29,8 @@ for job in ${JOBS:-check:tiny-llama}; do
            tail -12 "$W/bench_$n.log" ;;
     trace) timeout "${JOB_TIMEOUT:-200}" python3 bench/trace.py --model "$what" $extra --json "$W/trace_$what.json" >"$W/trace_$what.log" 2>&1
            tail -20 "$W/trace_$what.log" ;;
+    host) timeout "${JOB_TIMEOUT:-500}" python3 bench/host_time.py --model "$what" $extra --json "$W/host_$what.json" >"$W/host_$what.log" 2>&1
+          tail -9 "$W/host_$what.log" ;;
     pytest) timeout "${JOB_TIMEOUT:-500}" python3 -m pytest -q -m gpu -p no:cacheprovider "$what" $extra >"$W/pytest_$n.log" 2>&1
            tail -3 "$W/pytest_$n.log" ;;
   esac
