@@ -75,6 +75,8 @@ class Precompiled:
 
     def __call__(self, *args, **kwargs):
         try:
+            if not torch.is_grad_enabled():  # the usual case: 1.5 us less than entering no_grad
+                return self._fn(self.model, *args, **kwargs)
             with torch.no_grad():  # as it was traced; mpk compiles inference only
                 return self._fn(self.model, *args, **kwargs)
         except RuntimeError as e:
