@@ -42,7 +42,7 @@ run() {  # run NAME CMD...: tee to $OUT/NAME.log, record the outcome, never stop
 }
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 
-# install: editable, with the prebuilt core; else the launcher in place.
+# install: editable, with the prebuilt core; else the launcher into mpk's cache.
 CORE=${MPK_PREBUILT_CORE:-.prebuilt/libmpkcore.so}
 [ -f "$CORE" ] || CORE=python/mpk/libmpkcore.so
 {
@@ -59,12 +59,9 @@ if MPK_PREBUILT_CORE=$CORE "$PY" -m pip install --no-build-isolation --no-deps -
   echo "installed (pip -e, core $CORE)"
 else
   tail -20 "$OUT/install.log"
-  note "pip install failed; building the launcher in place and using PYTHONPATH=python"
+  note "pip install failed; building the launcher into mpk's cache and using PYTHONPATH=python"
   [ -f python/mpk/libmpkcore.so ] || cp "$CORE" python/mpk/libmpkcore.so
-  ext=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-  # shellcheck disable=SC2046
-  c++ -O2 -std=c++17 -shared -fPIC $("$PY" -m pybind11 --includes) -Icsrc \
-    csrc/launcher/launcher.cpp -o "python/mpk/_launcher$ext" -ldl >>"$OUT/install.log" 2>&1 \
+  PYTHONPATH=python "$PY" -c 'from mpk import build; build.load_launcher()' >>"$OUT/install.log" 2>&1 \
     || note "launcher build failed (mpk.build will try again on first use)"
 fi
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}

@@ -314,19 +314,21 @@ def test_launcher_errors_name_the_problem(fake_module, tmp_path):
 
 
 def test_jit_launcher_builds_without_install(tmp_path, fake_module):
-    """Without an installed mpk._launcher, load_launcher compiles it (in a fresh
-    process: a pybind11 type can be registered once per process)."""
+    """Without an installed mpk._launcher built for this torch, mpk compiles it
+    (as mpk._launcher_jit, into the cache; in a fresh process, whose cache is
+    empty)."""
     if shutil.which("c++") is None and shutil.which("g++") is None:
         pytest.skip("no C++ compiler")
-    pytest.importorskip("pybind11")
     code = textwrap.dedent(f"""
         import sys
+        import torch
         sys.path.insert(0, {str(ROOT / 'python')!r})
         from mpk import build
         mod = build._jit_launcher()
+        assert mod.__name__ == "mpk._launcher_jit" and mod.torch_version == torch.__version__
         print(mod.Module({str(fake_module / 'm.so')!r}).num_tasks)
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "MPK_CACHE_DIR": str(tmp_path)})
     assert r.returncode == 0 and r.stdout.strip() == "11", r.stdout + r.stderr
-    assert list((tmp_path / "launcher").rglob("_launcher*"))
+    assert list((tmp_path / "launcher").rglob("_launcher_jit*"))

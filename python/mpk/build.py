@@ -3,8 +3,9 @@
 build_module() compiles the core's generated CUDA (module.cu, which includes
 headers from csrc/runtime and csrc/tasks) into module.so under a cache
 directory keyed by the content hash of everything that affects the binary.
-cuda_callable() loads it through the pybind11 launcher (mpk._launcher, see
-csrc/launcher) and returns the callable torch.compile hands back."""
+cuda_callable() loads it through the launcher (mpk._launcher, a torch C++
+extension, see csrc/launcher) and returns the callable torch.compile hands
+back, whose calls run in the launcher."""
 
 from __future__ import annotations
 
