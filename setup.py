@@ -93,7 +93,7 @@ def launcher_extensions() -> tuple[list, dict]:
         return [], {}
     ext = CppExtension("mpk._launcher", [os.path.relpath(src, ROOT)], include_dirs=["csrc"],
                        define_macros=[("MPK_TORCH_VERSION", f'"{torch.__version__}"')],
-                       extra_compile_args=["-std=c++20", "-O2", "-g0"], libraries=["dl"])
+                       extra_compile_args=["-O2", "-g0"], libraries=["dl"])  # BuildExtension picks torch's -std
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=False)}
 
 

@@ -319,10 +319,13 @@ def load_launcher():
 def launcher_flags() -> tuple[list[str], list[str]]:
     """The compile and link flags of the launcher as a torch C++ extension
     (setup.py's BuildExtension adds the same): torch's headers and libraries,
-    its C++ standard and ABI, and the torch version it was built against."""
+    the C++ standard and ABI torch builds extensions with, and the torch
+    version it was built against."""
     from torch.utils import cpp_extension
     inc = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"], str(csrc_dir())]
-    cflags = ["-O2", "-std=c++20", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    major, minor = (int(v) for v in torch.__version__.split(".")[:2])
+    std = "-std=c++20" if (major, minor) >= (2, 12) else "-std=c++17"  # torch's headers need C++20 from 2.12 on
+    cflags = ["-O2", std, "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
               f'-DMPK_TORCH_VERSION="{torch.__version__}"', *(f"-I{i}" for i in inc)]
     ldflags = [*(f"-L{d}" for d in cpp_extension.library_paths()), "-ltorch_python", "-ltorch_cpu", "-lc10", "-ldl"]
     return cflags, ldflags
