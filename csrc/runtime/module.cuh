@@ -274,10 +274,13 @@ int32_t mpk_launch(MpkInstance* inst, void* const* slot_ptrs, void* stream, char
   e = cudaMemcpyAsync(inst->host_status, inst->st.status, sizeof(MpkStatus), cudaMemcpyDeviceToHost, s);
   if (e != cudaSuccess) return fail(err, errlen, "cudaMemcpyAsync(status)", e);
   // An event recorded in a capture cannot be queried afterwards: a captured
-  // launch leaves the last direct launch's event to mpk_poll.
+  // launch (or one whose stream cannot say, e.g. the legacy stream while
+  // another thread captures) leaves the last direct launch's event to mpk_poll.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  e = cudaStreamIsCapturing(s, &capture);
-  if (e != cudaSuccess) return fail(err, errlen, "cudaStreamIsCapturing", e);
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();  // leave no error behind for torch's checks
+    return 0;
+  }
   if (capture == cudaStreamCaptureStatusNone) {
     e = cudaEventRecord(inst->copied, s);
     if (e != cudaSuccess) return fail(err, errlen, "cudaEventRecord(status copied)", e);
@@ -294,9 +297,11 @@ int32_t mpk_poll(MpkInstance* inst, void* stream, MpkStatus* out) {
   if (!inst->pending) return 0;
   // Under a global-mode capture a query would invalidate the capture.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone)
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) != cudaSuccess) {
+    (void)cudaGetLastError();
     return 0;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return 0;
   const cudaError_t e = cudaEventQuery(inst->copied);
   if (e == cudaErrorNotReady) {
     (void)cudaGetLastError();  // not an error: leave none behind for torch's checks
