@@ -9,6 +9,7 @@ and decode steps recheck only the arguments that changed."""
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import shutil
 import subprocess
@@ -259,6 +260,28 @@ def test_status_poll_and_failed_launch(fake_module):
     with pytest.raises(f.L.LaunchFailed, match=r"mpk_launch failed \(code 7\): fake failure"):
         f.call((x,), 0)
     assert f.call.launches == 3
+
+
+def test_decode_step_reaches_the_callable_without_aot_autograd(core_lib, fresh_dynamo, monkeypatch):
+    """Through torch.compile, a decode step's arguments go from Dynamo's code to
+    the compiled callable with no AOTAutograd runtime wrapper between them (it
+    would walk every argument in Python each call)."""
+    from mpk import compiled as compiled_mod
+    check.ensure_backend_registered()
+    m, cache = check.decode_setup("tiny-llama", 8, dtype=torch.float32, device="cpu", extra=4)
+    step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False, options={"target": "reference"})
+    tok = torch.tensor([[5]])
+    with torch.no_grad():
+        step(input_ids=tok, past_key_values=cache, use_cache=True)
+        callers = []
+        plain = compiled_mod.CompiledGraph.__call__
+
+        def spy(self, *args):
+            callers.extend(f.filename for f in inspect.stack()[1:8])
+            return plain(self, *args)
+        monkeypatch.setattr(compiled_mod.CompiledGraph, "__call__", spy)
+        step(input_ids=tok, past_key_values=cache, use_cache=True)
+    assert callers and not [f for f in callers if "_functorch" in f], callers
 
 
 # --- on a GPU ---------------------------------------------------------------------------
