@@ -1,9 +1,12 @@
 // The megakernel and the module's C ABI (module_abi.h). Included at the end
 // of a generated module.cu, after the mpk_gen tables and run_task.
 //
-// A worker (one CTA, kept resident by the occupancy check) has three roles:
-//  - consumer warps run the worker's static queue: wait for a task's event,
-//    run it, hand it to the signaller;
+// A worker (one CTA, kept resident by the occupancy check) has four roles:
+//  - the fetcher warp walks the worker's static queue one task ahead of the
+//    consumers: it copies the next task's descriptor into shared memory and
+//    waits for its event, so a task starts without a memory round trip;
+//  - consumer warps run the tasks the fetcher hands them, and hand each
+//    finished task to the signaller;
 //  - the loader warp streams the weights of the queue's Linear tasks into the
 //    ring (runtime/ring.cuh) ahead of the consumers, across task boundaries,
 //    waiting only for a free page: weights are never written in a launch, so
@@ -84,21 +87,81 @@ __device__ __noinline__ void signal_tasks(const mpk::State& st, int w, const uin
   }
 }
 
+// The fetcher's handoff of a task to the consumers: its descriptor and its
+// queue entry, in one of two buffers (task i of the queue uses buffer i & 1).
+struct Fetched {
+  mpk::Op op;
+  mpk::Task task;
+  int t;  // the task's index in the task table
+};
+constexpr int kOpWords = sizeof(mpk::Op) / sizeof(int2);
+static_assert(sizeof(mpk::Op) % sizeof(int2) == 0, "the op descriptor is copied as int2 words");
+constexpr uint32_t kFetchAborted = 0xffffffffu;  // s_ready when the fetcher gave up
+
+// fetch_tasks is the fetcher warp's loop: for each task of worker w's queue,
+// in order, once the consumers are done with its buffer (task i - 2), it
+// copies the task's entry and op descriptor into buffer i & 1, waits for its
+// event, and publishes it (s_ready = i + 1). The consumers then start a task
+// without a memory round trip: the table loads and the event poll of the
+// next task overlap the task before it (a transition cost ~1.5 us of
+// dependent L2 loads when the consumers did them).
+__device__ __noinline__ void fetch_tasks(const mpk::State& st, int w, uint32_t step, Fetched* buf,
+                                         uint32_t* ready, const uint32_t* done) {
+  const int lane = threadIdx.x % 32, q0 = queue_start[w];
+  for (int q = q0; q < queue_start[w + 1]; ++q) {
+    const uint32_t i = (uint32_t)(q - q0);
+    const int t = queue[q];
+    const mpk::Task task = tasks[t];
+    int2 words[(kOpWords + 31) / 32];
+    if (task.op >= 0) {
+      const int2* src = reinterpret_cast<const int2*>(&ops[task.op]);
+#pragma unroll
+      for (int k = 0; k < (kOpWords + 31) / 32; ++k)
+        if (lane + 32 * k < kOpWords) words[k] = src[lane + 32 * k];
+    }
+    // Buffer i & 1 last held task i - 2: wait until the consumers finished it.
+    if (i >= 2)
+      for (uint32_t polls = 0; mpk::ld_acquire_cta(done) < i - 1; ++polls)
+        if ((polls & 1023) == 1023 && mpk::aborting(st.abort)) {
+          if (lane == 0) mpk::st_release_cta(ready, kFetchAborted);
+          return;
+        }
+    Fetched& f = buf[i & 1];
+    if (task.op >= 0) {
+      int2* dst = reinterpret_cast<int2*>(&f.op);
+#pragma unroll
+      for (int k = 0; k < (kOpWords + 31) / 32; ++k)
+        if (lane + 32 * k < kOpWords) dst[lane + 32 * k] = words[k];
+    }
+    bool go = true;
+    if (lane == 0) {
+      f.task = task;
+      f.t = t;
+      if (task.wait >= 0) go = mpk::wait_event(st, task.wait, event_needed[task.wait] * step, w, t);
+    }
+    go = __shfl_sync(0xffffffffu, go, 0);
+    __syncwarp();
+    if (lane == 0) mpk::st_release_cta(ready, go ? i + 1 : kFetchAborted);
+    if (!go) return;
+  }
+}
+
 // Thresholds grow with the launch count, so counters are never reset
 // between steps.
 __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     megakernel(const __grid_constant__ mpk::Slots<kNumSlots> slots, const mpk::State st) {
   extern __shared__ __align__(128) char smem[];
-  __shared__ uint32_t s_step, s_done;
+  __shared__ uint32_t s_step, s_done, s_ready;
   __shared__ int s_go, s_xkey;
-  // The running task's op descriptor, copied from global memory once per
-  // task: the task code reads its views' shapes and strides many times.
-  __shared__ __align__(16) mpk::Op s_op;
+  // The next two tasks, as the fetcher warp hands them over: the task code
+  // reads its op descriptor's shapes and strides many times.
+  __shared__ __align__(16) Fetched s_fetched[2];
   const int w = blockIdx.x, warp = threadIdx.x / 32;
   const Ring ring = mpk::ring_at<kRingSlots>(smem);
   if (threadIdx.x == 0) {
     s_step = *(volatile uint32_t*)st.epoch + 1;
     s_done = 0;
+    s_ready = 0;
     s_xkey = -1;
     mpk::s_fault = mpk::Fault{st.abort, st.status, w, -1, -1};
     if (kRingPages > 0) ring.init(mpk::kConsumerWarps);
@@ -113,38 +176,41 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     if (threadIdx.x % 32 == 0) signal_tasks(st, w, &s_done);
     return;
   }
+  if (warp == mpk::kFetchWarp) {
+    fetch_tasks(st, w, step, s_fetched, &s_ready, &s_done);
+    return;
+  }
   uint32_t seq = 0;  // the consumers' place in the ring
   const int q0 = queue_start[w], q1 = queue_start[w + 1];
   for (int q = q0; q < q1; ++q) {
-    const int t = queue[q];
-    const mpk::Task task = tasks[t];
+    const uint32_t i = (uint32_t)(q - q0);
+    const Fetched& f = s_fetched[i & 1];
 #ifdef MPK_TRACE
-    if (threadIdx.x == 0) trace_records[t].wait_ns = mpk::globaltimer();
+    unsigned long long wait_ns = mpk::globaltimer();
 #endif
-    // The task a bad index is blamed on (read after the barrier below).
-    if (threadIdx.x == 0) mpk::s_fault.task = t, mpk::s_fault.op = task.op;
-    // The op table never changes: its descriptor is copied before the wait,
-    // so that L2 round trip overlaps the wait instead of following it. (The
-    // previous task finished with s_op at the barrier that ended it.)
-    if (task.op >= 0) {
-      const int2* src = reinterpret_cast<const int2*>(&ops[task.op]);
-      int2* dst = reinterpret_cast<int2*>(&s_op);
-      for (int i = threadIdx.x; i < (int)(sizeof(mpk::Op) / sizeof(int2)); i += MPK_THREADS) dst[i] = src[i];
+    if (threadIdx.x == 0) {
+      uint32_t r;
+      while ((r = mpk::ld_acquire_cta(&s_ready)) <= i) {
+      }
+      s_go = r != kFetchAborted;
     }
-    if (task.wait >= 0 && threadIdx.x == 0) s_go = mpk::wait_event(st, task.wait, event_needed[task.wait] * step, w, t);
     mpk::consumer_sync();
-    if (task.wait >= 0 && !s_go) break;
+    if (!s_go) break;
+    const int t = f.t;
+    const mpk::Task task = f.task;
 #ifdef MPK_TRACE
-    if (threadIdx.x == 0) trace_records[t].start_ns = mpk::globaltimer();
+    if (threadIdx.x == 0) trace_records[t].wait_ns = wait_ns, trace_records[t].start_ns = mpk::globaltimer();
 #endif
+    // The task a bad index is blamed on (read after the task's barriers).
+    if (threadIdx.x == 0) mpk::s_fault.task = t, mpk::s_fault.op = task.op;
     if (task.op >= 0) {
       // A streamed Linear finds x already staged when the previous task
       // staged the same x (q, k and v read one normalised row).
-      const mpk::Ctx c{smem + kScratchOffset, smem, seq, st.abort, s_op.xkey >= 0 && s_op.xkey == s_xkey};
-      seq = run_task(s_op, task.lo, task.hi, slots, c);
+      const mpk::Ctx c{smem + kScratchOffset, smem, seq, st.abort, f.op.xkey >= 0 && f.op.xkey == s_xkey};
+      seq = run_task(f.op, task.lo, task.hi, slots, c);
     }
-    // Read before the barrier: past it, the next task's descriptor overwrites s_op.
-    const int staged = task.op >= 0 ? s_op.xkey : -1;
+    // Read before the barrier: past it, the fetcher may refill this buffer.
+    const int staged = task.op >= 0 ? f.op.xkey : -1;
     mpk::consumer_sync();
 #ifdef MPK_TRACE
     if (threadIdx.x == 0) {

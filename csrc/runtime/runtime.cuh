@@ -225,7 +225,10 @@ __device__ __noinline__ void give_up(const State& st, int32_t code, int worker, 
 
 // wait_event spins (one thread) until counter e reaches need. It returns
 // false when the kernel is aborting: this wait ran out of budget (and recorded
-// why) or another worker gave up.
+// why) or another worker gave up. One thread a worker polls (the fetcher
+// warp's, ahead of the consumers), always hot: a sleep's wake-up comes late
+// (a back-off with __nanosleep(100) added ~0.9 us to every dependent task's
+// start, bench/NOTES.md).
 __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, int task) {
   uint32_t seen = ld_acquire(st.counters + e);
   if ((int32_t)(seen - need) >= 0) return true;
@@ -233,16 +236,13 @@ __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, in
   for (unsigned polls = 0;; ++polls) {
     seen = ld_acquire(st.counters + e);
     if ((int32_t)(seen - need) >= 0) return true;
-    // Waits in a step are microseconds: poll hot at first, then back off a
-    // little so a long wait does not flood L2, and check the abort flag.
-    if (polls < 256) continue;
+    if ((polls & 255) != 255) continue;
     if (aborting(st.abort)) return false;
     uint64_t waited = globaltimer() - start;
     if (waited > st.budget_ns) {
       give_up(st, MPK_ABORT_WAIT, worker, task, e, seen, need, waited);
       return false;
     }
-    __nanosleep(100);
   }
 }
 

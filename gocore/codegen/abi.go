@@ -26,7 +26,7 @@ const (
 	// dynamicSharedBudget bounds a worker's dynamic shared memory (the ring
 	// and the scratch): the H100's 227 KiB less the kernel's static shared
 	// variables.
-	dynamicSharedBudget = 227*1024 - 2048
+	dynamicSharedBudget = 227*1024 - 4096
 	// maxRingPages bounds the ring: landed pages ride out waits, but more
 	// than ~10 gained nothing on the H100 (bench/NOTES.md).
 	maxRingPages = 10

@@ -106,11 +106,12 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		return split(out, d, min(W, out[d]), 1)
 	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
 		if op.Attr.Splits > 1 { // partials [B, Splits, H, Sq, Dv+2]: KV chunks per task
-			// Decode gives each (chunk, KV head) a warp: a task takes enough
-			// chunks to keep its warps busy.
+			// Decode gives each (chunk, KV head) a warp: a task takes chunks
+			// for half its warps. The task is bound by issuing instructions,
+			// so more tasks with fewer busy warps each finish sooner.
 			per := int64(1)
 			if out[3] == 1 {
-				per = max(1, int64(stream.Threads/32)/(out[2]/max(1, int64(op.Attr.Groups))))
+				per = max(1, int64(stream.Threads/64)/(out[2]/max(1, int64(op.Attr.Groups))))
 			}
 			return split(out, 1, min(W, ceilDiv(out[1], per)), 1)
 		}
@@ -140,7 +141,9 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		if op.Kind == ir.RMSNorm { // a warp per row: a task takes rowsPerNormTask rows
 			return split(out, d, min(W, ceilDiv(out[d], rowsPerNormTask)), 1)
 		}
-		return split(out, d, small(d), 1)
+		// A thread per rotated pair: at most one pair a thread per task, so
+		// a task's loads go out in one batch (RoPE is on the path to attention).
+		return split(out, d, min(W, out[d], max(small(d), ceilDiv(n/2, stream.Threads))), 1)
 	case ir.KVWrite: // iterate over the source rows
 		return split(out, largestDim(out, allDims(len(out))), 1, 1)
 	case ir.Cat:

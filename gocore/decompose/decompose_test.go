@@ -118,7 +118,10 @@ func TestTiles(t *testing.T) {
 				b.buf("sin", 1, 8, 16, 64), b.buf("pos", 16))
 			op.Attr.IndexIn, op.Attr.Dim = 4, 2
 			return op
-		}, 132, 1, sh(0, 4, 8)},
+		}, 132, 1, sh(0, 1, 2, 3, 4, 5, 6, 7, 8)}, // 512 rotated pairs a head: a task per head
+		{"rope: at most a rotated pair per thread", func(b *opBuilder) *ir.Op {
+			return b.op(ir.RoPE, b.buf("o", 1, 32, 1, 64), b.buf("x", 1, 32, 1, 64), b.buf("cos", 1, 1, 1, 64), b.buf("sin", 1, 1, 1, 64))
+		}, 132, 1, sh(0, 16, 32)},
 		{"kv write iterates source rows", func(b *opBuilder) *ir.Op {
 			op := b.op(ir.KVWrite, b.buf("cache", 1, 2, 8, 4), b.buf("pos", 1), b.buf("src", 1, 2, 1, 4))
 			op.Attr.Dim = 2
