@@ -144,6 +144,9 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		// A thread per rotated pair: at most one pair a thread per task, so
 		// a task's loads go out in one batch (RoPE is on the path to attention).
 		return split(out, d, min(W, out[d], max(small(d), ceilDiv(n/2, stream.Threads))), 1)
+	case ir.Embedding: // a thread per element: the step's first op, on everyone's path
+		d := largestDim(out, allDims(len(out)))
+		return split(out, d, min(W, out[d], max(small(d), ceilDiv(n, stream.Threads))), 1)
 	case ir.KVWrite: // iterate over the source rows
 		return split(out, largestDim(out, allDims(len(out))), 1, 1)
 	case ir.Cat:

@@ -1,7 +1,9 @@
 package tgraph
 
 import (
+	"container/heap"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 )
@@ -86,20 +88,40 @@ func Normalize(g *Graph, f *Fused) {
 	}
 }
 
-// Linearize renumbers tasks in BFS order over events (MPK's Algorithm 1) so
+// Linearize renumbers tasks in an order over events (MPK's Algorithm 1) so
 // the tasks waiting on each event form the contiguous range [First, Last).
+// Fired events are taken level by level (an event's level is one more than
+// the deepest level its producers waited on, as in a BFS), and within a level
+// the one whose consumers come first in program order (Task.Order) goes
+// first, not the one that fired first: workers run their queues in this
+// order, and a small op of the preamble (RoPE's cos and sin) queued behind
+// the first layer's Linears waited for the embedding they wait on, holding
+// back the first attention.
 func Linearize(g *Graph) error {
 	consumers := g.Consumers()
 	producers := g.Producers()
 	var order []int
 	fired := make([]int, len(g.Events))
-	var queue []int
+	level := make([]int, len(g.Events))
+	firstOrder := make([]int, len(g.Events))
+	for e, cs := range consumers {
+		firstOrder[e] = math.MaxInt
+		for _, t := range cs {
+			firstOrder[e] = min(firstOrder[e], g.Tasks[t].Order)
+		}
+	}
+	queue := &eventHeap{level: level, order: firstOrder}
 	emit := func(t int) {
 		order = append(order, t)
 		if e := g.Tasks[t].Trigger; e != None {
+			below := 0
+			if w := g.Tasks[t].Wait; w != None {
+				below = level[w]
+			}
+			level[e] = max(level[e], below+1)
 			fired[e]++
 			if fired[e] == len(producers[e]) {
-				queue = append(queue, e)
+				heap.Push(queue, e)
 			}
 		}
 	}
@@ -110,9 +132,8 @@ func Linearize(g *Graph) error {
 	}
 	first := make([]int, len(g.Events))
 	last := make([]int, len(g.Events))
-	for len(queue) > 0 {
-		e := queue[0]
-		queue = queue[1:]
+	for queue.Len() > 0 {
+		e := heap.Pop(queue).(int)
 		first[e] = len(order)
 		for _, t := range consumers[e] {
 			emit(t)
@@ -146,4 +167,27 @@ func Schedule(g *Graph) {
 		t.Worker = i % g.Workers
 		g.Queues[t.Worker] = append(g.Queues[t.Worker], t.ID)
 	}
+}
+
+// eventHeap holds fired events: lowest level, then first in program order,
+// then lowest id first.
+type eventHeap struct {
+	ids          []int
+	level, order []int
+}
+
+func (h *eventHeap) Len() int { return len(h.ids) }
+func (h *eventHeap) Less(i, j int) bool {
+	a, b := h.ids[i], h.ids[j]
+	if h.level[a] != h.level[b] {
+		return h.level[a] < h.level[b]
+	}
+	return h.order[a] < h.order[b] || h.order[a] == h.order[b] && a < b
+}
+func (h *eventHeap) Swap(i, j int) { h.ids[i], h.ids[j] = h.ids[j], h.ids[i] }
+func (h *eventHeap) Push(x any)    { h.ids = append(h.ids, x.(int)) }
+func (h *eventHeap) Pop() any {
+	x := h.ids[len(h.ids)-1]
+	h.ids = h.ids[:len(h.ids)-1]
+	return x
 }
