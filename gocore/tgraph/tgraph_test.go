@@ -198,46 +198,40 @@ func TestLinearize(t *testing.T) {
 		t.Errorf("ops %v after renumbering, want all 7", ops)
 	}
 
-	t.Run("program order among fired events", func(t *testing.T) {
-		// Task 0 (the embedding) feeds tasks 2 and 3 (the first Linears,
-		// later in the program); task 1 feeds task 4 (RoPE's tables, earlier
-		// in the program). Both events fire at once: task 4 must come first.
-		g := tasks(5, 1)
-		for i, o := range []int{0, 1, 11, 12, 6} {
+	// linearOrders linearizes tasks with these program orders and
+	// predecessors and returns the orders in the linear order.
+	linearOrders := func(t *testing.T, orders []int, preds [][]int) []int {
+		g := tasks(len(orders), 1)
+		for i, o := range orders {
 			g.Tasks[i].Order = o
 		}
-		Normalize(g, FuseEvents(g, [][]int{nil, nil, {0}, {0}, {1}}))
+		Normalize(g, FuseEvents(g, preds))
 		if err := Linearize(g); err != nil {
 			t.Fatal(err)
 		}
 		checkLinear(t, g)
-		var orders []int
+		var got []int
 		for _, tk := range g.Tasks {
-			orders = append(orders, tk.Order)
+			got = append(got, tk.Order)
 		}
-		if want := []int{0, 1, 6, 11, 12}; !reflect.DeepEqual(orders, want) {
-			t.Errorf("tasks in program order %v, want %v", orders, want)
+		return got
+	}
+	t.Run("program order among fired events", func(t *testing.T) {
+		// Task 0 (the embedding) feeds tasks 2 and 3 (the first Linears,
+		// later in the program); task 1 feeds task 4 (RoPE's tables, earlier
+		// in the program). Both events fire at once: task 4 must come first.
+		got := linearOrders(t, []int{0, 1, 11, 12, 6}, [][]int{nil, nil, {0}, {0}, {1}})
+		if want := []int{0, 1, 6, 11, 12}; !reflect.DeepEqual(got, want) {
+			t.Errorf("tasks in program order %v, want %v", got, want)
 		}
 	})
 	t.Run("levels before program order", func(t *testing.T) {
 		// A deeper chain (1 -> 3 -> 4) earlier in the program does not jump
 		// ahead of a shallower task later in it (2, a per-layer table that
 		// only needs the preamble): levels keep the BFS shape.
-		g := tasks(5, 1)
-		for i, o := range []int{0, 1, 10, 2, 3} {
-			g.Tasks[i].Order = o
-		}
-		Normalize(g, FuseEvents(g, [][]int{nil, nil, {0}, {1}, {3}}))
-		if err := Linearize(g); err != nil {
-			t.Fatal(err)
-		}
-		checkLinear(t, g)
-		var orders []int
-		for _, tk := range g.Tasks {
-			orders = append(orders, tk.Order)
-		}
-		if want := []int{0, 1, 2, 10, 3}; !reflect.DeepEqual(orders, want) {
-			t.Errorf("tasks in order %v, want %v", orders, want)
+		got := linearOrders(t, []int{0, 1, 10, 2, 3}, [][]int{nil, nil, {0}, {1}, {3}})
+		if want := []int{0, 1, 2, 10, 3}; !reflect.DeepEqual(got, want) {
+			t.Errorf("tasks in order %v, want %v", got, want)
 		}
 	})
 	t.Run("event without producers", func(t *testing.T) {
