@@ -24,7 +24,8 @@ def precompile(model, path, *args, options=None, **kwargs):
     return _precompile(model, path, *args, options=options, **kwargs)
 
 
-def load(model, path):
-    """The step precompile saved to `path`, bound to `model`; see mpk.aot."""
+def load(model, path, check_guards=True):
+    """The step precompile saved to `path`, bound to `model`; see mpk.aot.load
+    (check_guards=False is unsafe)."""
     from .aot import load as _load
-    return _load(model, path)
+    return _load(model, path, check_guards=check_guards)

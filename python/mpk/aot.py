@@ -21,6 +21,7 @@ are also checked against the compiled layouts."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
 import io
@@ -66,19 +67,30 @@ def _aot_enabled():
 class Precompiled:
     """A model's compiled step: call it as the model. Holds the model, whose
     parameters and buffers are the graph's inputs, and `graphs`, the compiled
-    callables behind it (their summaries, modules and timings)."""
+    callables behind it (their summaries, modules and timings).
 
-    def __init__(self, model: torch.nn.Module, fn: Any, graphs: Sequence[Any] = ()):
+    With check_guards=False (unsafe, see load) the calls after the first one
+    that passed skip Dynamo's guard check."""
+
+    def __init__(self, model: torch.nn.Module, fn: Any, graphs: Sequence[Any] = (), check_guards: bool = True):
         self.model = model
         self._fn = fn
         self.graphs = list(graphs)
+        self._unguarded = None
+        if not check_guards:
+            if not hasattr(fn, "disable_guard_check"):
+                raise MpkError(f"torch {torch.__version__} cannot turn off a precompiled step's guard check",
+                               hint="load it with check_guards=True", kind="bad_request")
+            self._unguarded = copy.copy(fn)  # the same compiled step; fn itself stays guarded
+            self._unguarded.disable_guard_check()
 
     def __call__(self, *args, **kwargs):
         try:
             if not torch.is_grad_enabled():  # the usual case: 1.5 us less than entering no_grad
-                return self._fn(self.model, *args, **kwargs)
-            with torch.no_grad():  # as it was traced; mpk compiles inference only
-                return self._fn(self.model, *args, **kwargs)
+                out = self._fn(self.model, *args, **kwargs)
+            else:
+                with torch.no_grad():  # as it was traced; mpk compiles inference only
+                    out = self._fn(self.model, *args, **kwargs)
         except RuntimeError as e:
             if not str(e).startswith("GuardManager check failed"):
                 raise
@@ -87,6 +99,9 @@ class Precompiled:
                                 f"{failed.group(1) if failed else e}",
                                 hint="call with the shapes, dtypes and options it was precompiled "
                                      "with, or precompile again") from None
+        if self._unguarded is not None:  # check_guards=False: the first call passed the guards
+            self._fn, self._unguarded = self._unguarded, None
+        return out
 
     def save(self, path: str) -> None:
         """Writes the step to `path` (atomically): mpk's header, then torch's payload."""
@@ -169,9 +184,21 @@ def precompile(model: torch.nn.Module, path: str | None, *args, options: dict | 
     return step
 
 
-def load(model: torch.nn.Module, path: str) -> Precompiled:
+def load(model: torch.nn.Module, path: str, check_guards: bool = True) -> Precompiled:
     """The step `precompile` saved to `path`, bound to `model` (the same
-    architecture, shapes and dtypes; its weights may differ)."""
+    architecture, shapes and dtypes; its weights may differ).
+
+    check_guards=False is UNSAFE and off by default: the first call is checked
+    by the saved guards as always, every later call skips Dynamo's guard check
+    (torch's disable_guard_check; on qwen3-8b most of a loaded call's host
+    time). mpk still checks every tensor the graph takes (device, dtype, shape,
+    strides, storage, overlaps with written inputs) on every call, but nothing
+    checks what the trace specialised on besides tensors: a later call with
+    another keyword set, other Python values (use_cache, an int), another cache
+    class or another number of cache layers runs the graph traced for the first
+    call and can return wrong results without an error. Use it only for a
+    loop that repeats the first call's arguments with new tensor contents (a
+    decode loop)."""
     with open(path, "rb") as f:
         data = f.read()
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 8:
@@ -195,4 +222,4 @@ def load(model: torch.nn.Module, path: str) -> Precompiled:
         raise MpkError(f"cannot load the precompiled step {path}: {type(e).__name__}: {e}",
                        hint=f"precompile it again with this torch ({torch.__version__}; it was saved "
                             f"with {header.get('torch')}), mpk and GPU", kind="bad_request") from e
-    return Precompiled(model, fn, graphs)
+    return Precompiled(model, fn, graphs, check_guards=check_guards)
