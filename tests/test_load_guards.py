@@ -1,5 +1,5 @@
-"""mpk.load(..., check_guards=False): the opt-in that skips Dynamo's guard
-check after the first call; mpk's own argument checks stay."""
+"""Opt-ins that skip some of Dynamo's guard checks (each documented as unsafe): mpk.load(...,
+check_guards=False) and torch's guard filter on torch.compile; mpk's own argument checks stay."""
 
 from __future__ import annotations
 
@@ -41,3 +41,25 @@ def test_guarded_load_keeps_checking_guards(core_lib, fresh_dynamo, tmp_path):
     step(input_ids=torch.tensor([[7]]), past_key_values=cache, use_cache=True)
     with pytest.raises(ArgumentError, match="does not match the precompiled graph.*input_ids"):
         step(input_ids=torch.tensor([[1, 2]]), past_key_values=cache, use_cache=True)
+
+
+@torch.no_grad()
+def test_torch_compile_without_module_guards_still_checks_parameters(core_lib, fresh_dynamo):
+    """torch's unsafe guard filter skip_guard_on_all_nn_modules_unsafe (the
+    README's opt-in) passes through torch.compile's options to Dynamo, not to
+    mpk; a parameter changed after the compile, which Dynamo no longer
+    guards, is refused by mpk's own argument check."""
+    check.ensure_backend_registered()
+    m, cache = check.decode_setup("tiny-llama", 8, dtype=torch.float32, device="cpu", extra=4)
+    step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
+                         options={"target": "reference",
+                                  "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+    tok = torch.tensor([[5]])
+    state = check.snapshot(cache)
+    got = step(input_ids=tok, past_key_values=cache, use_cache=True).logits
+    check.restore(cache, state)
+    assert check.rel_err(got, m(input_ids=tok, past_key_values=cache, use_cache=True).logits) <= 1e-5
+    w = m.model.layers[0].mlp.up_proj.weight
+    w.data = w.data.double()
+    with pytest.raises(ArgumentError, match="has dtype float64, compiled for float32"):
+        step(input_ids=tok, past_key_values=cache, use_cache=True)
