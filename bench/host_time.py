@@ -20,6 +20,10 @@ percentiles). Rows (--variants mpk gives the first two):
                   the same step loaded with check_guards=False (unsafe opt-in:
                   Dynamo's guard check on the first call only; what the saved
                   guards cost)
+  mpk, no module guards
+                  the whole torch.compile call with torch's unsafe opt-in guard
+                  filter skip_guard_on_all_nn_modules_unsafe (variant
+                  mpk-guard-filter; not run by default)
   inductor-ro     torch.compile(mode="reduce-overhead"): the whole call
 
 Issue 11's targets on the H100 (qwen3-8b): mpk own <= 30 us, the whole
@@ -44,6 +48,7 @@ from decode import RESULTS
 
 TARGETS_US = {"mpk own": 30.0, "mpk": 150.0, "mpk.load": 50.0}
 VARIANTS = ("mpk", "mpk.load", "inductor-ro")  # mpk times its own callable too
+CHOICES = VARIANTS + ("mpk-guard-filter",)
 
 
 def sleep_cycles_per_ms() -> float:
@@ -136,6 +141,12 @@ def variant_calls(name: str, model, cache, tok, workdir: Path) -> list[tuple[str
         unguarded = mpk.load(model, path, check_guards=False)  # unsafe opt-in: guards on the first call only
         unguarded(**kw)
         return [("mpk.load", lambda: step(**kw)), ("mpk.load, no guard check", lambda: unguarded(**kw))]
+    if name == "mpk-guard-filter":
+        cm = torch.compile(model, backend="mpk", fullgraph=True, dynamic=False,
+                           options={"target": "cuda",
+                                    "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
+        cm(**kw)
+        return [("mpk, no module guards", lambda: cm(**kw))]
     if name == "inductor-ro":
         cm = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
         for _ in range(3):  # cudagraph trees record after warm-up calls
@@ -147,7 +158,7 @@ def variant_calls(name: str, model, cache, tok, workdir: Path) -> list[tuple[str
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="qwen3-8b")
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=CHOICES)
     p.add_argument("--cache-tokens", type=int, default=512)
     p.add_argument("--calls", type=int, default=32, help="calls per busy batch")
     p.add_argument("--repeats", type=int, default=20, help="batches per variant")
