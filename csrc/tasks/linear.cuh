@@ -146,7 +146,7 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
 struct NoEpi {};
 template <typename E>
 struct ExprEpi {};
-constexpr int kMaxEpiInputs = 2;  // inputs besides the product (lower/epilogue.go)
+constexpr int kMaxEpiInputs = MPK_MAX_EPI_INPUTS;  // inputs besides the product (ir.MaxEpilogueInputs)
 
 // EpiIn holds an epilogue's inputs at one output index, loaded before the
 // task streams its weights so the store does not wait for them.

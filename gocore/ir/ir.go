@@ -233,6 +233,11 @@ type Prologue struct {
 	DType     DType
 }
 
+// MaxEpilogueInputs bounds an epilogue's inputs besides the product: the
+// CUDA store loads them into registers before the weights stream
+// (mpk::kMaxEpiInputs, generated from this).
+const MaxEpilogueInputs = 2
+
 // Epilogue is an elementwise op folded into a Linear's store. In its Expr,
 // Load(0) is the product rounded to DType (the Linear's output dtype before
 // the fold) and Load(i), i ≥ 1, is In[First+i-1] viewed in the [M, N] index

@@ -52,7 +52,7 @@ func fuseEpilogue(g *ir.Graph) {
 // epilogueFits reports whether elementwise e, whose input i is lin's whole
 // product read element for element, can move into lin's store.
 func epilogueFits(g *ir.Graph, u uses, index map[*ir.Op]int, lin, e *ir.Op, i int) bool {
-	if lin.Kind != ir.Linear || lin.Attr.Residual || lin.Attr.Epi != nil || lin.Attr.Pro != nil || !lin.Out.IsWhole() ||
+	if len(e.In)-1 > ir.MaxEpilogueInputs || lin.Kind != ir.Linear || lin.Attr.Residual || lin.Attr.Epi != nil || lin.Attr.Pro != nil || !lin.Out.IsWhole() ||
 		lin.Out.Buf.Kind != ir.Temp || !u.onlyReader(lin.Out.Buf, e) || index[lin] > index[e] {
 		return false
 	}

@@ -63,6 +63,12 @@ func TestFuseEpilogue(t *testing.T) {
 	}{
 		{"product also read elsewhere", func(b *builder, gate, up, e *ir.Op) { b.output(up.Out, gate.Out) }},
 		{"result is a graph output", func(b *builder, gate, up, e *ir.Op) { b.output(e.Out) }},
+		{"more inputs than the store holds", func(b *builder, gate, up, e *ir.Op) {
+			for len(e.In)-1 <= ir.MaxEpilogueInputs {
+				e.In = append(e.In, b.input("z", ir.BF16, 1, 1, 6))
+				e.Attr.Expr = ir.Apply(ir.EAdd, e.Attr.Expr, ir.Load(len(e.In)-1))
+			}
+		}},
 		{"linear with a residual", func(b *builder, gate, up, e *ir.Op) {
 			gate.Attr.Residual, up.Attr.Residual = true, true
 		}},
