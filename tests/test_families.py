@@ -177,10 +177,11 @@ def test_check_config_file(core_lib, fresh_dynamo, tmp_path, capsys, model):
     assert code == 0 and last.startswith("PASS rel_err="), last
 
 
-@pytest.mark.parametrize("model", ["tiny-phi", "tiny-gemma2", "tiny-gpt-neox"])
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3", "tiny-phi", "tiny-gemma2", "tiny-gpt-neox"])
 def test_cuda_build(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys, model):
     """The cuda target's module for a left-padded batch builds (nvcc, where found)
-    for families whose ops lower to the most kinds: layer norms, split heads,
+    for families whose ops lower to the most kinds: split-KV decode attention
+    on small heads (read element by element), layer norms, split heads,
     partial rotary, soft-capped eager attention, a sliding-window cache."""
     from mpk import build, build_cli
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))

@@ -313,156 +313,171 @@ __device__ __forceinline__ float dot_q(const uint4& raw, const float* q) {
   return a;
 }
 
+// Elems is PER elements of T: a lane's V columns on the element-wise path.
+template <typename T, int PER>
+struct Elems {
+  T e[PER];
+};
+
+// DecodeV holds a lane's V columns of one row: one vector load's raw bytes
+// on the fast path, the elements on the element-wise one.
+template <typename T, int PER, bool FAST>
+struct DecodeV {
+  using type = Elems<T, PER>;
+};
+template <typename T, int PER>
+struct DecodeV<T, PER, true> {
+  using type = typename RawVec<PER * (int)sizeof(T)>::type;
+};
+
+// decode_fast_dims says whether head dim D of T suits attention_decode's
+// vector loads at all (a 16-byte K load, a lane's V columns in one load).
+template <typename T, int D>
+constexpr bool decode_fast_dims() {
+  constexpr int VBYTES = (D + 31) / 32 * (int)sizeof(T);
+  return D % 32 == 0 && D % (16 / (int)sizeof(T)) == 0 && (VBYTES == 4 || VBYTES == 8 || VBYTES == 16);
+}
+
 // decode_rows_ok says whether attention_decode can read the K and V rows of
 // this op: contiguous and 16-byte aligned, so a lane reads its K row and
 // its V columns with vector loads.
 template <typename T, int D>
 __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, const char* kb, const char* vb) {
-  constexpr int PER = (D + 31) / 32, VBYTES = PER * (int)sizeof(T);
-  if (D % (16 / (int)sizeof(T)) != 0 || D % 32 != 0 || (VBYTES != 4 && VBYTES != 8 && VBYTES != 16)) return false;
-  return rows_aligned<T>(k, kb, 16) && rows_aligned<T>(v, vb, 16);
+  return decode_fast_dims<T, D>() && rows_aligned<T>(k, kb, 16) && rows_aligned<T>(v, vb, 16);
 }
 
 // attention_decode is attention_partial for one query per head (decode):
-// a warp takes one (KV chunk, KV head) of the task and walks the chunk 32
-// positions at a time. For q·k a lane owns a position: it reads its K row
-// and dots it with the G queries (staged in shared memory, read as
-// broadcasts), so a score costs no warp reduction; the softmax reduces once
-// per head per 32 positions; for p·V the lanes own columns and the 32
-// probabilities are broadcast by shuffles. A position the mask hides (or
-// past the cache) reads no K or V. Rows as decode_rows_ok says.
-template <typename T, typename QT, typename MT, int D, int G, int N>
+// the task's units u in [lo, hi) are (KV chunk u / H, query head u % H),
+// one warp each, so a layer's attention is spread over every worker (a warp's
+// chain of dependent instructions, not memory, is what a unit waits on). The
+// warp walks its chunk 32 positions at a time. For q·k a lane owns a
+// position: it reads that K row and dots it with the query (in the warp's
+// slice of shared memory, read as broadcasts), so a score costs no warp
+// reduction; the softmax reduces once per 32 positions; for p·V the lanes
+// own columns and the probabilities are broadcast by shuffles. A position
+// the mask hides (or past the cache) reads no K or V. Rows as decode_rows_ok
+// says; FAST false reads them element by element (any layout).
+template <typename T, typename QT, typename MT, int D, bool FAST, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
-  constexpr int PER = D / 32;                // output columns per lane
+  constexpr int PER = (D + 31) / 32;         // output columns per lane (lanes past D idle)
   constexpr int KV = 16 / (int)sizeof(T);    // K elements per 16-byte load
   constexpr int KB = D / KV < 8 ? D / KV : 8;  // K loads in flight per lane (registers)
-  constexpr int VB = PER * (int)sizeof(T) <= 4 ? 16 : 8;  // V rows loaded per batch (registers)
-  using VRaw = typename RawVec<PER * (int)sizeof(T)>::type;
+  constexpr int VB = PER * (int)sizeof(T) <= 4 ? 16 : 8;  // V rows a batch (registers)
+  using VRaw = typename DecodeV<T, PER, FAST>::type;
   constexpr bool has_mask = !std::is_void<MT>::value;
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
-  const int64_t B = q.shape[0], H = q.shape[1], S = k.shape[2];
+  const int64_t B = q.shape[0], S = k.shape[2];
+  const int H = (int)q.shape[1], G = op.groups;
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
   const int64_t S_live = op.flags & FLAG_CAUSAL ? min(S, (int64_t)1) : S;
-  const int nkv = (int)(H / G);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   const T* kb = reinterpret_cast<const T*>(base(s, k));
   const T* vb = reinterpret_cast<const T*>(base(s, v));
+  const QT* qb = reinterpret_cast<const QT*>(base(s, q));
   const char* mb = has_mask ? base(s, op.in[3]) : nullptr;
-  float* qs = reinterpret_cast<float*>(smem);  // [H][D] queries of batch row b, pre-scaled
+  float* qs = reinterpret_cast<float*>(smem) + warp * D;  // this warp's query, pre-scaled
   float* pb = reinterpret_cast<float*>(base(s, p));
-  for (int64_t b = 0; b < B; ++b) {
-    consumer_sync();  // the previous row's readers are done with qs
-    // Four loads of each thread in flight at once (clamped, not branched:
-    // a load under a condition waits for its use before the next).
-    const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0];
-    for (int t0 = threadIdx.x; t0 < H * D; t0 += 4 * MPK_THREADS) {
-      float qv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int t = min(t0 + i * MPK_THREADS, (int)(H * D) - 1);
-        qv[i] = ld_typed(qrow + (t / D) * q.stride[1] + (t % D) * q.stride[3]);
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (t0 + i * MPK_THREADS < H * D) qs[t0 + i * MPK_THREADS] = qv[i] * op.scale;
-    }
-    consumer_sync();
-    for (int64_t u = warp; u < (int64_t)(hi - lo) * nkv; u += warps) {
-      const int64_t sp = lo + u / nkv, kvh = u % nkv, h0 = kvh * G;
-      const int64_t j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
+  for (int u = lo + warp; u < hi; u += warps) {
+    const int64_t sp = u / H;
+    const int h = u % H, kvh = h / G;
+    const int64_t j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
+    for (int64_t b = 0; b < B; ++b) {
       const T* krows = kb + k.offset + b * k.stride[0] + kvh * k.stride[1];
       const T* vrows = vb + v.offset + b * v.stride[0] + kvh * v.stride[1];
-      const View& mv = op.in[3];  // [B, H or 1, 1, S]: head g's row at mrow + g·mhs
-      const int64_t mrow = has_mask ? mv.offset + b * mv.stride[0] + h0 * mv.stride[1] : 0;
-      const int64_t mhs = has_mask ? mv.stride[1] : 0, mjs = has_mask ? mv.stride[3] : 0;
-      float m[G], l[G], acc[G][PER];
+      const View& mv = op.in[3];  // [B, H, 1, S]: head h's row at mrow
+      const int64_t mrow = has_mask ? mv.offset + b * mv.stride[0] + h * mv.stride[1] : 0;
+      // The query, its loads issued together (clamped, not branched).
+      {
+        const QT* qrow = qb + q.offset + b * q.stride[0] + h * q.stride[1];
+        float qv[PER];
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        m[g] = -INFINITY, l[g] = 0.f;
+        for (int e = 0; e < PER; ++e) qv[e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
+        __syncwarp();  // the previous unit's reads of qs are done
 #pragma unroll
-        for (int e = 0; e < PER; ++e) acc[g][e] = 0.f;
+        for (int e = 0; e < PER; ++e)
+          if (lane + 32 * e < D) qs[lane + 32 * e] = qv[e] * op.scale;
+        __syncwarp();
       }
+      float m = -INFINITY, l = 0.f, acc[PER];
+#pragma unroll
+      for (int e = 0; e < PER; ++e) acc[e] = 0.f;
       for (int64_t jg = j_lo; jg < j_hi; jg += 32) {
         const int64_t j = jg + lane;
-        float sc[G];
-        bool live = false;
-#pragma unroll
-        for (int g = 0; g < G; ++g) {
-          sc[g] = j < j_hi ? 0.f : -INFINITY;
-          if constexpr (has_mask)
-            if (j < j_hi) sc[g] = mask_add<MT>(mb, mv.dtype, mrow + g * mhs + j * mjs);
-          live = live || sc[g] != -INFINITY;
-        }
-        // The live rows' V for the lane's columns, VB rows a batch.
+        float sc = j < j_hi ? 0.f : -INFINITY;
+        if constexpr (has_mask)
+          if (j < j_hi) sc = mask_add<MT>(mb, mv.dtype, mrow + j * mv.stride[3]);
+        const bool live = sc != -INFINITY;
         const unsigned live_rows = __ballot_sync(0xffffffffu, live);
+        // The live rows' V for the lane's columns, VB rows a batch.
         auto load_v = [&](VRaw (&vr)[VB], int r0) {
 #pragma unroll
           for (int r = 0; r < VB; ++r) {
             vr[r] = VRaw{};
             const T* vrow = vrows + min(jg + r0 + r, S - 1) * v.stride[2];
-            if ((live_rows >> (r0 + r)) & 1u) vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
+            if constexpr (FAST) {
+              if ((live_rows >> (r0 + r)) & 1u && lane * PER < D)
+                vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
+            } else if ((live_rows >> (r0 + r)) & 1u) {
+              T* e = reinterpret_cast<T*>(&vr[r]);
+              for (int c = 0; c < PER; ++c) e[c] = __ldcg(vrow + min(lane * PER + c, D - 1) * v.stride[3]);
+            }
           }
         };
-        // q·k for this lane's position, KB loads at a time.
-        float dot[G];
-#pragma unroll
-        for (int g = 0; g < G; ++g) dot[g] = 0.f;
+        // q·k for this lane's position.
+        float dot = 0.f;
         const T* krow = krows + min(j, S - 1) * k.stride[2];
+        if constexpr (FAST) {
 #pragma unroll
-        for (int d0 = 0; d0 < D; d0 += KB * KV) {
-          uint4 raw[KB];
+          for (int d0 = 0; d0 < D; d0 += KB * KV) {
+            uint4 raw[KB];
 #pragma unroll
-          for (int i = 0; i < KB; ++i) {
-            raw[i] = make_uint4(0, 0, 0, 0);
-            if (live) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
+            for (int i = 0; i < KB; ++i) {
+              raw[i] = make_uint4(0, 0, 0, 0);
+              if (live) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
+            }
+#pragma unroll
+            for (int i = 0; i < KB; ++i) dot += dot_q<T>(raw[i], qs + d0 + i * KV);
           }
-#pragma unroll
-          for (int i = 0; i < KB; ++i)
-#pragma unroll
-            for (int g = 0; g < G; ++g) dot[g] += dot_q<T>(raw[i], qs + (h0 + g) * D + d0 + i * KV);
+        } else if (live) {
+          for (int d = 0; d < D; ++d) dot += qs[d] * to_float(__ldcg(krow + d * k.stride[3]));
         }
         VRaw vr[VB];
         load_v(vr, 0);  // in flight during the softmax
-        // Online softmax over the 32 positions, per head.
-        float pr[G];
+        // Online softmax over the 32 positions.
+        const float x = live ? sc + dot : -INFINITY;
+        const float mnew = fmaxf(m, warp_max(x));
+        const float corr = mnew == -INFINITY ? 1.f : __expf(m - mnew);
+        const float pr = live ? __expf(x - mnew) : 0.f;
+        l = l * corr + warp_sum(pr);
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const float x = sc[g] == -INFINITY ? -INFINITY : sc[g] + dot[g];
-          const float mnew = fmaxf(m[g], warp_max(x));
-          const float corr = mnew == -INFINITY ? 1.f : __expf(m[g] - mnew);
-          pr[g] = x == -INFINITY ? 0.f : __expf(x - mnew);
-          l[g] = l[g] * corr + warp_sum(pr[g]);
-#pragma unroll
-          for (int e = 0; e < PER; ++e) acc[g][e] *= corr;
-          m[g] = mnew;
-        }
-        // p·V, batch by batch.
+        for (int e = 0; e < PER; ++e) acc[e] *= corr;
+        m = mnew;
+        // p·V, batch by batch, the next batch in flight during this one.
 #pragma unroll 1
         for (int r0 = 0; r0 < 32; r0 += VB) {
-          if (r0 > 0) load_v(vr, r0);
+          VRaw next[VB];
+          if (r0 + VB < 32) load_v(next, r0 + VB);
 #pragma unroll
           for (int r = 0; r < VB; ++r) {
             const T* e = reinterpret_cast<const T*>(&vr[r]);
+            const float pj = __shfl_sync(0xffffffffu, pr, r0 + r);
 #pragma unroll
-            for (int g = 0; g < G; ++g) {
-              const float pj = __shfl_sync(0xffffffffu, pr[g], r0 + r);
-#pragma unroll
-              for (int c = 0; c < PER; ++c) acc[g][c] = fmaf(pj, to_float(e[c]), acc[g][c]);
-            }
+            for (int c = 0; c < PER; ++c) acc[c] = fmaf(pj, to_float(e[c]), acc[c]);
           }
+          if (r0 + VB < 32)
+#pragma unroll
+            for (int r = 0; r < VB; ++r) vr[r] = next[r];
         }
       }
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float* row = pb + p.offset + b * p.stride[0] + sp * p.stride[1] + (h0 + g) * p.stride[2];
-        if (lane == 0) {
-          row[0] = m[g];
-          row[p.stride[4]] = l[g];
-        }
-#pragma unroll
-        for (int c = 0; c < PER; ++c) row[(2 + lane * PER + c) * p.stride[4]] = acc[g][c];
+      float* row = pb + p.offset + b * p.stride[0] + sp * p.stride[1] + h * p.stride[2];
+      if (lane == 0) {
+        row[0] = m;
+        row[p.stride[4]] = l;
       }
+#pragma unroll
+      for (int c = 0; c < PER; ++c)
+        if (lane * PER + c < D) row[(2 + lane * PER + c) * p.stride[4]] = acc[c];
     }
   }
 }
@@ -479,11 +494,15 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t B = q.shape[0], H = q.shape[1], Sq = q.shape[2], S = op.in[1].shape[2];
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
-  if constexpr (D % 32 == 0) {
-    if (Sq == 1 && decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
-      attention_decode<T, QT, MT, D, G>(op, lo, hi, s, smem);
-      return;
+  if (Sq == 1) {  // [lo, hi) are flat (chunk, head) units (ir.Op.DecodeUnits)
+    if constexpr (decode_fast_dims<T, D>()) {
+      if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
+        attention_decode<T, QT, MT, D, true>(op, lo, hi, s, smem);
+        return;
+      }
     }
+    attention_decode<T, QT, MT, D, false>(op, lo, hi, s, smem);
+    return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   const int nkv = (int)(H / G);

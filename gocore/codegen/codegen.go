@@ -65,6 +65,17 @@ func splitDim(op *ir.Op, b tgraph.Box) int {
 	return 0
 }
 
+// taskRange is the [lo, hi) a task's kernel reads: the box along the split
+// dim, or for decode attention the flat units chunk·H + head it covers
+// (whole chunks, or heads of one chunk: decompose cuts no other boxes).
+func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
+	if op.DecodeUnits() {
+		H := op.Out.Shape[2]
+		return b.Lo[1]*H + b.Lo[2], (b.Hi[1]-1)*H + b.Hi[2]
+	}
+	return b.Lo[d], b.Hi[d]
+}
+
 // Generate emits module.cu for the task graph; trace makes the kernel record
 // per-task timestamps.
 func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
@@ -84,7 +95,11 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 			seen[t.Op] = true
 			split[t.Op] = d
 		}
-		if d != split[t.Op] && len(op.IterShape()) > 0 {
+		if op.DecodeUnits() {
+			if H := op.Out.Shape[2]; t.Box.Hi[1]-t.Box.Lo[1] > 1 && (t.Box.Lo[2] != 0 || t.Box.Hi[2] != H) {
+				return nil, fmt.Errorf("codegen: decode attention op %d has a task of several chunks and some heads", t.Op)
+			}
+		} else if d != split[t.Op] && len(op.IterShape()) > 0 {
 			return nil, fmt.Errorf("codegen: op %d is tiled along two dims (%d and %d)", t.Op, d, split[t.Op])
 		}
 		if op.Kind == ir.Linear {
@@ -122,7 +137,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	}
 	src.WriteString("  }\n  return c.seq;\n}\n\n")
 	fmt.Fprintf(&src, "__device__ const mpk::Op ops[%d] = {\n%s};\n\n", max(1, len(g.Ops)), ops.String())
-	writeTables(&src, tg, split)
+	writeTables(&src, g, tg, split)
 	gen.writeStreams(&src, tg)
 	src.WriteString("}  // namespace mpk_gen\n\n#include \"runtime/module.cuh\"\n")
 	return &Module{Files: map[string]string{"module.cu": src.String()}}, nil
@@ -196,12 +211,12 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 	src.WriteString("};\n\n")
 }
 
-func writeTables(src *strings.Builder, tg *tgraph.Graph, split []int) {
+func writeTables(src *strings.Builder, g *ir.Graph, tg *tgraph.Graph, split []int) {
 	fmt.Fprintf(src, "__device__ const mpk::Task tasks[%d] = {\n", max(1, len(tg.Tasks)))
 	for _, t := range tg.Tasks {
 		lo, hi := int64(0), int64(1)
 		if t.Op >= 0 && len(t.Box.Lo) > 0 {
-			lo, hi = t.Box.Lo[split[t.Op]], t.Box.Hi[split[t.Op]]
+			lo, hi = taskRange(g.Ops[t.Op], t.Box, split[t.Op])
 		}
 		fmt.Fprintf(src, "  {%d, %d, %d, %d, %d},\n", t.Op, lo, hi, t.Wait, t.Trigger)
 	}
@@ -378,8 +393,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			fn = "attention_partial"
 		}
 		code = fmt.Sprintf("mpk::%s<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", fn, T, cType[op.In[0].DType()], maskType(op), D, G)
-		// Per-warp softmax states; decode stages every head's query instead.
-		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, int(op.In[0].Shape[1]*D)*4)
+		// Per-warp softmax states (decode: each warp's query).
+		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4)
 	case ir.AttnMerge:
 		D := op.Out.Shape[op.Out.Rank()-1]
 		if D > 256 {

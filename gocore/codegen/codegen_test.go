@@ -53,3 +53,26 @@ func TestSplitDimOfAWholeOp(t *testing.T) {
 		t.Errorf("a cut box: split dim %d, want 1", got)
 	}
 }
+
+// TestTaskRangeOfDecodeAttention: a decode attention task's kernel gets the
+// flat units chunk·H + head its box covers.
+func TestTaskRangeOfDecodeAttention(t *testing.T) {
+	q := ir.View{Shape: []int64{1, 8, 1, 16}}
+	op := &ir.Op{Kind: ir.Attention, In: []ir.View{q}, Out: ir.View{Shape: []int64{1, 4, 8, 1, 18}}, Attr: ir.Attrs{Splits: 4}}
+	b := func(s0, s1, h0, h1 int64) tgraph.Box {
+		return tgraph.Box{Lo: []int64{0, s0, h0, 0, 0}, Hi: []int64{1, s1, h1, 1, 18}}
+	}
+	for _, c := range []struct {
+		box    tgraph.Box
+		lo, hi int64
+	}{{b(2, 3, 3, 6), 19, 22}, {b(1, 3, 0, 8), 8, 24}, {b(0, 1, 0, 8), 0, 8}} {
+		if lo, hi := taskRange(op, c.box, 1); lo != c.lo || hi != c.hi {
+			t.Errorf("box %v-%v: units [%d, %d), want [%d, %d)", c.box.Lo, c.box.Hi, lo, hi, c.lo, c.hi)
+		}
+	}
+	q.Shape[2] = 4 // a prefill chunk: the range is the box's chunks
+	op.In[0] = q
+	if lo, hi := taskRange(op, b(1, 3, 0, 8), 1); lo != 1 || hi != 3 {
+		t.Errorf("prefill: [%d, %d), want [1, 3)", lo, hi)
+	}
+}

@@ -30,6 +30,30 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 	return tg
 }
 
+// decodeAttentionTiles cuts decode attention's partials [B, Splits, H, 1,
+// Dv+2] into tasks of (chunk, query head) units, a warp each. A decode
+// attention task waits on its warps' chains of dependent instructions, not
+// on memory, so the units are spread over every worker, a few per task: a
+// task takes some heads of one chunk, or whole chunks when there are more
+// units than workers have warps for heads.
+func decodeAttentionTiles(out []int64, workers int64) []tgraph.Box {
+	splits, H := out[1], out[2]
+	perTask := max(1, ceilDiv(splits*H, workers)) // units
+	if perTask >= H {
+		return split(out, 1, min(workers, splits), 1)
+	}
+	heads := split(out, 2, ceilDiv(H, perTask), 1)
+	var boxes []tgraph.Box
+	for s := int64(0); s < splits; s++ {
+		for _, h := range heads {
+			b := tgraph.Box{Lo: append([]int64(nil), h.Lo...), Hi: append([]int64(nil), h.Hi...)}
+			b.Lo[1], b.Hi[1] = s, s+1
+			boxes = append(boxes, b)
+		}
+	}
+	return boxes
+}
+
 // ceilDiv is ⌈a/b⌉ for positive b.
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
@@ -105,15 +129,11 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		d := largestDim(out, []int{0, 2})
 		return split(out, d, min(W, out[d]), 1)
 	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
+		if op.DecodeUnits() {
+			return decodeAttentionTiles(out, W)
+		}
 		if op.Attr.Splits > 1 { // partials [B, Splits, H, Sq, Dv+2]: KV chunks per task
-			// Decode gives each (chunk, KV head) a warp: a task takes chunks
-			// for half its warps. The task is bound by issuing instructions,
-			// so more tasks with fewer busy warps each finish sooner.
-			per := int64(1)
-			if out[3] == 1 {
-				per = max(1, int64(stream.Threads/64)/(out[2]/max(1, int64(op.Attr.Groups))))
-			}
-			return split(out, 1, min(W, ceilDiv(out[1], per)), 1)
+			return split(out, 1, min(W, out[1]), 1)
 		}
 		G := op.Attr.Groups
 		return split(out, 1, min(W, out[1]/G), G)
@@ -225,16 +245,18 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 		read(a, tgraph.Box{Lo: []int64{b.Lo[0], b.Lo[1], 0}, Hi: []int64{b.Hi[0], b.Hi[1], K}})
 		read(m, tgraph.Box{Lo: []int64{b.Lo[0], 0, b.Lo[2]}, Hi: []int64{b.Hi[0], K, b.Hi[2]}})
 	case ir.Attention:
-		if op.Attr.Splits > 1 {
+		if op.Attr.Splits > 1 { // a box of partials [B, Splits, H, Sq, Dv+2]
 			q, k := op.In[0], op.In[1]
 			lo, hi := ir.SplitPositions(k.Shape[2], op.Attr.Splits, b.Lo[1], b.Hi[1])
-			read(q, tgraph.Box{Lo: []int64{b.Lo[0], 0, 0, 0}, Hi: []int64{b.Hi[0], q.Shape[1], q.Shape[2], q.Shape[3]}})
+			h0, h1 := b.Lo[2], b.Hi[2]
+			G := max(1, op.Attr.Groups)
+			read(q, tgraph.Box{Lo: []int64{b.Lo[0], h0, 0, 0}, Hi: []int64{b.Hi[0], h1, q.Shape[2], q.Shape[3]}})
 			for _, kv := range op.In[1:3] {
-				read(kv, tgraph.Box{Lo: []int64{b.Lo[0], 0, lo, 0}, Hi: []int64{b.Hi[0], kv.Shape[1], hi, kv.Shape[3]}})
+				read(kv, tgraph.Box{Lo: []int64{b.Lo[0], h0 / G, lo, 0}, Hi: []int64{b.Hi[0], (h1-1)/G + 1, hi, kv.Shape[3]}})
 			}
-			if op.Attr.HasMask {
+			if op.Attr.HasMask { // [B, H, Sq, S], heads broadcast or not
 				m := op.In[3]
-				read(m, tgraph.Box{Lo: []int64{b.Lo[0], 0, 0, lo}, Hi: []int64{b.Hi[0], m.Shape[1], m.Shape[2], hi}})
+				read(m, tgraph.Box{Lo: []int64{b.Lo[0], h0, 0, lo}, Hi: []int64{b.Hi[0], h1, m.Shape[2], hi}})
 			}
 			break
 		}

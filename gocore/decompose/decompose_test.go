@@ -482,3 +482,44 @@ func TestDecomposeGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeAttentionTiles: decode attention's (chunk, head) units are
+// covered once each, by at most one task per worker while there are
+// workers, and every task is whole chunks or heads of one chunk (codegen
+// gives the kernel a flat range of units).
+func TestDecodeAttentionTiles(t *testing.T) {
+	for _, c := range []struct {
+		splits, H, workers int64
+		wantTasks          int
+	}{
+		{18, 32, 132, 126}, // llama-3.2-1b at 552 positions: 5 heads a task
+		{18, 16, 132, 108}, // qwen3-0.6b: 3 heads a task
+		{4, 8, 132, 32},    // fewer units than workers: one a task
+		{18, 32, 8, 8},     // few workers: whole chunks, two or three a task
+	} {
+		out := sh(1, c.splits, c.H, 1, 66)
+		boxes := decodeAttentionTiles(out, c.workers)
+		if len(boxes) != c.wantTasks || int64(len(boxes)) > c.workers {
+			t.Errorf("%v: %d tasks, want %d", c, len(boxes), c.wantTasks)
+		}
+		seen := make([]int, c.splits*c.H)
+		for _, b := range boxes {
+			if b.Hi[1]-b.Lo[1] > 1 && (b.Lo[2] != 0 || b.Hi[2] != c.H) {
+				t.Errorf("%v: box %v-%v has several chunks and some heads", c, b.Lo, b.Hi)
+			}
+			if b.Lo[0] != 0 || b.Hi[0] != 1 || b.Lo[3] != 0 || b.Hi[3] != 1 || b.Lo[4] != 0 || b.Hi[4] != 66 {
+				t.Errorf("%v: box %v-%v cuts a dim other than chunks and heads", c, b.Lo, b.Hi)
+			}
+			for s := b.Lo[1]; s < b.Hi[1]; s++ {
+				for h := b.Lo[2]; h < b.Hi[2]; h++ {
+					seen[s*c.H+h]++
+				}
+			}
+		}
+		for u, n := range seen {
+			if n != 1 {
+				t.Errorf("%v: unit %d covered %d times", c, u, n)
+			}
+		}
+	}
+}

@@ -276,6 +276,14 @@ func (op *Op) IterShape() []int64 {
 	return op.Out.Shape
 }
 
+// DecodeUnits says whether a split-KV attention's tasks take flat units
+// u = chunk·H + head (one query per head, decode): a task covers the units
+// [lo, hi), either whole chunks or heads of one chunk, so its box stays a
+// box, and a warp takes one unit.
+func (op *Op) DecodeUnits() bool {
+	return op.Kind == Attention && op.Attr.Splits > 1 && op.In[0].Shape[2] == 1
+}
+
 // SplitPositions returns the KV positions [lo, hi) that the chunks [s0, s1)
 // of a split-KV attention over S positions cover.
 func SplitPositions(S, splits, s0, s1 int64) (int64, int64) {

@@ -402,16 +402,16 @@ func (x *exec) score(op *ir.Op, qs []float64, bi, h, i, j int64) float64 {
 	return s
 }
 
-// attentionPartial computes, for each KV chunk s of the box, every head's
-// partial softmax over the chunk: max m, sum l of exp(score-m), and the
+// attentionPartial computes, for each KV chunk s and head h of the box, the
+// head's partial softmax over the chunk: max m, sum l of exp(score-m), and the
 // unnormalised output Σ exp(score-m)·v, into [B, Splits, H, Sq, Dv+2].
 func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 	q, v := op.In[0], op.In[2]
-	H, Sq, Dv, S := q.Shape[1], q.Shape[2], v.Shape[3], op.In[1].Shape[2]
+	Sq, Dv, S := q.Shape[2], v.Shape[3], op.In[1].Shape[2]
 	for bi := b.Lo[0]; bi < b.Hi[0]; bi++ {
 		for s := b.Lo[1]; s < b.Hi[1]; s++ {
 			lo, hi := ir.SplitPositions(S, op.Attr.Splits, s, s+1)
-			for h := int64(0); h < H; h++ {
+			for h := b.Lo[2]; h < b.Hi[2]; h++ {
 				for i := int64(0); i < Sq; i++ {
 					qs := x.row(q, []int64{bi, h, i}, nil)
 					m := math.Inf(-1)
