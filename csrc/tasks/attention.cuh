@@ -319,6 +319,32 @@ struct Elems {
   T e[PER];
 };
 
+// MaskRow reads one (batch, head) row of a [B, H, 1, S] mask as the
+// score's addend (mask_add); with no mask (MT void) every position adds 0.
+template <typename MT>
+struct MaskRow {
+  const char* base;
+  int64_t row, stride;
+  int32_t dtype;
+  __device__ __forceinline__ float add(int j) const {
+    if constexpr (std::is_void<MT>::value) {
+      return 0.f;
+    } else {
+      return mask_add<MT>(base, dtype, row + j * stride);
+    }
+  }
+};
+
+template <typename MT, int N>
+__device__ __forceinline__ MaskRow<MT> mask_row(const Op& op, const Slots<N>& s, int b, int h) {
+  if constexpr (std::is_void<MT>::value) {
+    return MaskRow<MT>{nullptr, 0, 0, 0};
+  } else {
+    const View& mv = op.in[3];
+    return MaskRow<MT>{base(s, mv), mv.offset + b * mv.stride[0] + h * mv.stride[1], mv.stride[3], mv.dtype};
+  }
+}
+
 // DecodeV holds a lane's V columns of one row: one vector load's raw bytes
 // on the fast path, the elements on the element-wise one.
 template <typename T, int PER, bool FAST>
@@ -359,37 +385,35 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 // says; FAST false reads them element by element (any layout).
 template <typename T, typename QT, typename MT, int D, bool FAST, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
-  constexpr int PER = (D + 31) / 32;         // output columns per lane (lanes past D idle)
-  constexpr int KV = 16 / (int)sizeof(T);    // K elements per 16-byte load
-  constexpr int KB = D / KV < 8 ? D / KV : 8;  // K loads in flight per lane (registers)
-  constexpr int VB = PER * (int)sizeof(T) <= 4 ? 16 : 8;  // V rows a batch (registers)
+  constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
+  constexpr int KV = 16 / (int)sizeof(T);  // K elements per 16-byte load
+  // Loads in flight per lane are bounded to 128 bytes (32 registers): more
+  // and ptxas spills the destinations of loads still in flight, and a spill
+  // store waits for its load. K is read KB loads a round; V after the dot,
+  // in K's registers, VB rows a batch.
+  constexpr int KB = D / KV < 8 ? D / KV : 8;
+  constexpr int VB = 128 / (PER * (int)sizeof(T)) < 32 ? 128 / (PER * (int)sizeof(T)) : 32;
   using VRaw = typename DecodeV<T, PER, FAST>::type;
-  constexpr bool has_mask = !std::is_void<MT>::value;
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
-  const int64_t B = q.shape[0], S = k.shape[2];
-  const int H = (int)q.shape[1], G = op.groups;
-  const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
+  const int B = (int)q.shape[0], S = (int)k.shape[2], H = (int)q.shape[1], G = op.groups;
+  const int splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
-  const int64_t S_live = op.flags & FLAG_CAUSAL ? min(S, (int64_t)1) : S;
+  const int S_live = op.flags & FLAG_CAUSAL ? min(S, 1) : S;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
-  const T* kb = reinterpret_cast<const T*>(base(s, k));
-  const T* vb = reinterpret_cast<const T*>(base(s, v));
-  const QT* qb = reinterpret_cast<const QT*>(base(s, q));
-  const char* mb = has_mask ? base(s, op.in[3]) : nullptr;
+  // Row strides in elements: a cache row is far below 2^31 elements from the next.
+  const int ks = (int)k.stride[2], vs = (int)v.stride[2];
   float* qs = reinterpret_cast<float*>(smem) + warp * D;  // this warp's query, pre-scaled
-  float* pb = reinterpret_cast<float*>(base(s, p));
   for (int u = lo + warp; u < hi; u += warps) {
-    const int64_t sp = u / H;
-    const int h = u % H, kvh = h / G;
-    const int64_t j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
-    for (int64_t b = 0; b < B; ++b) {
-      const T* krows = kb + k.offset + b * k.stride[0] + kvh * k.stride[1];
-      const T* vrows = vb + v.offset + b * v.stride[0] + kvh * v.stride[1];
-      const View& mv = op.in[3];  // [B, H, 1, S]: head h's row at mrow
-      const int64_t mrow = has_mask ? mv.offset + b * mv.stride[0] + h * mv.stride[1] : 0;
+    const int sp = u / H, h = u % H, kvh = h / G;
+    const int j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
+    for (int b = 0; b < B; ++b) {
+      const T* krows = reinterpret_cast<const T*>(base(s, k)) + k.offset + b * k.stride[0] + kvh * k.stride[1];
+      const T* vrows = reinterpret_cast<const T*>(base(s, v)) + v.offset + b * v.stride[0] + kvh * v.stride[1];
+      // [B, H, 1, S]: head h's row of the mask
+      const MaskRow<MT> mask = mask_row<MT>(op, s, b, h);
       // The query, its loads issued together (clamped, not branched).
       {
-        const QT* qrow = qb + q.offset + b * q.stride[0] + h * q.stride[1];
+        const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0] + h * q.stride[1];
         float qv[PER];
 #pragma unroll
         for (int e = 0; e < PER; ++e) qv[e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
@@ -402,31 +426,14 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       float m = -INFINITY, l = 0.f, acc[PER];
 #pragma unroll
       for (int e = 0; e < PER; ++e) acc[e] = 0.f;
-      for (int64_t jg = j_lo; jg < j_hi; jg += 32) {
-        const int64_t j = jg + lane;
-        float sc = j < j_hi ? 0.f : -INFINITY;
-        if constexpr (has_mask)
-          if (j < j_hi) sc = mask_add<MT>(mb, mv.dtype, mrow + j * mv.stride[3]);
+      for (int jg = j_lo; jg < j_hi; jg += 32) {
+        const int j = jg + lane;
+        const float sc = j < j_hi ? mask.add(j) : -INFINITY;
         const bool live = sc != -INFINITY;
         const unsigned live_rows = __ballot_sync(0xffffffffu, live);
-        // The live rows' V for the lane's columns, VB rows a batch.
-        auto load_v = [&](VRaw (&vr)[VB], int r0) {
-#pragma unroll
-          for (int r = 0; r < VB; ++r) {
-            vr[r] = VRaw{};
-            const T* vrow = vrows + min(jg + r0 + r, S - 1) * v.stride[2];
-            if constexpr (FAST) {
-              if ((live_rows >> (r0 + r)) & 1u && lane * PER < D)
-                vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
-            } else if ((live_rows >> (r0 + r)) & 1u) {
-              T* e = reinterpret_cast<T*>(&vr[r]);
-              for (int c = 0; c < PER; ++c) e[c] = __ldcg(vrow + min(lane * PER + c, D - 1) * v.stride[3]);
-            }
-          }
-        };
         // q·k for this lane's position.
         float dot = 0.f;
-        const T* krow = krows + min(j, S - 1) * k.stride[2];
+        const T* krow = krows + min(j, S - 1) * ks;
         if constexpr (FAST) {
 #pragma unroll
           for (int d0 = 0; d0 < D; d0 += KB * KV) {
@@ -442,6 +449,20 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         } else if (live) {
           for (int d = 0; d < D; ++d) dot += qs[d] * to_float(__ldcg(krow + d * k.stride[3]));
         }
+        // The live rows' V for the lane's columns, VB rows a batch.
+        auto load_v = [&](VRaw (&vr)[VB], int r0) {
+#pragma unroll
+          for (int r = 0; r < VB; ++r) {
+            vr[r] = VRaw{};
+            const T* vrow = vrows + min(jg + r0 + r, S - 1) * vs;
+            if constexpr (FAST) {
+              if ((live_rows >> (r0 + r)) & 1u) vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
+            } else if ((live_rows >> (r0 + r)) & 1u) {
+              T* e = reinterpret_cast<T*>(&vr[r]);
+              for (int c = 0; c < PER; ++c) e[c] = __ldcg(vrow + min(lane * PER + c, D - 1) * v.stride[3]);
+            }
+          }
+        };
         VRaw vr[VB];
         load_v(vr, 0);  // in flight during the softmax
         // Online softmax over the 32 positions.
@@ -453,11 +474,10 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
 #pragma unroll
         for (int e = 0; e < PER; ++e) acc[e] *= corr;
         m = mnew;
-        // p·V, batch by batch, the next batch in flight during this one.
+        // p·V, batch by batch.
 #pragma unroll 1
         for (int r0 = 0; r0 < 32; r0 += VB) {
-          VRaw next[VB];
-          if (r0 + VB < 32) load_v(next, r0 + VB);
+          if (r0 > 0) load_v(vr, r0);
 #pragma unroll
           for (int r = 0; r < VB; ++r) {
             const T* e = reinterpret_cast<const T*>(&vr[r]);
@@ -465,12 +485,9 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
 #pragma unroll
             for (int c = 0; c < PER; ++c) acc[c] = fmaf(pj, to_float(e[c]), acc[c]);
           }
-          if (r0 + VB < 32)
-#pragma unroll
-            for (int r = 0; r < VB; ++r) vr[r] = next[r];
         }
       }
-      float* row = pb + p.offset + b * p.stride[0] + sp * p.stride[1] + h * p.stride[2];
+      float* row = reinterpret_cast<float*>(base(s, p)) + p.offset + b * p.stride[0] + sp * p.stride[1] + h * p.stride[2];
       if (lane == 0) {
         row[0] = m;
         row[p.stride[4]] = l;
