@@ -298,11 +298,6 @@ __device__ void attention(const Op& op, int lo, int hi, const Slots<N>& s, char*
       }
 }
 
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // dot_q is q·k over the elements of one 16-byte K load.
 template <typename T>
 __device__ __forceinline__ float dot_q(const uint4& raw, const float* q) {
@@ -373,10 +368,11 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 }
 
 // attention_decode is attention_partial for one query per head (decode):
-// the task's units u in [lo, hi) are (KV chunk u / H, query head u % H),
-// one warp each, so a layer's attention is spread over every worker (a warp's
-// chain of dependent instructions, not memory, is what a unit waits on). The
-// warp walks its chunk 32 positions at a time. For q·k a lane owns a
+// the task's units u in [lo, hi) are (KV chunk u / H, query head u % H), so
+// a layer's attention is spread over every worker (a warp's chain of
+// dependent instructions, not memory, is what a unit waits on). A unit takes
+// cp warps, one per 32 positions of its chunk (the next 32 after cp·32
+// positions), which merge their softmax states in shared memory. For q·k a lane owns a
 // position: it reads that K row and dots it with the query (in the warp's
 // slice of shared memory, read as broadcasts), so a score costs no warp
 // reduction; the softmax reduces once per 32 positions; for p·V the lanes
@@ -403,10 +399,20 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   // Row strides in elements: a cache row is far below 2^31 elements from the next.
   const int ks = (int)k.stride[2], vs = (int)v.stride[2];
   float* qs = reinterpret_cast<float*>(smem) + warp * D;  // this warp's query, pre-scaled
-  for (int u = lo + warp; u < hi; u += warps) {
+  float* part = reinterpret_cast<float*>(smem) + warps * D;  // [warps][D + 2]: states to merge
+  const int cp = min(warps, (chunk + 31) / 32), units = warps / cp;  // warps a unit, units a round
+  const int sub = warp % cp;
+  // Every warp takes part in every round (the merge's barriers).
+  for (int b = 0; b < B; ++b)
+  for (int u0 = lo; u0 < hi; u0 += units) {
+    const int u = u0 + warp / cp;
+    const bool active = warp / cp < units && u < hi;
     const int sp = u / H, h = u % H, kvh = h / G;
     const int j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
-    for (int b = 0; b < B; ++b) {
+    float m = -INFINITY, l = 0.f, acc[PER];
+#pragma unroll
+    for (int e = 0; e < PER; ++e) acc[e] = 0.f;
+    if (active) {
       const T* krows = reinterpret_cast<const T*>(base(s, k)) + k.offset + b * k.stride[0] + kvh * k.stride[1];
       const T* vrows = reinterpret_cast<const T*>(base(s, v)) + v.offset + b * v.stride[0] + kvh * v.stride[1];
       // [B, H, 1, S]: head h's row of the mask
@@ -423,10 +429,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           if (lane + 32 * e < D) qs[lane + 32 * e] = qv[e] * op.scale;
         __syncwarp();
       }
-      float m = -INFINITY, l = 0.f, acc[PER];
-#pragma unroll
-      for (int e = 0; e < PER; ++e) acc[e] = 0.f;
-      for (int jg = j_lo; jg < j_hi; jg += 32) {
+      for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
         const float sc = j < j_hi ? mask.add(j) : -INFINITY;
         const bool live = sc != -INFINITY;
@@ -487,6 +490,17 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           }
         }
       }
+    }
+    if (cp > 1) {  // the unit's warps merge into its first
+      float* mine = part + warp * (D + 2);
+      if (lane == 0) mine[0] = m, mine[1] = l;
+#pragma unroll
+      for (int c = 0; c < PER; ++c)
+        if (lane * PER + c < D) mine[2 + lane * PER + c] = acc[c];
+      consumer_sync();
+      if (active && sub == 0) merge_states<D, 1>(part, warp, cp, 0, lane, acc, m, l);
+    }
+    if (active && sub == 0) {
       float* row = reinterpret_cast<float*>(base(s, p)) + p.offset + b * p.stride[0] + sp * p.stride[1] + h * p.stride[2];
       if (lane == 0) {
         row[0] = m;
@@ -496,6 +510,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       for (int c = 0; c < PER; ++c)
         if (lane * PER + c < D) row[(2 + lane * PER + c) * p.stride[4]] = acc[c];
     }
+    if (cp > 1) consumer_sync();  // part is reused by the next round
   }
 }
 

@@ -140,6 +140,77 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
   }
 }
 
+// The attention merge folded into x (the o projection reads it): x[m, h·D+d]
+// = Σ_s acc_s·e^(m_s−M) / Σ_s l_s·e^(m_s−M) over the split-KV partials
+// in[0], contiguous [M, Splits, H, 1, D+2], M the max over splits with
+// weight, as attn_merge computes it. A warp merges HP heads at once: lane t
+// holds split t's max and sum, the lanes own the heads' columns, and a batch
+// of splits' outputs is loaded with the maxima (H and D as constants: one
+// base register and immediate offsets), so a batch costs one round trip.
+template <int D, int H>
+struct MergePro {};
+
+template <int K, int D, int H, int N>
+__device__ __noinline__ void stage_x(MergePro<D, H>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+  static_assert(K == H * D, "x is the heads' merged outputs");
+  constexpr int PER = (D + 31) / 32;
+  constexpr int HP = (H + kConsumerWarps - 1) / kConsumerWarps;  // heads a warp
+  constexpr int SB = 32 / (PER * HP) > 0 ? 32 / (PER * HP) : 1;  // splits a batch (32 registers of outputs)
+  constexpr int SS = H * (D + 2);                                // floats from one split's partials to the next
+  const View& p = op.in[0];
+  const float* pm = reinterpret_cast<const float*>(base(s, p)) + p.offset + m * p.stride[0];
+  const int splits = (int)p.shape[1];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float M[HP], L[HP], o[HP][PER];
+#pragma unroll
+  for (int i = 0; i < HP; ++i) {
+    M[i] = -INFINITY, L[i] = 0.f;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) o[i][e] = 0.f;
+  }
+  for (int s0 = 0; s0 < splits; s0 += SB) {
+    const int n = min(SB, splits - s0);
+    // The batch's maxima, sums and outputs of the warp's heads (warp, warp + 16, ...), in flight together.
+    float ml[HP], ll[HP], a[HP][SB][PER];
+#pragma unroll
+    for (int i = 0; i < HP; ++i) {
+      const int h = min(warp + i * kConsumerWarps, H - 1);
+      const float* pb = pm + s0 * SS + h * (D + 2);  // split s0, head h
+      const float* pl = pb + min(lane, n - 1) * SS;
+      ml[i] = __ldcg(pl), ll[i] = __ldcg(pl + 1);
+#pragma unroll
+      for (int t = 0; t < SB; ++t)
+#pragma unroll
+        for (int e = 0; e < PER; ++e)
+          a[i][t][e] = t < n && lane + 32 * e < D ? __ldcg(pb + t * SS + 2 + lane + 32 * e) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < HP; ++i) {
+      // A split with no weight (no positions, or all masked) adds nothing, whatever its row holds.
+      const bool has = lane < n && ll[i] > 0.f;
+      const float Mn = fmaxf(M[i], warp_max(has ? ml[i] : -INFINITY));
+      const float corr = Mn == -INFINITY ? 1.f : __expf(M[i] - Mn), f = has ? __expf(ml[i] - Mn) : 0.f;
+      L[i] = L[i] * corr + warp_sum(ll[i] * f);
+#pragma unroll
+      for (int e = 0; e < PER; ++e) o[i][e] *= corr;
+#pragma unroll
+      for (int t = 0; t < SB; ++t) {
+        const float ft = __shfl_sync(0xffffffffu, f, t);
+#pragma unroll
+        for (int e = 0; e < PER; ++e) o[i][e] += ft == 0.f ? 0.f : a[i][t][e] * ft;
+      }
+      M[i] = Mn;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < HP; ++i) {
+    const int h = warp + i * kConsumerWarps;
+#pragma unroll
+    for (int e = 0; e < PER; ++e)
+      if (h < H && lane + 32 * e < D) xs[h * D + lane + 32 * e] = round_float(op.pro_dtype, L[i] > 0.f ? o[i][e] / L[i] : 0.f);
+  }
+}
+
 // What a Linear stores: the product (NoEpi), or an elementwise expression of
 // it and other inputs at the same index (ExprEpi, e.g. SiLU(gate)·up in the
 // up projection), which the compiler folded into the store.

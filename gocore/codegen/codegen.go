@@ -329,13 +329,13 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	flags, proFirst, proDType, epiFirst, epiDType, eps, xkey := 0, 0, 0, 0, 0, op.Attr.Eps, -1
 	switch op.Kind {
 	case ir.Linear:
-		x, w := op.In[0], op.In[1]
+		w := op.In[1]
 		// x is staged in shared memory as fp32 whatever its dtype; T is the weights'.
 		if !linearOnGPU(op) {
 			return "", fmt.Errorf("codegen: linear op %d on %s × %s is not supported on the GPU", op.ID, linearX(op), w.DType())
 		}
 		T := cType[w.DType()]
-		K := x.Shape[1]
+		K := op.LinearK()
 		if op.Attr.Residual {
 			flags |= flagResidual
 		}
@@ -350,6 +350,13 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				}
 			case ir.Elementwise:
 				pro = fmt.Sprintf("mpk::ExprPro<Expr%d>", gen.expr(p.Expr, touchesF64(op)))
+			case ir.AttnMerge: // partials [M, Splits, H, 1, D+2], contiguous
+				pv := op.In[0]
+				D, H := pv.Shape[4]-2, pv.Shape[2]
+				if D > 256 || !pv.IsContiguous() {
+					return "", fmt.Errorf("codegen: attention merge of %v partials (head dim up to 256, contiguous) is not supported on the GPU", pv.Shape)
+				}
+				pro = fmt.Sprintf("mpk::MergePro<%d, %d>", D, H)
 			}
 		}
 		epi := "mpk::NoEpi"
@@ -393,8 +400,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			fn = "attention_partial"
 		}
 		code = fmt.Sprintf("mpk::%s<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", fn, T, cType[op.In[0].DType()], maskType(op), D, G)
-		// Per-warp softmax states (decode: each warp's query).
-		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4)
+		// Per-warp softmax states (decode: each warp's query and state).
+		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*(2*int(D)+2)*4)
 	case ir.AttnMerge:
 		D := op.Out.Shape[op.Out.Rank()-1]
 		if D > 256 {

@@ -221,9 +221,13 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 		read(in, box)
 	case ir.Linear:
 		x, w := op.In[0], op.In[1]
-		K := x.Shape[1]
+		K := op.LinearK()
 		rows := tgraph.Box{Lo: []int64{b.Lo[0], 0}, Hi: []int64{b.Hi[0], K}}
-		if op.Attr.Pro != nil { // x is computed from the prologue's inputs
+		if p := op.Attr.Pro; p != nil && p.Kind == ir.AttnMerge { // every partial of the rows
+			box := fullBox(x)
+			box.Lo[0], box.Hi[0] = b.Lo[0], b.Hi[0]
+			read(x, box)
+		} else if op.Attr.Pro != nil { // x is computed from the prologue's inputs
 			for _, v := range op.ProIn() {
 				read(v, rows)
 			}

@@ -492,9 +492,10 @@ func TestDecodeAttentionTiles(t *testing.T) {
 		splits, H, workers int64
 		wantTasks          int
 	}{
-		{18, 32, 132, 126}, // llama-3.2-1b at 552 positions: 5 heads a task
-		{18, 16, 132, 108}, // qwen3-0.6b: 3 heads a task
+		{18, 32, 132, 126}, // 18 chunks of 32 heads: 5 heads a task
+		{18, 16, 132, 108}, // 18 chunks of 16 heads: 3 heads a task
 		{4, 8, 132, 32},    // fewer units than workers: one a task
+		{5, 32, 132, 80},   // llama-3.2-1b at 552 positions (chunks of 128): 2 heads a task
 		{18, 32, 8, 8},     // few workers: whole chunks, two or three a task
 	} {
 		out := sh(1, c.splits, c.H, 1, 66)

@@ -225,7 +225,11 @@ type Attrs struct {
 // x's [M, K] index space, are the Linear's In[0] followed by In[First:];
 // results round to DType, the folded op's output dtype.
 type Prologue struct {
-	Kind      Kind // RMSNorm or Elementwise
+	// RMSNorm or Elementwise: x in the Linear's [M, K] shape is computed
+	// from In[0] (and In[First..]) at the same index. AttnMerge: In[0] is
+	// split-KV attention's partials [M, Splits, H, 1, Dv+2] and x[m, h·Dv+d]
+	// their merge (the attn_merge op folded into its reader).
+	Kind      Kind
 	First     int
 	Expr      *Expr // Elementwise
 	Eps       float64
@@ -259,6 +263,10 @@ func (op *Op) ProIn() []View {
 	}
 	return append([]View{op.In[0]}, op.In[op.Attr.Pro.First:end]...)
 }
+
+// LinearK is a Linear's reduction length: its weight's row length (In[0] is
+// not x's shape when a merge prologue computes x).
+func (op *Op) LinearK() int64 { return op.In[1].Shape[1] }
 
 // EpiIn returns the inputs of op's epilogue besides the product.
 func (op *Op) EpiIn() []View { return op.In[op.Attr.Epi.First:] }

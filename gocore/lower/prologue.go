@@ -66,6 +66,51 @@ func fusePrologue(g *ir.Graph) {
 	removeOps(g, dead)
 }
 
+// fuseMergePrologue folds split-KV attention's merge into the Linears that
+// read its output as x (the o projection): each task merges the partials
+// while it stages x, and the merge's stage, with its synchronisation,
+// disappears. It runs after splitAttention made the merges. x must be the
+// whole merge output of one query per head read as [B, H·Dv], so that
+// x[m, h·Dv+d] is the merge of batch row m, head h, element d.
+func fuseMergePrologue(g *ir.Graph) {
+	u := analyze(g)
+	index := opIndex(g)
+	dead := map[*ir.Op]bool{}
+	for _, p := range g.Ops {
+		if p.Kind != ir.AttnMerge || p.Out.Buf.Kind != ir.Temp || !p.Out.IsWhole() || u.outputs[p.Out.Buf.ID] ||
+			len(u.writers[p.Out.Buf.ID]) != 1 {
+			continue
+		}
+		B, H, Sq, Dv := p.Out.Shape[0], p.Out.Shape[1], p.Out.Shape[2], p.Out.Shape[3]
+		readers := u.readers[p.Out.Buf.ID]
+		ok := Sq == 1 && len(readers) > 0
+		for _, l := range readers {
+			x := l.In[0]
+			if l.Kind != ir.Linear || l.Attr.Pro != nil || x.Buf != p.Out.Buf || !x.IsWhole() || x.Rank() != 2 ||
+				x.Shape[0] != B || x.Shape[1] != H*Dv || l.In[1].Buf == p.Out.Buf ||
+				l.Attr.Residual && l.In[2].Buf == p.Out.Buf || l.Attr.Epi != nil && readsBuf(l.EpiIn(), p.Out.Buf) ||
+				writtenBetween(g, index[p], index[l], p.In) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		for _, l := range readers {
+			at := len(l.In)
+			if l.Attr.Epi != nil {
+				at = l.Attr.Epi.First
+			}
+			l.Attr.Pro = &ir.Prologue{Kind: ir.AttnMerge, First: at, DType: p.Out.DType()}
+			l.In[0] = p.In[0]
+			l.Label = "attn_merge+" + l.Label
+		}
+		dead[p] = true
+	}
+	removeOps(g, dead)
+}
+
 // readsBuf reports whether any of vs is a view of buf.
 func readsBuf(vs []ir.View, buf *ir.Buffer) bool {
 	for _, v := range vs {

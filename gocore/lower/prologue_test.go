@@ -35,3 +35,48 @@ func TestThroughView(t *testing.T) {
 		t.Fatal("a reader of half the rows was accepted")
 	}
 }
+
+// mergeGraph is decode attention split into chunks, its merge read as x by
+// an o projection ([1, 4, 1, 8] heads viewed as [1, 32]) and, with
+// alsoOutput, the merge output returned as well.
+func mergeGraph(alsoOutput bool) (*builder, *ir.Op) {
+	b := newBuilder()
+	q := b.input("q", ir.F32, 1, 4, 1, 8)
+	k := b.input("k", ir.F32, 1, 2, 64, 8)
+	v := b.input("v", ir.F32, 1, 2, 64, 8)
+	w := b.param("w", ir.F32, 16, 32)
+	att := b.temp("att", ir.F32, 1, 4, 1, 8)
+	a := b.op(ir.Attention, att, q, k, v)
+	a.Attr.Scale, a.Attr.Groups = 1, 2
+	out := b.temp("out", ir.F32, 1, 16)
+	lin := b.op(ir.Linear, out, strided(att, 0, sh(1, 32), sh(32, 1)), w)
+	lin.Label = "linear"
+	b.output(out)
+	if alsoOutput {
+		b.output(att)
+	}
+	return b, lin
+}
+
+// TestMergeFoldsIntoTheLinear: after splitAttention, the merge becomes the
+// o projection's prologue (it reads the partials), unless something else
+// needs the merged output.
+func TestMergeFoldsIntoTheLinear(t *testing.T) {
+	b, lin := mergeGraph(false)
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
+	run(t, b.g, fuseMergePrologue)
+	if got := kinds(b.g); got != "attention linear:attn_merge+linear" {
+		t.Fatalf("ops %s", got)
+	}
+	p := lin.Attr.Pro
+	if p == nil || p.Kind != ir.AttnMerge || p.First != 2 || lin.In[0].Buf != b.g.Ops[0].Out.Buf || lin.LinearK() != 32 {
+		t.Fatalf("prologue %+v, x %v", p, lin.In[0])
+	}
+
+	b, _ = mergeGraph(true)
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
+	run(t, b.g, fuseMergePrologue)
+	if got := kinds(b.g); got != "attention attn_merge linear" {
+		t.Fatalf("a merge the caller reads was folded: %s", got)
+	}
+}

@@ -16,6 +16,8 @@ func Rewrite(g *ir.Graph, cfg Config) {
 	if cfg.Workers > 0 {
 		splitAttention(g, cfg.Workers)
 		g.Renumber()
+		fuseMergePrologue(g)
+		g.Renumber()
 	}
 }
 

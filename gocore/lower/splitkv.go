@@ -6,6 +6,12 @@ import "mpk/gocore/ir"
 // CUDA decode attention gives a chunk's positions to a warp's 32 lanes.
 const minPositionsPerSplit = 32
 
+// decodePositionsPerSplit is decode's chunk: the CUDA decode attention gives
+// a chunk to 4 warps of 32 positions each and merges their states in shared
+// memory, so each head leaves a few partials, not one per 32 positions, for
+// the merge (folded into the o projection, which reads them all) to read.
+const decodePositionsPerSplit = 4 * 32
+
 // maxSplits is the most partials the CUDA merge combines (32 per warp).
 const maxSplits = 512
 
@@ -23,7 +29,14 @@ func splitAttention(g *ir.Graph, workers int) {
 		}
 		q, k, v := op.In[0], op.In[1], op.In[2]
 		B, H, Sq, Dv, S := q.Shape[0], q.Shape[1], q.Shape[2], v.Shape[3], k.Shape[2]
-		splits := min(int64(workers)/max(B, 1), (S+minPositionsPerSplit-1)/minPositionsPerSplit, maxSplits)
+		per := int64(minPositionsPerSplit)
+		if Sq == 1 {
+			per = decodePositionsPerSplit
+		}
+		splits := min(int64(workers)/max(B, 1), (S+per-1)/per, maxSplits)
+		if Sq == 1 { // a short cache still takes two chunks: the decode kernel is the split one
+			splits = max(splits, min(2, int64(workers)/max(B, 1), (S+minPositionsPerSplit-1)/minPositionsPerSplit))
+		}
 		if splits < 2 {
 			continue
 		}

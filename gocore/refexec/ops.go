@@ -287,12 +287,17 @@ func (x *exec) linearInput(op *ir.Op, m int64, dst []float64) []float64 {
 	if pro == nil {
 		return x.row(op.In[0], []int64{m}, dst)
 	}
-	K := op.In[0].Shape[1]
+	K := op.LinearK()
 	in := op.ProIn()
 	dst = dst[:0]
 	switch pro.Kind {
 	case ir.RMSNorm:
 		dst = x.normRow(in, []int64{m}, pro, dst)
+	case ir.AttnMerge: // x[m, h·Dv+d] from the partials of batch row m (one query)
+		Dv := in[0].Shape[4] - 2
+		for k := int64(0); k < K; k++ {
+			dst = append(dst, round(pro.DType, x.merged(in[0], m, k/Dv, 0, k%Dv)))
+		}
 	default:
 		fake := &ir.Op{In: in}
 		for k := int64(0); k < K; k++ {
@@ -451,30 +456,33 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 // attnMerge combines the chunks' partials: out = Σ acc·e^(m-M) / Σ l·e^(m-M);
 // 0 where every chunk was masked out (as attention gives a hidden row).
 func (x *exec) attnMerge(op *ir.Op, b tgraph.Box) error {
-	p := op.In[0]
-	splits := p.Shape[1]
 	return each(b, func(idx []int64) error {
-		bi, h, i, d := idx[0], idx[1], idx[2], idx[3]
-		M := math.Inf(-1)
-		for s := int64(0); s < splits; s++ {
-			M = math.Max(M, x.load(p, []int64{bi, s, h, i, 0}))
-		}
-		L, o := 0.0, 0.0
-		for s := int64(0); s < splits; s++ {
-			l := x.load(p, []int64{bi, s, h, i, 1})
-			if l == 0 {
-				continue
-			}
-			f := math.Exp(x.load(p, []int64{bi, s, h, i, 0}) - M)
-			L += l * f
-			o += x.load(p, []int64{bi, s, h, i, 2 + d}) * f
-		}
-		if L == 0 {
-			o, L = 0, 1
-		}
-		x.store(op.Out, idx, o/L)
+		x.store(op.Out, idx, x.merged(op.In[0], idx[0], idx[1], idx[2], idx[3]))
 		return nil
 	})
+}
+
+// merged is element d of head h, query i of batch row bi, merged from the
+// split-KV partials p [B, Splits, H, Sq, Dv+2].
+func (x *exec) merged(p ir.View, bi, h, i, d int64) float64 {
+	M := math.Inf(-1)
+	for s := int64(0); s < p.Shape[1]; s++ {
+		M = math.Max(M, x.load(p, []int64{bi, s, h, i, 0}))
+	}
+	L, o := 0.0, 0.0
+	for s := int64(0); s < p.Shape[1]; s++ {
+		l := x.load(p, []int64{bi, s, h, i, 1})
+		if l == 0 {
+			continue
+		}
+		f := math.Exp(x.load(p, []int64{bi, s, h, i, 0}) - M)
+		L += l * f
+		o += x.load(p, []int64{bi, s, h, i, 2 + d}) * f
+	}
+	if L == 0 {
+		return 0
+	}
+	return o / L
 }
 
 // index reads an index tensor element and checks it against size.

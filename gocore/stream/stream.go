@@ -54,15 +54,18 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	if op.Kind != ir.Linear {
 		return Plan{}, false
 	}
-	w, x := op.In[1], op.In[0]
+	w := op.In[1]
 	switch w.DType() {
 	case ir.BF16, ir.F16, ir.F32:
 	default:
 		return Plan{}, false
 	}
 	esz := w.DType().Size()
-	M, K := x.Shape[0], x.Shape[1]
-	if w.Rank() != 2 || w.Shape[1] != K || w.Strides[1] != 1 || w.Strides[0] != K || w.Offset*esz%16 != 0 ||
+	if w.Rank() != 2 {
+		return Plan{}, false
+	}
+	M, K := op.Out.Shape[0], op.LinearK()
+	if w.Shape[1] != K || w.Strides[1] != 1 || w.Strides[0] != K || w.Offset*esz%16 != 0 ||
 		w.Buf.Kind != ir.Input || written(w.Buf) {
 		return Plan{}, false
 	}

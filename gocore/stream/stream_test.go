@@ -9,10 +9,11 @@ import (
 func linear(M, N, K int64, dt ir.DType, wStrides []int64, kind ir.BufKind) *ir.Op {
 	w := &ir.Buffer{Name: "w", Kind: kind, DType: dt, Numel: N * K}
 	x := &ir.Buffer{Name: "x", Kind: ir.Temp, DType: dt, Numel: M * K}
+	out := &ir.Buffer{Name: "out", Kind: ir.Temp, DType: dt, Numel: M * N}
 	return &ir.Op{Kind: ir.Linear, In: []ir.View{
 		{Buf: x, Shape: []int64{M, K}, Strides: []int64{K, 1}},
 		{Buf: w, Shape: []int64{N, K}, Strides: wStrides},
-	}}
+	}, Out: ir.View{Buf: out, Shape: []int64{M, N}, Strides: []int64{N, 1}}}
 }
 
 func never(*ir.Buffer) bool { return false }
