@@ -250,6 +250,21 @@ __device__ __forceinline__ void merge_states(const float* part, int first, int n
   }
 }
 
+// store_partial writes one partial softmax row (max, sum, then the lane's
+// PER unnormalised outputs, elements es apart).
+template <int D>
+__device__ __forceinline__ void store_partial(float* row, int64_t es, float m, float l,
+                                              const float (&o)[(D + 31) / 32], int lane) {
+  constexpr int PER = (D + 31) / 32;
+  if (lane == 0) {
+    row[0] = m;
+    row[es] = l;
+  }
+#pragma unroll
+  for (int e = 0; e < PER; ++e)
+    if (lane * PER + e < D) row[(2 + lane * PER + e) * es] = o[e];
+}
+
 // stash_state writes a warp's state for its G heads to part[warp].
 template <int D, int G>
 __device__ __forceinline__ void stash_state(const SoftmaxState<D, G>& st, float* part, int warp, int lane) {
@@ -500,16 +515,10 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       consumer_sync();
       if (active && sub == 0) merge_states<D, 1>(part, warp, cp, 0, lane, acc, m, l);
     }
-    if (active && sub == 0) {
-      float* row = reinterpret_cast<float*>(base(s, p)) + p.offset + b * p.stride[0] + sp * p.stride[1] + h * p.stride[2];
-      if (lane == 0) {
-        row[0] = m;
-        row[p.stride[4]] = l;
-      }
-#pragma unroll
-      for (int c = 0; c < PER; ++c)
-        if (lane * PER + c < D) row[(2 + lane * PER + c) * p.stride[4]] = acc[c];
-    }
+    if (active && sub == 0)
+      store_partial<D>(reinterpret_cast<float*>(base(s, p)) + p.offset + b * p.stride[0] + sp * p.stride[1] +
+                           h * p.stride[2],
+                       p.stride[4], m, l, acc, lane);
     if (cp > 1) consumer_sync();  // part is reused by the next round
   }
 }
@@ -570,14 +579,7 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
                 for (int e = 0; e < PER; ++e) o[e] = st.acc[g][e];
               }
               int64_t pi[5] = {b, sp, h0 + g, i, 0};
-              float* row = pb + offset_of(p, pi);
-              if (lane == 0) {
-                row[0] = M;
-                row[p.stride[4]] = L;
-              }
-#pragma unroll
-              for (int e = 0; e < PER; ++e)
-                if (lane * PER + e < D) row[(2 + lane * PER + e) * p.stride[4]] = o[e];
+              store_partial<D>(pb + offset_of(p, pi), p.stride[4], M, L, o, lane);
             }
           }
           if (wph > 1) consumer_sync();

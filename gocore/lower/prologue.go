@@ -45,10 +45,8 @@ func fusePrologue(g *ir.Graph) {
 			continue
 		}
 		for i, l := range readers {
-			// The prologue's inputs go before the epilogue's, which stay last.
-			at := len(l.In)
+			at := prologueAt(l)
 			if l.Attr.Epi != nil {
-				at = l.Attr.Epi.First
 				l.Attr.Epi.First += len(views[i]) - 1
 			}
 			l.Attr.Pro = &ir.Prologue{Kind: p.Kind, First: at, Expr: p.Attr.Expr, Eps: p.Attr.Eps,
@@ -98,17 +96,22 @@ func fuseMergePrologue(g *ir.Graph) {
 			continue
 		}
 		for _, l := range readers {
-			at := len(l.In)
-			if l.Attr.Epi != nil {
-				at = l.Attr.Epi.First
-			}
-			l.Attr.Pro = &ir.Prologue{Kind: ir.AttnMerge, First: at, DType: p.Out.DType()}
+			l.Attr.Pro = &ir.Prologue{Kind: ir.AttnMerge, First: prologueAt(l), DType: p.Out.DType()}
 			l.In[0] = p.In[0]
 			l.Label = "attn_merge+" + l.Label
 		}
 		dead[p] = true
 	}
 	removeOps(g, dead)
+}
+
+// prologueAt is where a prologue's inputs go in Linear l's inputs: before
+// the epilogue's, which stay last.
+func prologueAt(l *ir.Op) int {
+	if l.Attr.Epi != nil {
+		return l.Attr.Epi.First
+	}
+	return len(l.In)
 }
 
 // readsBuf reports whether any of vs is a view of buf.
