@@ -507,11 +507,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       }
     }
     if (cp > 1) {  // the unit's warps merge into its first
-      float* mine = part + warp * (D + 2);
-      if (lane == 0) mine[0] = m, mine[1] = l;
-#pragma unroll
-      for (int c = 0; c < PER; ++c)
-        if (lane * PER + c < D) mine[2 + lane * PER + c] = acc[c];
+      store_partial<D>(part + warp * (D + 2), 1, m, l, acc, lane);
       consumer_sync();
       if (active && sub == 0) merge_states<D, 1>(part, warp, cp, 0, lane, acc, m, l);
     }

@@ -31,11 +31,11 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 }
 
 // decodeAttentionTiles cuts decode attention's partials [B, Splits, H, 1,
-// Dv+2] into tasks of (chunk, query head) units, a warp each. A decode
-// attention task waits on its warps' chains of dependent instructions, not
-// on memory, so the units are spread over every worker, a few per task: a
-// task takes some heads of one chunk, or whole chunks when there are more
-// units than workers have warps for heads.
+// Dv+2] into tasks of (chunk, query head) units. A decode attention task
+// waits on its warps' chains of dependent instructions, not on memory, so
+// the units are spread over every worker, a few per task: a task takes some
+// heads of one chunk, or whole chunks when there are more units than
+// workers have warps for heads.
 func decodeAttentionTiles(out []int64, workers int64) []tgraph.Box {
 	splits, H := out[1], out[2]
 	perTask := max(1, ceilDiv(splits*H, workers)) // units

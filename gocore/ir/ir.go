@@ -287,7 +287,7 @@ func (op *Op) IterShape() []int64 {
 // DecodeUnits says whether a split-KV attention's tasks take flat units
 // u = chunk·H + head (one query per head, decode): a task covers the units
 // [lo, hi), either whole chunks or heads of one chunk, so its box stays a
-// box, and a warp takes one unit.
+// box.
 func (op *Op) DecodeUnits() bool {
 	return op.Kind == Attention && op.Attr.Splits > 1 && op.In[0].Shape[2] == 1
 }

@@ -65,7 +65,7 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		return Plan{}, false
 	}
 	M, K := op.Out.Shape[0], op.LinearK()
-	if w.Shape[1] != K || w.Strides[1] != 1 || w.Strides[0] != K || w.Offset*esz%16 != 0 ||
+	if w.Strides[1] != 1 || w.Strides[0] != K || w.Offset*esz%16 != 0 ||
 		w.Buf.Kind != ir.Input || written(w.Buf) {
 		return Plan{}, false
 	}
