@@ -6,6 +6,7 @@
 #   trace:<model>      bench/trace.py (JSON trace_<model>.json)
 #   pytest:<path>      pytest -m gpu on that path
 #   host:<model>       bench/host_time.py: host time of one call (JSON host_<model>.json)
+#   env:<NAME>:<VALUE> export NAME=VALUE for the jobs after it (e.g. MPK_NVCC_EXTRA)
 # Logs and JSON go to $OUT/results.tgz (the device returns few files); each
 # job's last lines are printed. A failing job does not stop the others.
 set -uo pipefail
@@ -23,6 +24,7 @@ for job in ${JOBS:-check:tiny-llama}; do
   n=$((n + 1))
   echo "== $job"
   case $kind in
+    env) export "$what=$extra"; echo "$what=$extra" ;;
     check) timeout "${JOB_TIMEOUT:-300}" python3 -m mpk check --model "$what" --target cuda --dtype bfloat16 $extra >"$W/check_${n}_$what.log" 2>&1
            tail -1 "$W/check_${n}_$what.log" ;;
     bench) timeout "${JOB_TIMEOUT:-500}" python3 bench/decode.py --models ${what//+/ } $extra --json "$W/bench_$n.json" >"$W/bench_$n.log" 2>&1

@@ -355,6 +355,36 @@ __device__ __forceinline__ MaskRow<MT> mask_row(const Op& op, const Slots<N>& s,
   }
 }
 
+// mask_extent: out[b] = 1 + the last position that row b of the mask
+// [B, H, Sq, S] leaves visible (mask_add above -inf) to any head and query,
+// 0 when none. The o projection's merge reads no split past it (MergePro),
+// so a long cache with few live positions merges few partials.
+template <typename MT, int N>
+__device__ void mask_extent(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  const View& mv = op.in[0];
+  const View& out = op.out;
+  int* best = reinterpret_cast<int*>(smem);
+  // Broadcast heads or queries (stride 0) are one row.
+  const int64_t nq = mv.stride[2] == 0 ? 1 : mv.shape[2], rows = (mv.stride[1] == 0 ? 1 : mv.shape[1]) * nq;
+  const int64_t S = mv.shape[3];
+  for (int b = lo; b < hi; ++b) {
+    if (threadIdx.x == 0) *best = 0;
+    consumer_sync();
+    int last = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t row = mv.offset + b * mv.stride[0] + (r / nq) * mv.stride[1] + (r % nq) * mv.stride[2];
+#pragma unroll 4
+      for (int64_t j = threadIdx.x; j < S; j += MPK_THREADS)
+        if (mask_add<MT>(base(s, mv), mv.dtype, row + j * mv.stride[3]) != -INFINITY) last = max(last, (int)j + 1);
+    }
+    last = __reduce_max_sync(0xffffffffu, last);
+    if (threadIdx.x % 32 == 0) atomicMax(best, last);
+    consumer_sync();
+    if (threadIdx.x == 0) reinterpret_cast<int32_t*>(base(s, out))[out.offset + b * out.stride[0]] = *best;
+    consumer_sync();
+  }
+}
+
 // DecodeV holds a lane's V columns of one row: one vector load's raw bytes
 // on the fast path, the elements on the element-wise one.
 template <typename T, int PER, bool FAST>
@@ -383,8 +413,8 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 }
 
 // attention_decode is attention_partial for one query per head (decode):
-// the task's units u in [lo, hi) are (KV chunk u / H, query head u % H), so
-// a layer's attention is spread over every worker (a warp's chain of
+// the task's units u in [lo, hi) are (query head u / Splits, KV chunk
+// u % Splits), so a layer's attention is spread over every worker (a warp's chain of
 // dependent instructions, not memory, is what a unit waits on). A unit takes
 // cp warps, one per 32 positions of its chunk (the next 32 after cp·32
 // positions), which merge their softmax states in shared memory. For q·k a lane owns a
@@ -406,7 +436,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   constexpr int VB = 128 / (PER * (int)sizeof(T)) < 32 ? 128 / (PER * (int)sizeof(T)) : 32;
   using VRaw = typename DecodeV<T, PER, FAST>::type;
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
-  const int B = (int)q.shape[0], S = (int)k.shape[2], H = (int)q.shape[1], G = op.groups;
+  const int B = (int)q.shape[0], S = (int)k.shape[2], G = op.groups;
   const int splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
   const int S_live = op.flags & FLAG_CAUSAL ? min(S, 1) : S;
@@ -422,7 +452,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   for (int u0 = lo; u0 < hi; u0 += units) {
     const int u = u0 + warp / cp;
     const bool active = warp / cp < units && u < hi;
-    const int sp = u / H, h = u % H, kvh = h / G;
+    const int sp = u % splits, h = u / splits, kvh = h / G;
     const int j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m = -INFINITY, l = 0.f, acc[PER];
 #pragma unroll

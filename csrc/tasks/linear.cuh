@@ -147,11 +147,14 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
 // holds split t's max and sum, the lanes own the heads' columns, and a batch
 // of splits' outputs is loaded with the maxima (H and D as constants: one
 // base register and immediate offsets), so a batch costs one round trip.
-template <int D, int H>
+// CHUNK > 0: in[pro_first] is the mask's extent per row, and the splits
+// from ⌈extent / CHUNK⌉ on (no live position) are not read; the extent is
+// loaded with the first batch, so the bound costs no round trip.
+template <int D, int H, int CHUNK>
 struct MergePro {};
 
-template <int K, int D, int H, int N>
-__device__ __noinline__ void stage_x(MergePro<D, H>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+template <int K, int D, int H, int CHUNK, int N>
+__device__ __noinline__ void stage_x(MergePro<D, H, CHUNK>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
   static_assert(K == H * D, "x is the heads' merged outputs");
   constexpr int PER = (D + 31) / 32;
   constexpr int HP = (H + kConsumerWarps - 1) / kConsumerWarps;  // heads a warp
@@ -168,7 +171,8 @@ __device__ __noinline__ void stage_x(MergePro<D, H>, const Op& op, int64_t m, fl
 #pragma unroll
     for (int e = 0; e < PER; ++e) o[i][e] = 0.f;
   }
-  for (int s0 = 0; s0 < splits; s0 += SB) {
+  // live: the splits that may hold positions (known once the first batch's loads are out).
+  for (int s0 = 0, live = splits; s0 < live; s0 += SB) {
     const int n = min(SB, splits - s0);
     // The batch's maxima, sums and outputs of the warp's heads (warp, warp + 16, ...), in flight together.
     float ml[HP], ll[HP], a[HP][SB][PER];
@@ -184,13 +188,20 @@ __device__ __noinline__ void stage_x(MergePro<D, H>, const Op& op, int64_t m, fl
         for (int e = 0; e < PER; ++e)
           a[i][t][e] = t < n && lane + 32 * e < D ? __ldcg(pb + t * SS + 2 + lane + 32 * e) : 0.f;
     }
+    if constexpr (CHUNK > 0) {
+      if (s0 == 0) {  // after the first batch's loads are out
+        const View& e = op.in[op.pro_first];
+        const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + m * e.stride[0]);
+        live = min(splits, (extent + CHUNK - 1) / CHUNK);
+      }
+    }
 #pragma unroll
     for (int i = 0; i < HP; ++i) {
       // A split with no weight (no positions, or all masked) adds nothing, whatever its row holds.
-      const bool has = lane < n && ll[i] > 0.f;
+      const bool has = lane < n && s0 + lane < live && ll[i] > 0.f;
       const float Mn = fmaxf(M[i], warp_max(has ? ml[i] : -INFINITY));
       const float corr = Mn == -INFINITY ? 1.f : __expf(M[i] - Mn), f = has ? __expf(ml[i] - Mn) : 0.f;
-      L[i] = L[i] * corr + warp_sum(ll[i] * f);
+      L[i] = L[i] * corr + warp_sum(has ? ll[i] * f : 0.f);
 #pragma unroll
       for (int e = 0; e < PER; ++e) o[i][e] *= corr;
 #pragma unroll

@@ -36,7 +36,7 @@ const (
 
 // Task kinds the device dispatch knows, mirrored as an enum in the header.
 var opKinds = []ir.Kind{ir.Elementwise, ir.Reduce, ir.RMSNorm, ir.RoPE, ir.Linear, ir.Matmul, ir.Attention,
-	ir.Embedding, ir.Cat, ir.KVWrite, ir.Copy, ir.Gather, ir.AttnMerge, ir.Empty}
+	ir.Embedding, ir.Cat, ir.KVWrite, ir.Copy, ir.Gather, ir.AttnMerge, ir.Empty, ir.MaskExtent}
 
 // field is one member of a table struct, in layout order.
 type field struct{ ctype, name, doc string }

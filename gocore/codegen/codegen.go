@@ -66,12 +66,12 @@ func splitDim(op *ir.Op, b tgraph.Box) int {
 }
 
 // taskRange is the [lo, hi) a task's kernel reads: the box along the split
-// dim, or for decode attention the flat units chunk·H + head it covers
-// (whole chunks, or heads of one chunk: decompose cuts no other boxes).
+// dim, or for decode attention the flat units head·Splits + chunk it covers
+// (whole heads, or chunks of one head: decompose cuts no other boxes).
 func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
 	if op.DecodeUnits() {
-		H := op.Out.Shape[2]
-		return b.Lo[1]*H + b.Lo[2], (b.Hi[1]-1)*H + b.Hi[2]
+		splits := op.Out.Shape[1]
+		return b.Lo[2]*splits + b.Lo[1], (b.Hi[2]-1)*splits + b.Hi[1]
 	}
 	return b.Lo[d], b.Hi[d]
 }
@@ -96,8 +96,8 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 			split[t.Op] = d
 		}
 		if op.DecodeUnits() {
-			if H := op.Out.Shape[2]; t.Box.Hi[1]-t.Box.Lo[1] > 1 && (t.Box.Lo[2] != 0 || t.Box.Hi[2] != H) {
-				return nil, fmt.Errorf("codegen: decode attention op %d has a task of several chunks and some heads", t.Op)
+			if splits := op.Out.Shape[1]; t.Box.Hi[2]-t.Box.Lo[2] > 1 && (t.Box.Lo[1] != 0 || t.Box.Hi[1] != splits) {
+				return nil, fmt.Errorf("codegen: decode attention op %d has a task of several heads and some chunks", t.Op)
 			}
 		} else if d != split[t.Op] && len(op.IterShape()) > 0 {
 			return nil, fmt.Errorf("codegen: op %d is tiled along two dims (%d and %d)", t.Op, d, split[t.Op])
@@ -356,7 +356,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				if D > 256 || !pv.IsContiguous() {
 					return "", fmt.Errorf("codegen: attention merge of %v partials (head dim up to 256, contiguous) is not supported on the GPU", pv.Shape)
 				}
-				pro = fmt.Sprintf("mpk::MergePro<%d, %d>", D, H)
+				pro = fmt.Sprintf("mpk::MergePro<%d, %d, %d>", D, H, p.Chunk)
 			}
 		}
 		epi := "mpk::NoEpi"
@@ -402,6 +402,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		code = fmt.Sprintf("mpk::%s<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", fn, T, cType[op.In[0].DType()], maskType(op), D, G)
 		// Per-warp softmax states (decode: each warp's query and state).
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*(2*int(D)+2)*4)
+	case ir.MaskExtent:
+		code = fmt.Sprintf("mpk::mask_extent<%s>(op, lo, hi, s, c.smem)", maskCType(op.In[0].DType()))
+		gen.smem = max(gen.smem, 4)
 	case ir.AttnMerge:
 		D := op.Out.Shape[op.Out.Rank()-1]
 		if D > 256 {
@@ -456,7 +459,11 @@ func maskType(op *ir.Op) string {
 	if !op.Attr.HasMask {
 		return "void"
 	}
-	dt := op.In[3].DType()
+	return maskCType(op.In[3].DType())
+}
+
+// maskCType is the C++ type a mask of dtype dt is read as (mpk::mask_add).
+func maskCType(dt ir.DType) string {
 	if c, ok := cType[dt]; ok {
 		return c
 	}

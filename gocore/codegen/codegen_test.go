@@ -55,7 +55,7 @@ func TestSplitDimOfAWholeOp(t *testing.T) {
 }
 
 // TestTaskRangeOfDecodeAttention: a decode attention task's kernel gets the
-// flat units chunk·H + head its box covers.
+// flat units head·Splits + chunk its box covers.
 func TestTaskRangeOfDecodeAttention(t *testing.T) {
 	q := ir.View{Shape: []int64{1, 8, 1, 16}}
 	op := &ir.Op{Kind: ir.Attention, In: []ir.View{q}, Out: ir.View{Shape: []int64{1, 4, 8, 1, 18}}, Attr: ir.Attrs{Splits: 4}}
@@ -65,7 +65,7 @@ func TestTaskRangeOfDecodeAttention(t *testing.T) {
 	for _, c := range []struct {
 		box    tgraph.Box
 		lo, hi int64
-	}{{b(2, 3, 3, 6), 19, 22}, {b(1, 3, 0, 8), 8, 24}, {b(0, 1, 0, 8), 0, 8}} {
+	}{{b(1, 3, 5, 6), 21, 23}, {b(0, 4, 2, 5), 8, 20}, {b(3, 4, 0, 1), 3, 4}} {
 		if lo, hi := taskRange(op, c.box, 1); lo != c.lo || hi != c.hi {
 			t.Errorf("box %v-%v: units [%d, %d), want [%d, %d)", c.box.Lo, c.box.Hi, lo, hi, c.lo, c.hi)
 		}

@@ -31,23 +31,25 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 }
 
 // decodeAttentionTiles cuts decode attention's partials [B, Splits, H, 1,
-// Dv+2] into tasks of (chunk, query head) units. A decode attention task
+// Dv+2] into tasks of (query head, chunk) units. A decode attention task
 // waits on its warps' chains of dependent instructions, not on memory, so
 // the units are spread over every worker, a few per task: a task takes some
-// heads of one chunk, or whole chunks when there are more units than
-// workers have warps for heads.
+// chunks of one head, or whole heads when there are more units than
+// workers have warps for chunks. A head's chunks in order go to the same
+// few tasks, so the live chunks of a partly filled cache (the first ones)
+// land on as many tasks as there are heads.
 func decodeAttentionTiles(out []int64, workers int64) []tgraph.Box {
 	splits, H := out[1], out[2]
 	perTask := max(1, ceilDiv(splits*H, workers)) // units
-	if perTask >= H {
-		return split(out, 1, min(workers, splits), 1)
+	if perTask >= splits {
+		return split(out, 2, min(workers, H), 1)
 	}
-	heads := split(out, 2, ceilDiv(H, perTask), 1)
+	chunks := split(out, 1, ceilDiv(splits, perTask), 1)
 	var boxes []tgraph.Box
-	for s := int64(0); s < splits; s++ {
-		for _, h := range heads {
-			b := tgraph.Box{Lo: append([]int64(nil), h.Lo...), Hi: append([]int64(nil), h.Hi...)}
-			b.Lo[1], b.Hi[1] = s, s+1
+	for h := int64(0); h < H; h++ {
+		for _, c := range chunks {
+			b := tgraph.Box{Lo: append([]int64(nil), c.Lo...), Hi: append([]int64(nil), c.Hi...)}
+			b.Lo[2], b.Hi[2] = h, h+1
 			boxes = append(boxes, b)
 		}
 	}
@@ -227,6 +229,9 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 			box := fullBox(x)
 			box.Lo[0], box.Hi[0] = b.Lo[0], b.Hi[0]
 			read(x, box)
+			if p.Chunk > 0 { // and the rows' mask extents
+				read(op.In[p.First], tgraph.Box{Lo: b.Lo[:1], Hi: b.Hi[:1]})
+			}
 		} else if op.Attr.Pro != nil { // x is computed from the prologue's inputs
 			for _, v := range op.ProIn() {
 				read(v, rows)
@@ -274,6 +279,10 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 			m := op.In[3]
 			read(m, tgraph.Box{Lo: []int64{b.Lo[0], b.Lo[1], b.Lo[2], 0}, Hi: []int64{b.Hi[0], b.Hi[1], b.Hi[2], m.Shape[3]}})
 		}
+	case ir.MaskExtent: // the rows' whole masks
+		m := fullBox(op.In[0])
+		m.Lo[0], m.Hi[0] = b.Lo[0], b.Hi[0]
+		read(op.In[0], m)
 	case ir.AttnMerge:
 		p := op.In[0]
 		read(p, tgraph.Box{Lo: []int64{b.Lo[0], 0, b.Lo[1], b.Lo[2], 0}, Hi: []int64{b.Hi[0], p.Shape[1], b.Hi[1], b.Hi[2], p.Shape[4]}})

@@ -483,20 +483,21 @@ func TestDecomposeGraph(t *testing.T) {
 	}
 }
 
-// TestDecodeAttentionTiles: decode attention's (chunk, head) units are
+// TestDecodeAttentionTiles: decode attention's (head, chunk) units are
 // covered once each, by at most one task per worker while there are
-// workers, and every task is whole chunks or heads of one chunk (codegen
+// workers, and every task is whole heads or chunks of one head (codegen
 // gives the kernel a flat range of units).
 func TestDecodeAttentionTiles(t *testing.T) {
 	for _, c := range []struct {
 		splits, H, workers int64
 		wantTasks          int
 	}{
-		{18, 32, 132, 126}, // 18 chunks of 32 heads: 5 heads a task
-		{18, 16, 132, 108}, // 18 chunks of 16 heads: 3 heads a task
+		{18, 32, 132, 128}, // 18 chunks of 32 heads: 4 or 5 chunks a task
+		{18, 16, 132, 96},  // 18 chunks of 16 heads: 3 chunks a task
 		{4, 8, 132, 32},    // fewer units than workers: one a task
-		{5, 32, 132, 80},   // llama-3.2-1b at 552 positions (chunks of 128): 2 heads a task
-		{18, 32, 8, 8},     // few workers: whole chunks, two or three a task
+		{5, 32, 132, 96},   // llama-3.2-1b at 552 positions (chunks of 128): 1 or 2 chunks a task
+		{32, 32, 132, 128}, // llama-3.2-1b at 4,096 positions: 8 chunks a task
+		{18, 32, 8, 8},     // few workers: whole heads, four a task
 	} {
 		out := sh(1, c.splits, c.H, 1, 66)
 		boxes := decodeAttentionTiles(out, c.workers)
@@ -505,8 +506,8 @@ func TestDecodeAttentionTiles(t *testing.T) {
 		}
 		seen := make([]int, c.splits*c.H)
 		for _, b := range boxes {
-			if b.Hi[1]-b.Lo[1] > 1 && (b.Lo[2] != 0 || b.Hi[2] != c.H) {
-				t.Errorf("%v: box %v-%v has several chunks and some heads", c, b.Lo, b.Hi)
+			if b.Hi[2]-b.Lo[2] > 1 && (b.Lo[1] != 0 || b.Hi[1] != c.splits) {
+				t.Errorf("%v: box %v-%v has several heads and some chunks", c, b.Lo, b.Hi)
 			}
 			if b.Lo[0] != 0 || b.Hi[0] != 1 || b.Lo[3] != 0 || b.Hi[3] != 1 || b.Lo[4] != 0 || b.Hi[4] != 66 {
 				t.Errorf("%v: box %v-%v cuts a dim other than chunks and heads", c, b.Lo, b.Hi)

@@ -171,10 +171,11 @@ const (
 	Gather                  // advanced indexing along one dim
 	AttnMerge               // merges split-KV attention partials into the output
 	Empty                   // no computation (normalization relays)
+	MaskExtent              // out[b] = 1 + the last position a mask's row b leaves visible (0: none)
 	numKinds
 )
 
-var kindNames = [...]string{"elementwise", "reduce", "rmsnorm", "rope", "linear", "matmul", "attention", "embedding", "cat", "kv_write", "copy", "gather", "attn_merge", "empty"}
+var kindNames = [...]string{"elementwise", "reduce", "rmsnorm", "rope", "linear", "matmul", "attention", "embedding", "cat", "kv_write", "copy", "gather", "attn_merge", "empty", "mask_extent"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -235,6 +236,11 @@ type Prologue struct {
 	Eps       float64
 	HasWeight bool // RMSNorm: the second input is the weight
 	DType     DType
+	// Chunk > 0, on an AttnMerge prologue: In[First] is the extent [M]
+	// (int32) of the attention's mask, and split s covers positions from
+	// s·Chunk, so the splits from ⌈extent/Chunk⌉ on hold nothing and are not
+	// read: a long cache with few live positions merges few partials.
+	Chunk int64
 }
 
 // MaxEpilogueInputs bounds an epilogue's inputs besides the product: the
@@ -285,9 +291,10 @@ func (op *Op) IterShape() []int64 {
 }
 
 // DecodeUnits says whether a split-KV attention's tasks take flat units
-// u = chunk·H + head (one query per head, decode): a task covers the units
-// [lo, hi), either whole chunks or heads of one chunk, so its box stays a
-// box.
+// u = head·Splits + chunk (one query per head, decode): a task covers the
+// units [lo, hi), either whole heads or chunks of one head, so its box stays
+// a box. Head-major, so that when only the first chunks hold live positions
+// (a long cache, partly filled) every head's live chunks go to a different task.
 func (op *Op) DecodeUnits() bool {
 	return op.Kind == Attention && op.Attr.Splits > 1 && op.In[0].Shape[2] == 1
 }

@@ -80,3 +80,35 @@ func TestMergeFoldsIntoTheLinear(t *testing.T) {
 		t.Fatalf("a merge the caller reads was folded: %s", got)
 	}
 }
+
+// TestMergeBoundByTheMaskExtent: with a mask, the folded merge reads the
+// mask's extent, computed by a MaskExtent op just before the attention, and
+// knows the chunk each split covers.
+func TestMergeBoundByTheMaskExtent(t *testing.T) {
+	b, lin := mergeGraph(false)
+	a := b.g.Ops[0]
+	a.In = append(a.In, b.input("mask", ir.Bool, 1, 4, 1, 64))
+	a.Attr.HasMask = true
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
+	run(t, b.g, fuseMergePrologue)
+	run(t, b.g, boundMergeByExtent)
+	if got := kinds(b.g); got != "mask_extent attention linear:attn_merge+linear" {
+		t.Fatalf("ops %s", got)
+	}
+	ext, p := b.g.Ops[0], lin.Attr.Pro
+	if ext.In[0].Buf != a.In[3].Buf || !slices.Equal(ext.Out.Shape, []int64{1}) || ext.Out.DType() != ir.I32 {
+		t.Fatalf("extent op %+v", ext)
+	}
+	if p.First != 2 || lin.In[p.First].Buf != ext.Out.Buf || p.Chunk != 64/a.Attr.Splits || a.Attr.Splits < 2 {
+		t.Fatalf("prologue %+v with %d splits, inputs %v", p, a.Attr.Splits, lin.In)
+	}
+
+	// Without a mask there is nothing to bound.
+	b, lin = mergeGraph(false)
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
+	run(t, b.g, fuseMergePrologue)
+	run(t, b.g, boundMergeByExtent)
+	if got := kinds(b.g); got != "attention linear:attn_merge+linear" || lin.Attr.Pro.Chunk != 0 {
+		t.Fatalf("ops %s, prologue %+v", got, lin.Attr.Pro)
+	}
+}

@@ -18,6 +18,8 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 		fuseMergePrologue(g)
 		g.Renumber()
+		boundMergeByExtent(g)
+		g.Renumber()
 	}
 }
 

@@ -294,9 +294,12 @@ func (x *exec) linearInput(op *ir.Op, m int64, dst []float64) []float64 {
 	case ir.RMSNorm:
 		dst = x.normRow(in, []int64{m}, pro, dst)
 	case ir.AttnMerge: // x[m, h·Dv+d] from the partials of batch row m (one query)
-		Dv := in[0].Shape[4] - 2
+		Dv, splits := in[0].Shape[4]-2, in[0].Shape[1]
+		if pro.Chunk > 0 { // the splits below the mask's extent
+			splits = min(splits, (int64(x.load(in[1], []int64{m}))+pro.Chunk-1)/pro.Chunk)
+		}
 		for k := int64(0); k < K; k++ {
-			dst = append(dst, round(pro.DType, x.merged(in[0], m, k/Dv, 0, k%Dv)))
+			dst = append(dst, round(pro.DType, x.merged(in[0], splits, m, k/Dv, 0, k%Dv)))
 		}
 	default:
 		fake := &ir.Op{In: in}
@@ -457,20 +460,20 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 // 0 where every chunk was masked out (as attention gives a hidden row).
 func (x *exec) attnMerge(op *ir.Op, b tgraph.Box) error {
 	return each(b, func(idx []int64) error {
-		x.store(op.Out, idx, x.merged(op.In[0], idx[0], idx[1], idx[2], idx[3]))
+		x.store(op.Out, idx, x.merged(op.In[0], op.In[0].Shape[1], idx[0], idx[1], idx[2], idx[3]))
 		return nil
 	})
 }
 
 // merged is element d of head h, query i of batch row bi, merged from the
-// split-KV partials p [B, Splits, H, Sq, Dv+2].
-func (x *exec) merged(p ir.View, bi, h, i, d int64) float64 {
+// first splits of the split-KV partials p [B, Splits, H, Sq, Dv+2].
+func (x *exec) merged(p ir.View, splits, bi, h, i, d int64) float64 {
 	M := math.Inf(-1)
-	for s := int64(0); s < p.Shape[1]; s++ {
+	for s := int64(0); s < splits; s++ {
 		M = math.Max(M, x.load(p, []int64{bi, s, h, i, 0}))
 	}
 	L, o := 0.0, 0.0
-	for s := int64(0); s < p.Shape[1]; s++ {
+	for s := int64(0); s < splits; s++ {
 		l := x.load(p, []int64{bi, s, h, i, 1})
 		if l == 0 {
 			continue
@@ -483,6 +486,28 @@ func (x *exec) merged(p ir.View, bi, h, i, d int64) float64 {
 		return 0
 	}
 	return o / L
+}
+
+// maskExtent is 1 + the last position that row b of the mask [B, H, Sq, S]
+// leaves visible to any head and query (a bool true, or a float above
+// -inf), 0 when it hides every position.
+func (x *exec) maskExtent(op *ir.Op, b tgraph.Box) error {
+	m := op.In[0]
+	for bi := b.Lo[0]; bi < b.Hi[0]; bi++ {
+		last := int64(0)
+		for h := int64(0); h < m.Shape[1]; h++ {
+			for i := int64(0); i < m.Shape[2]; i++ {
+				for j := m.Shape[3] - 1; j >= last; j-- {
+					if v := x.load(m, []int64{bi, h, i, j}); m.DType() == ir.Bool && v != 0 || m.DType() != ir.Bool && !math.IsInf(v, -1) {
+						last = j + 1
+						break
+					}
+				}
+			}
+		}
+		x.store(op.Out, []int64{bi}, float64(last))
+	}
+	return nil
 }
 
 // index reads an index tensor element and checks it against size.

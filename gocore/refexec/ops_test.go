@@ -514,3 +514,50 @@ func TestHalfBits(t *testing.T) {
 		t.Errorf("floatToBF16(signalling NaN) = %#04x, not a NaN", b)
 	}
 }
+
+// TestMaskExtent: 1 + the last position a mask row leaves visible to any
+// head, 0 when it hides all; a float mask hides with -inf only.
+func TestMaskExtent(t *testing.T) {
+	inf := math.Inf(-1)
+	for _, c := range []struct {
+		name string
+		dt   ir.DType
+		mask []float64 // [2 rows, 2 heads, 1, 5]
+		want []float64
+	}{
+		{"bool", ir.Bool, []float64{1, 1, 0, 0, 0, 1, 0, 0, 1, 0 /* row 1 */, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, []float64{4, 0}},
+		{"float", ir.F32, []float64{0, 0, inf, inf, inf, 0, 0, inf, inf, inf /* row 1 */, inf, inf, inf, inf, -1e30, inf, inf, inf, inf, math.NaN()}, []float64{2, 5}},
+	} {
+		r := newRig()
+		m := r.tensor("m", c.dt, sh(2, 2, 1, 5), c.mask...)
+		out := r.tensor("e", ir.I32, sh(2))
+		if err := r.run(&ir.Op{Kind: ir.MaskExtent, In: []ir.View{m}, Out: out}, nil); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, c.name, r.read(out), c.want, 0)
+	}
+}
+
+// TestMergeBoundByExtent: a Linear's merge prologue with Chunk reads only
+// the splits below ⌈extent/Chunk⌉; a split past it may hold anything (a
+// stale step's partials).
+func TestMergeBoundByExtent(t *testing.T) {
+	// partials [1 row, 3 splits, 1 head, 1, Dv 1 + 2]: (max, sum, output)
+	parts := []float64{0, 1, 2 /* split 1 */, 0, 1, 4 /* split 2: stale */, 5, 1, 100}
+	for _, c := range []struct {
+		extent float64
+		want   float64
+	}{{3, 3}, {4, 3}, {5, (2 + 4 + 100*math.Exp(5)) / (2 + math.Exp(5))}} {
+		r := newRig()
+		p := r.tensor("p", ir.F32, sh(1, 3, 1, 1, 3), parts...)
+		w := r.tensor("w", ir.F32, sh(1, 1), 1)
+		ext := r.tensor("e", ir.I32, sh(1), c.extent)
+		out := r.tensor("o", ir.F32, sh(1, 1))
+		op := &ir.Op{Kind: ir.Linear, In: []ir.View{p, w, ext}, Out: out,
+			Attr: ir.Attrs{Pro: &ir.Prologue{Kind: ir.AttnMerge, First: 2, DType: ir.F32, Chunk: 2}}}
+		if err := r.run(op, nil); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, fmt.Sprintf("extent %g", c.extent), r.read(out), []float64{c.want}, 1e-6)
+	}
+}

@@ -218,6 +218,8 @@ func (x *exec) runTask(op *ir.Op, b tgraph.Box) error {
 		return x.attention(op, b)
 	case ir.AttnMerge:
 		return x.attnMerge(op, b)
+	case ir.MaskExtent:
+		return x.maskExtent(op, b)
 	case ir.Embedding:
 		return x.embedding(op, b)
 	case ir.Gather:
