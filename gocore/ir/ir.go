@@ -299,10 +299,14 @@ func (op *Op) DecodeUnits() bool {
 	return op.Kind == Attention && op.Attr.Splits > 1 && op.In[0].Shape[2] == 1
 }
 
+// SplitChunk is how many of S KV positions each chunk of a split-KV
+// attention with splits chunks covers (the last may cover fewer).
+func SplitChunk(S, splits int64) int64 { return (S + splits - 1) / splits }
+
 // SplitPositions returns the KV positions [lo, hi) that the chunks [s0, s1)
 // of a split-KV attention over S positions cover.
 func SplitPositions(S, splits, s0, s1 int64) (int64, int64) {
-	chunk := (S + splits - 1) / splits
+	chunk := SplitChunk(S, splits)
 	return min(s0*chunk, S), min(s1*chunk, S)
 }
 

@@ -39,7 +39,7 @@ func boundMergeByExtent(g *ir.Graph) {
 		}
 		l.In = append(append(append([]ir.View{}, l.In[:at]...), ext.Out), l.In[at:]...)
 		p.First = at
-		p.Chunk = (S + a.Attr.Splits - 1) / a.Attr.Splits
+		p.Chunk = ir.SplitChunk(S, a.Attr.Splits)
 	}
 	if len(extentOf) == 0 {
 		return

@@ -40,7 +40,7 @@ func splitAttention(g *ir.Graph, workers int) {
 		if splits < 2 {
 			continue
 		}
-		chunk := (S + splits - 1) / splits
+		chunk := ir.SplitChunk(S, splits)
 		splits = (S + chunk - 1) / chunk // no empty chunk
 		partial := g.NewTemp(op.Node+"_partial", ir.F32, []int64{B, splits, H, Sq, Dv + 2})
 		ops = append(ops, &ir.Op{Kind: ir.AttnMerge, Label: "attn_merge", Node: op.Node, Target: op.Target, Source: op.Source,

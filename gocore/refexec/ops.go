@@ -398,16 +398,26 @@ func (x *exec) score(op *ir.Op, qs []float64, bi, h, i, j int64) float64 {
 	}
 	s := dot * op.Attr.Scale
 	if op.Attr.HasMask {
-		m := x.load(op.In[3], []int64{bi, h, i, j})
-		if op.In[3].DType() == ir.Bool {
-			if m == 0 {
-				return math.Inf(-1)
-			}
-		} else {
-			s += m
+		a := x.maskAdd(op.In[3], []int64{bi, h, i, j})
+		if op.In[3].DType() == ir.Bool && a != 0 { // hidden, whatever the dot (even NaN)
+			return a
 		}
+		s += a
 	}
 	return s
+}
+
+// maskAdd is what a mask element adds to a score: 0 or -inf for a bool
+// mask, the value for a float one (as the CUDA mask_add).
+func (x *exec) maskAdd(m ir.View, idx []int64) float64 {
+	v := x.load(m, idx)
+	if m.DType() != ir.Bool {
+		return v
+	}
+	if v == 0 {
+		return math.Inf(-1)
+	}
+	return 0
 }
 
 // attentionPartial computes, for each KV chunk s and head h of the box, the
@@ -498,7 +508,7 @@ func (x *exec) maskExtent(op *ir.Op, b tgraph.Box) error {
 		for h := int64(0); h < m.Shape[1]; h++ {
 			for i := int64(0); i < m.Shape[2]; i++ {
 				for j := m.Shape[3] - 1; j >= last; j-- {
-					if v := x.load(m, []int64{bi, h, i, j}); m.DType() == ir.Bool && v != 0 || m.DType() != ir.Bool && !math.IsInf(v, -1) {
+					if !math.IsInf(x.maskAdd(m, []int64{bi, h, i, j}), -1) {
 						last = j + 1
 						break
 					}
