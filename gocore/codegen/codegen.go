@@ -27,6 +27,11 @@ type layout struct {
 
 const arenaAlign = 256
 
+// newLayout places in the arena only the temporaries some op reads or
+// writes, in the order ops first touch them. Lowering leaves behind the
+// temporaries of the ops it fused away (HF's expanded K/V for GQA, their
+// fp32 copies: tens of MB a layer at a long cache, GBs in all), and a layer's
+// temporaries sit together rather than a dead gap apart.
 func newLayout(g *ir.Graph) layout {
 	l := layout{slot: map[*ir.Buffer]int{}, offset: map[*ir.Buffer]int64{}}
 	nIn := len(g.Inputs)
@@ -37,11 +42,22 @@ func newLayout(g *ir.Graph) layout {
 			l.slot[b] = b.Index
 		case ir.Output:
 			l.slot[b] = nIn + b.Index
-		case ir.Temp:
-			l.slot[b] = l.arenaSlot
-			l.offset[b] = l.arenaBytes / b.DType.Size()
-			l.arenaBytes += (b.Numel*b.DType.Size() + arenaAlign - 1) / arenaAlign * arenaAlign
 		}
+	}
+	place := func(v ir.View) {
+		b := v.Buf
+		if _, done := l.slot[b]; done || b.Kind != ir.Temp {
+			return
+		}
+		l.slot[b] = l.arenaSlot
+		l.offset[b] = l.arenaBytes / b.DType.Size()
+		l.arenaBytes += (b.Numel*b.DType.Size() + arenaAlign - 1) / arenaAlign * arenaAlign
+	}
+	for _, op := range g.Ops {
+		for _, v := range op.In {
+			place(v)
+		}
+		place(op.Out)
 	}
 	return l
 }
@@ -390,6 +406,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		}
 		if op.Attr.Causal {
 			flags |= flagCausal
+		}
+		if op.Attr.HasExtent {
+			flags |= flagExtent
 		}
 		G := op.Attr.Groups
 		if G < 1 || G > 16 {

@@ -108,17 +108,31 @@ func TestLayout(t *testing.T) {
 	in1.Index = 1
 	g.Inputs = []*ir.Buffer{in, in1}
 	a := g.NewBuffer("a", ir.Temp, ir.F32, 10)
+	dead := g.NewBuffer("dead", ir.Temp, ir.F32, 1<<20) // no op touches it (fused away)
 	b := g.NewBuffer("b", ir.Temp, ir.BF16, 200)
 	c := g.NewBuffer("c", ir.Temp, ir.I64, 1)
 	out := g.NewBuffer("o", ir.Output, ir.F32, 4)
 	g.Outputs = []ir.View{{Buf: out, Shape: []int64{4}, Strides: []int64{1}}}
+	flat := func(buf *ir.Buffer) ir.View {
+		return ir.View{Buf: buf, Shape: []int64{buf.Numel}, Strides: []int64{1}}
+	}
+	// First touched in the order c, a, b.
+	g.Ops = []*ir.Op{
+		{Kind: ir.Elementwise, In: []ir.View{flat(in1)}, Out: flat(c)},
+		{Kind: ir.Elementwise, In: []ir.View{flat(in), flat(c)}, Out: flat(a)},
+		{Kind: ir.Elementwise, In: []ir.View{flat(a)}, Out: flat(b)},
+		{Kind: ir.Elementwise, In: []ir.View{flat(b)}, Out: g.Outputs[0]},
+	}
 	l := newLayout(g)
 	if l.arenaSlot != 3 || l.slot[in] != 0 || l.slot[in1] != 1 || l.slot[out] != 2 || l.slot[a] != 3 || l.slot[c] != 3 {
 		t.Errorf("slots %v, arena slot %d; want inputs 0,1, output 2, arena 3", l.slot, l.arenaSlot)
 	}
-	// a: 40 bytes → [0, 256); b: 400 bytes → [256, 768); c: 8 bytes → [768, 1024).
-	if l.offset[a] != 0 || l.offset[b] != 256/2 || l.offset[c] != 768/8 || l.arenaBytes != 1024 {
-		t.Errorf("offsets a=%d b=%d c=%d (elements), arena %d bytes; want 0, 128, 96, 1024", l.offset[a], l.offset[b], l.offset[c], l.arenaBytes)
+	if _, ok := l.slot[dead]; ok {
+		t.Errorf("a temporary no op touches got a slot")
+	}
+	// c: 8 bytes → [0, 256); a: 40 bytes → [256, 512); b: 400 bytes → [512, 1024).
+	if l.offset[c] != 0 || l.offset[a] != 256/4 || l.offset[b] != 512/2 || l.arenaBytes != 1024 {
+		t.Errorf("offsets c=%d a=%d b=%d (elements), arena %d bytes; want 0, 64, 256, 1024", l.offset[c], l.offset[a], l.offset[b], l.arenaBytes)
 	}
 }
 
