@@ -3,7 +3,7 @@
 # benchmarks named by $JOBS, each a word KIND:WHAT[:ARGS] (ARGS comma-separated):
 #   check:<model>      python -m mpk check --target cuda --dtype bfloat16
 #   bench:<m1+m2..>    bench/decode.py (JSON bench_<n>.json)
-#   trace:<model>      bench/trace.py (JSON trace_<model>.json)
+#   trace:<model>      bench/trace.py (JSON trace_<n>_<model>.json)
 #   pytest:<path>      pytest -m gpu on that path
 #   host:<model>       bench/host_time.py: host time of one call (JSON host_<model>.json)
 #   env:<NAME>:<VALUE> export NAME=VALUE for the jobs after it (e.g. MPK_NVCC_EXTRA)
@@ -29,8 +29,8 @@ for job in ${JOBS:-check:tiny-llama}; do
            tail -1 "$W/check_${n}_$what.log" ;;
     bench) timeout "${JOB_TIMEOUT:-500}" python3 bench/decode.py --models ${what//+/ } $extra --json "$W/bench_$n.json" >"$W/bench_$n.log" 2>&1
            tail -12 "$W/bench_$n.log" ;;
-    trace) timeout "${JOB_TIMEOUT:-200}" python3 bench/trace.py --model "$what" $extra --json "$W/trace_$what.json" >"$W/trace_$what.log" 2>&1
-           tail -20 "$W/trace_$what.log" ;;
+    trace) timeout "${JOB_TIMEOUT:-200}" python3 bench/trace.py --model "$what" $extra --json "$W/trace_${n}_$what.json" >"$W/trace_${n}_$what.log" 2>&1
+           tail -40 "$W/trace_${n}_$what.log" ;;
     host) timeout "${JOB_TIMEOUT:-500}" python3 bench/host_time.py --model "$what" $extra --json "$W/host_$what.json" >"$W/host_$what.log" 2>&1
           tail -9 "$W/host_$what.log" ;;
     pytest) timeout "${JOB_TIMEOUT:-500}" python3 -m pytest -q -m gpu -p no:cacheprovider "$what" $extra >"$W/pytest_$n.log" 2>&1

@@ -22,10 +22,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-0.6b")
     p.add_argument("--cache-tokens", type=int, default=512)
+    p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + 16)")
     p.add_argument("--json", help="write the step's task records here")
     a = p.parse_args()
     check.ensure_backend_registered()
-    m, cache = check.decode_setup(a.model, a.cache_tokens)
+    extra = a.capacity - a.cache_tokens if a.capacity else 16
+    if extra < 4:
+        raise SystemExit("--capacity must leave room for the 4 traced steps")
+    m, cache = check.decode_setup(a.model, a.cache_tokens, extra=extra)
     compiled = []
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
                          options={"trace": True, "on_compile": compiled.append})

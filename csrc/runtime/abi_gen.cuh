@@ -16,7 +16,7 @@ enum OpKind : int32_t { OP_ELEMENTWISE = 0, OP_REDUCE = 1, OP_RMSNORM = 2, OP_RO
 
 enum ReduceKind : int32_t { RED_SUM = 0, RED_MEAN = 1, RED_AMAX = 2, RED_AMIN = 3, RED_ARGMAX = 4, };
 
-enum OpFlags : int32_t { FLAG_RESIDUAL = 1, FLAG_WEIGHT = 2, FLAG_MASK = 4, FLAG_CAUSAL = 8, FLAG_CACHE = 16 };
+enum OpFlags : int32_t { FLAG_RESIDUAL = 1, FLAG_WEIGHT = 2, FLAG_MASK = 4, FLAG_CAUSAL = 8, FLAG_CACHE = 16, FLAG_EXTENT = 32 };
 
 struct View {
   int32_t slot;  // pointer slot: input, output or the arena

@@ -422,7 +422,10 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 // slice of shared memory, read as broadcasts), so a score costs no warp
 // reduction; the softmax reduces once per 32 positions; for p·V the lanes
 // own columns and the probabilities are broadcast by shuffles. A position
-// the mask hides (or past the cache) reads no K or V. Rows as decode_rows_ok
+// the mask hides (or past the cache) reads no K or V. With FLAG_EXTENT,
+// in[4] is the mask's extent per batch row and the chunks from it on are
+// skipped (their partials unwritten: the merge reads none past the extent),
+// so a long cache's empty chunks cost no rounds. Rows as decode_rows_ok
 // says; FAST false reads them element by element (any layout).
 template <typename T, typename QT, typename MT, int D, bool FAST, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
@@ -448,11 +451,22 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   const int cp = min(warps, (chunk + 31) / 32), units = warps / cp;  // warps a unit, units a round
   const int sub = warp % cp;
   // Every warp takes part in every round (the merge's barriers).
-  for (int b = 0; b < B; ++b)
-  for (int u0 = lo; u0 < hi; u0 += units) {
-    const int u = u0 + warp / cp;
-    const bool active = warp / cp < units && u < hi;
-    const int sp = u % splits, h = u / splits, kvh = h / G;
+  for (int b = 0; b < B; ++b) {
+  int nlive = splits;  // chunks below the extent
+  if (op.flags & FLAG_EXTENT) {
+    const View& e = op.in[4];
+    const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + b * e.stride[0]);
+    nlive = min(splits, (extent + chunk - 1) / chunk);
+  }
+  // The task's live units: chunks [sp0, sp1) of each of its heads (a task
+  // is some chunks of one head, or whole heads).
+  const int sp0 = lo % splits, sp1 = min(sp0 + min(hi - lo, splits), nlive);
+  const int per_head = max(0, sp1 - sp0), n = max(1, (hi - lo) / splits) * per_head;
+  for (int i0 = 0; i0 < n; i0 += units) {
+    const int nth = i0 + warp / cp;  // the unit's place among the live ones
+    const bool active = warp / cp < units && nth < n;
+    const int sp = sp0 + (per_head > 0 ? nth % per_head : 0), h = lo / splits + (per_head > 0 ? nth / per_head : 0);
+    const int kvh = h / G;
     const int j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m = -INFINITY, l = 0.f, acc[PER];
 #pragma unroll
@@ -546,6 +560,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
                            h * p.stride[2],
                        p.stride[4], m, l, acc, lane);
     if (cp > 1) consumer_sync();  // part is reused by the next round
+  }
   }
 }
 

@@ -92,7 +92,8 @@ const (
 	flagWeight
 	flagMask
 	flagCausal
-	flagCache // rope: rows land in the cache (out) at the positions in the last input, along dim
+	flagCache  // rope: rows land in the cache (out) at the positions in the last input, along dim
+	flagExtent // decode attention: in[4] is the mask's extent per batch row
 )
 
 var reduceKinds = []string{"sum", "mean", "amax", "amin", "argmax"}
@@ -127,7 +128,7 @@ func ABIHeader() string {
 		fmt.Fprintf(&b, " RED_%s = %d,", strings.ToUpper(k), i)
 	}
 	b.WriteString(" };\n\n")
-	fmt.Fprintf(&b, "enum OpFlags : int32_t { FLAG_RESIDUAL = %d, FLAG_WEIGHT = %d, FLAG_MASK = %d, FLAG_CAUSAL = %d, FLAG_CACHE = %d };\n\n", flagResidual, flagWeight, flagMask, flagCausal, flagCache)
+	fmt.Fprintf(&b, "enum OpFlags : int32_t { FLAG_RESIDUAL = %d, FLAG_WEIGHT = %d, FLAG_MASK = %d, FLAG_CAUSAL = %d, FLAG_CACHE = %d, FLAG_EXTENT = %d };\n\n", flagResidual, flagWeight, flagMask, flagCausal, flagCache, flagExtent)
 	writeStruct(&b, "View", viewFields)
 	writeStruct(&b, "Op", opFields)
 	writeStruct(&b, "Task", taskFields)

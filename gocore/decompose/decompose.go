@@ -37,10 +37,17 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 // chunks of one head, or whole heads when there are more units than
 // workers have warps for chunks. A head's chunks in order go to the same
 // few tasks, so the live chunks of a partly filled cache (the first ones)
-// land on as many tasks as there are heads.
-func decodeAttentionTiles(out []int64, workers int64) []tgraph.Box {
+// land on as many tasks as there are heads. perRound > 0 (an attention that
+// skips the chunks past its mask's extent) caps a task at the units its
+// warps take in one round: a long cache's few live chunks of a head then
+// spread over several tasks, each one round, and the empty tasks cost
+// almost nothing, so the step costs what a short cache's does.
+func decodeAttentionTiles(out []int64, workers, perRound int64) []tgraph.Box {
 	splits, H := out[1], out[2]
 	perTask := max(1, ceilDiv(splits*H, workers)) // units
+	if perRound > 0 {
+		perTask = min(perTask, perRound)
+	}
 	if perTask >= splits {
 		return split(out, 2, min(workers, H), 1)
 	}
@@ -54,6 +61,14 @@ func decodeAttentionTiles(out []int64, workers int64) []tgraph.Box {
 		}
 	}
 	return boxes
+}
+
+// decodeUnitsPerRound is how many (head, chunk) units the CUDA decode
+// attention runs at once: a unit takes a warp per 32 of its chunk's
+// positions (attention_decode's cp), up to all the consumer warps.
+func decodeUnitsPerRound(chunk int64) int64 {
+	warps := int64(stream.Threads / 32)
+	return warps / min(warps, ceilDiv(chunk, 32))
 }
 
 // ceilDiv is ⌈a/b⌉ for positive b.
@@ -132,7 +147,11 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		return split(out, d, min(W, out[d]), 1)
 	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
 		if op.DecodeUnits() {
-			return decodeAttentionTiles(out, W)
+			perRound := int64(0) // no cap: a unit past the cache's end still costs its round
+			if op.Attr.HasExtent {
+				perRound = decodeUnitsPerRound(ir.SplitChunk(op.In[1].Shape[2], op.Attr.Splits))
+			}
+			return decodeAttentionTiles(out, W, perRound)
 		}
 		if op.Attr.Splits > 1 { // partials [B, Splits, H, Sq, Dv+2]: KV chunks per task
 			return split(out, 1, min(W, out[1]), 1)
@@ -266,6 +285,9 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 			if op.Attr.HasMask { // [B, H, Sq, S], heads broadcast or not
 				m := op.In[3]
 				read(m, tgraph.Box{Lo: []int64{b.Lo[0], h0, 0, lo}, Hi: []int64{b.Hi[0], h1, m.Shape[2], hi}})
+			}
+			if op.Attr.HasExtent { // [B]
+				read(op.In[4], tgraph.Box{Lo: []int64{b.Lo[0]}, Hi: []int64{b.Hi[0]}})
 			}
 			break
 		}

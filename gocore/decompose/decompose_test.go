@@ -489,19 +489,22 @@ func TestDecomposeGraph(t *testing.T) {
 // gives the kernel a flat range of units).
 func TestDecodeAttentionTiles(t *testing.T) {
 	for _, c := range []struct {
-		splits, H, workers int64
-		wantTasks          int
+		splits, H, workers, perRound int64
+		wantTasks                    int
 	}{
-		{18, 32, 132, 128}, // 18 chunks of 32 heads: 4 or 5 chunks a task
-		{18, 16, 132, 96},  // 18 chunks of 16 heads: 3 chunks a task
-		{4, 8, 132, 32},    // fewer units than workers: one a task
-		{5, 32, 132, 96},   // llama-3.2-1b at 552 positions (chunks of 128): 1 or 2 chunks a task
-		{32, 32, 132, 128}, // llama-3.2-1b at 4,096 positions: 8 chunks a task
-		{18, 32, 8, 8},     // few workers: whole heads, four a task
+		{18, 32, 132, 0, 128}, // 18 chunks of 32 heads: 4 or 5 chunks a task
+		{18, 16, 132, 0, 96},  // 18 chunks of 16 heads: 3 chunks a task
+		{4, 8, 132, 0, 32},    // fewer units than workers: one a task
+		{5, 32, 132, 0, 96},   // llama-3.2-1b at 552 positions (chunks of 128): 1 or 2 chunks a task
+		{5, 32, 132, 4, 96},   // the same, bounded by its extent: within a round already
+		{32, 32, 132, 0, 128}, // llama-3.2-1b at 4,096 positions: 8 chunks a task
+		{32, 32, 132, 4, 256}, // bounded by its extent: one round (4 chunks) a task
+		{18, 32, 8, 0, 8},     // few workers: whole heads, four a task
+		{18, 32, 8, 4, 160},   // bounded: a head's chunks in tasks of four
 	} {
 		out := sh(1, c.splits, c.H, 1, 66)
-		boxes := decodeAttentionTiles(out, c.workers)
-		if len(boxes) != c.wantTasks || int64(len(boxes)) > c.workers {
+		boxes := decodeAttentionTiles(out, c.workers, c.perRound)
+		if len(boxes) != c.wantTasks || c.perRound == 0 && int64(len(boxes)) > c.workers {
 			t.Errorf("%v: %d tasks, want %d", c, len(boxes), c.wantTasks)
 		}
 		seen := make([]int, c.splits*c.H)
@@ -522,6 +525,16 @@ func TestDecodeAttentionTiles(t *testing.T) {
 			if n != 1 {
 				t.Errorf("%v: unit %d covered %d times", c, u, n)
 			}
+		}
+	}
+}
+
+// TestDecodeUnitsPerRound: a unit takes a warp per 32 positions of its chunk,
+// all 16 consumer warps at most.
+func TestDecodeUnitsPerRound(t *testing.T) {
+	for chunk, want := range map[int64]int64{32: 16, 106: 4, 128: 4, 96: 5, 512: 1, 4096: 1} {
+		if got := decodeUnitsPerRound(chunk); got != want {
+			t.Errorf("decodeUnitsPerRound(%d) = %d, want %d", chunk, got, want)
 		}
 	}
 }

@@ -205,8 +205,12 @@ type Attrs struct {
 	// Splits > 1: Attention covers the KV positions in Splits chunks and writes
 	// partials [B, Splits, H, Sq, Dv+2] (max, sum, unnormalised output) that
 	// an AttnMerge op combines; decode then spreads over many workers.
-	Splits    int64
-	HasMask   bool // Attention: In[3] is an additive or boolean mask
+	Splits  int64
+	HasMask bool // Attention: In[3] is an additive or boolean mask
+	// HasExtent: decode Attention's In[4] is its mask's extent per batch row
+	// (MaskExtent); chunks that start at or past it are skipped, partials
+	// unwritten (the merge reads no split past the extent either).
+	HasExtent bool
 	Residual  bool // Linear: In[2] is added to the product
 	HasWeight bool // RMSNorm: In[1] is the weight
 	Dim       int  // Cat, KVWrite, Gather: the dimension

@@ -10,7 +10,8 @@ import "mpk/gocore/ir"
 // every o-projection task read every split's partials. A MaskExtent op,
 // placed just before the attention (so both see the same mask), computes
 // 1 + the last visible position of each batch row; the Linear reads it as
-// In[Pro.First] and merges only the splits below it.
+// In[Pro.First] and merges only the splits below it, and the attention
+// reads it as In[4] and computes no chunk past it.
 func boundMergeByExtent(g *ir.Graph) {
 	u := analyze(g)
 	extentOf := map[*ir.Op]*ir.Op{} // attention → the extent of its mask
@@ -32,6 +33,10 @@ func boundMergeByExtent(g *ir.Graph) {
 			ext = &ir.Op{Kind: ir.MaskExtent, Label: "mask_extent", Node: a.Node, Target: a.Target, Source: a.Source,
 				In: []ir.View{mask}, Out: g.NewTemp(a.Node+"_extent", ir.I32, []int64{mask.Shape[0]})}
 			extentOf[a] = ext
+			// The attention skips the chunks past it too: a long cache's
+			// empty chunks cost no task time.
+			a.In = append(a.In, ext.Out)
+			a.Attr.HasExtent = true
 		}
 		at := prologueAt(l)
 		if l.Attr.Epi != nil {

@@ -102,13 +102,16 @@ func TestMergeBoundByTheMaskExtent(t *testing.T) {
 	if p.First != 2 || lin.In[p.First].Buf != ext.Out.Buf || p.Chunk != 64/a.Attr.Splits || a.Attr.Splits < 2 {
 		t.Fatalf("prologue %+v with %d splits, inputs %v", p, a.Attr.Splits, lin.In)
 	}
+	if !a.Attr.HasExtent || len(a.In) != 5 || a.In[4].Buf != ext.Out.Buf {
+		t.Fatalf("the attention does not read the extent: %+v, inputs %v", a.Attr, a.In)
+	}
 
 	// Without a mask there is nothing to bound.
 	b, lin = mergeGraph(false)
 	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
 	run(t, b.g, fuseMergePrologue)
 	run(t, b.g, boundMergeByExtent)
-	if got := kinds(b.g); got != "attention linear:attn_merge+linear" || lin.Attr.Pro.Chunk != 0 {
-		t.Fatalf("ops %s, prologue %+v", got, lin.Attr.Pro)
+	if got := kinds(b.g); got != "attention linear:attn_merge+linear" || lin.Attr.Pro.Chunk != 0 || b.g.Ops[0].Attr.HasExtent {
+		t.Fatalf("ops %s, prologue %+v, attention %+v", got, lin.Attr.Pro, b.g.Ops[0].Attr)
 	}
 }

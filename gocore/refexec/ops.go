@@ -423,12 +423,17 @@ func (x *exec) maskAdd(m ir.View, idx []int64) float64 {
 // attentionPartial computes, for each KV chunk s and head h of the box, the
 // head's partial softmax over the chunk: max m, sum l of exp(score-m), and the
 // unnormalised output Σ exp(score-m)·v, into [B, Splits, H, Sq, Dv+2].
+// With the mask's extent (HasExtent), a chunk starting at or past it is
+// skipped and its partials left as they were, as on the GPU.
 func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 	q, v := op.In[0], op.In[2]
 	Sq, Dv, S := q.Shape[2], v.Shape[3], op.In[1].Shape[2]
 	for bi := b.Lo[0]; bi < b.Hi[0]; bi++ {
 		for s := b.Lo[1]; s < b.Hi[1]; s++ {
 			lo, hi := ir.SplitPositions(S, op.Attr.Splits, s, s+1)
+			if op.Attr.HasExtent && lo >= int64(x.load(op.In[4], []int64{bi})) {
+				continue
+			}
 			for h := b.Lo[2]; h < b.Hi[2]; h++ {
 				for i := int64(0); i < Sq; i++ {
 					qs := x.row(q, []int64{bi, h, i}, nil)

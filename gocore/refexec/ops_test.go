@@ -561,3 +561,49 @@ func TestMergeBoundByExtent(t *testing.T) {
 		expect(t, fmt.Sprintf("extent %g", c.extent), r.read(out), []float64{c.want}, 1e-6)
 	}
 }
+
+// TestAttentionSkipsChunksPastExtent: a decode attention bounded by its
+// mask's extent computes the chunks that start below it and leaves the
+// partials of the rest as they were (the merge reads none of them).
+func TestAttentionSkipsChunksPastExtent(t *testing.T) {
+	const S, splits = 8, 4 // chunks of 2 positions
+	for _, extent := range []float64{0, 1, 3, 8} {
+		r := newRig()
+		q := r.tensor("q", ir.F32, sh(1, 1, 1, 1), 1)
+		k := r.tensor("k", ir.F32, sh(1, 1, S, 1), 1, 1, 1, 1, 1, 1, 1, 1)
+		v := r.tensor("v", ir.F32, sh(1, 1, S, 1), 1, 2, 3, 4, 5, 6, 7, 8)
+		maskVals := make([]float64, S)
+		for j := range maskVals {
+			if float64(j) >= extent {
+				maskVals[j] = math.Inf(-1)
+			}
+		}
+		m := r.tensor("m", ir.F32, sh(1, 1, 1, S), maskVals...)
+		e := r.tensor("e", ir.I32, sh(1), extent)
+		stale := make([]float64, splits*3)
+		for i := range stale {
+			stale[i] = 7
+		}
+		out := r.tensor("p", ir.F32, sh(1, splits, 1, 1, 3), stale...)
+		op := &ir.Op{Kind: ir.Attention, In: []ir.View{q, k, v, m, e}, Out: out,
+			Attr: ir.Attrs{Scale: 1, Groups: 1, Splits: splits, HasMask: true, HasExtent: true}}
+		if err := r.run(op, nil); err != nil {
+			t.Fatal(err)
+		}
+		got := r.read(out)
+		for s := 0; s < splits; s++ {
+			row := got[3*s : 3*s+3]
+			if float64(2*s) >= extent {
+				expect(t, fmt.Sprintf("extent %g, chunk %d (past it)", extent, s), row, []float64{7, 7, 7}, 0)
+				continue
+			}
+			// Positions 2s and 2s+1, the visible ones below the extent.
+			var l, acc float64
+			for j := 2 * s; j < 2*s+2 && float64(j) < extent; j++ {
+				l++
+				acc += float64(j + 1)
+			}
+			expect(t, fmt.Sprintf("extent %g, chunk %d", extent, s), row, []float64{1, l, acc}, 1e-9)
+		}
+	}
+}
