@@ -452,21 +452,15 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   const int sub = warp % cp;
   // Every warp takes part in every round (the merge's barriers).
   for (int b = 0; b < B; ++b) {
-  int nlive = splits;  // chunks below the extent
-  if (op.flags & FLAG_EXTENT) {
-    const View& e = op.in[4];
-    const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + b * e.stride[0]);
-    nlive = min(splits, (extent + chunk - 1) / chunk);
-  }
+  const int nlive = op.flags & FLAG_EXTENT ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
   // The task's live units: chunks [sp0, sp1) of each of its heads (a task
-  // is some chunks of one head, or whole heads).
+  // is some chunks of one head, or whole heads); none when per_head is 0.
   const int sp0 = lo % splits, sp1 = min(sp0 + min(hi - lo, splits), nlive);
   const int per_head = max(0, sp1 - sp0), n = max(1, (hi - lo) / splits) * per_head;
   for (int i0 = 0; i0 < n; i0 += units) {
     const int nth = i0 + warp / cp;  // the unit's place among the live ones
     const bool active = warp / cp < units && nth < n;
-    const int sp = sp0 + (per_head > 0 ? nth % per_head : 0), h = lo / splits + (per_head > 0 ? nth / per_head : 0);
-    const int kvh = h / G;
+    const int sp = sp0 + nth % per_head, h = lo / splits + nth / per_head, kvh = h / G;
     const int j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m = -INFINITY, l = 0.f, acc[PER];
 #pragma unroll

@@ -153,6 +153,16 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
 template <int D, int H, int CHUNK>
 struct MergePro {};
 
+// splits_below_extent: how many of a split-KV attention's splits (chunks of
+// `chunk` positions) start below row `row`'s mask extent (the int32 view e,
+// from mask_extent); the splits from there on hold no visible position. The
+// attention computes and the merge reads only these.
+template <int N>
+__device__ __forceinline__ int splits_below_extent(const View& e, int64_t row, int chunk, int splits, const Slots<N>& s) {
+  const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + row * e.stride[0]);
+  return min(splits, (extent + chunk - 1) / chunk);
+}
+
 template <int K, int D, int H, int CHUNK, int N>
 __device__ __noinline__ void stage_x(MergePro<D, H, CHUNK>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
   static_assert(K == H * D, "x is the heads' merged outputs");
@@ -189,11 +199,7 @@ __device__ __noinline__ void stage_x(MergePro<D, H, CHUNK>, const Op& op, int64_
           a[i][t][e] = t < n && lane + 32 * e < D ? __ldcg(pb + t * SS + 2 + lane + 32 * e) : 0.f;
     }
     if constexpr (CHUNK > 0) {
-      if (s0 == 0) {  // after the first batch's loads are out
-        const View& e = op.in[op.pro_first];
-        const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + m * e.stride[0]);
-        live = min(splits, (extent + CHUNK - 1) / CHUNK);
-      }
+      if (s0 == 0) live = splits_below_extent(op.in[op.pro_first], m, CHUNK, splits, s);  // after the first batch's loads are out
     }
 #pragma unroll
     for (int i = 0; i < HP; ++i) {

@@ -295,8 +295,8 @@ func (x *exec) linearInput(op *ir.Op, m int64, dst []float64) []float64 {
 		dst = x.normRow(in, []int64{m}, pro, dst)
 	case ir.AttnMerge: // x[m, h·Dv+d] from the partials of batch row m (one query)
 		Dv, splits := in[0].Shape[4]-2, in[0].Shape[1]
-		if pro.Chunk > 0 { // the splits below the mask's extent
-			splits = min(splits, (int64(x.load(in[1], []int64{m}))+pro.Chunk-1)/pro.Chunk)
+		if pro.Chunk > 0 {
+			splits = x.splitsBelowExtent(in[1], m, pro.Chunk, splits)
 		}
 		for k := int64(0); k < K; k++ {
 			dst = append(dst, round(pro.DType, x.merged(in[0], splits, m, k/Dv, 0, k%Dv)))
@@ -407,6 +407,13 @@ func (x *exec) score(op *ir.Op, qs []float64, bi, h, i, j int64) float64 {
 	return s
 }
 
+// splitsBelowExtent is how many of splits chunks of chunk positions start
+// below row's mask extent (the int32 view e, from MaskExtent), as the CUDA
+// splits_below_extent: the attention computes and the merge reads only these.
+func (x *exec) splitsBelowExtent(e ir.View, row, chunk, splits int64) int64 {
+	return min(splits, (int64(x.load(e, []int64{row}))+chunk-1)/chunk)
+}
+
 // maskAdd is what a mask element adds to a score: 0 or -inf for a bool
 // mask, the value for a float one (as the CUDA mask_add).
 func (x *exec) maskAdd(m ir.View, idx []int64) float64 {
@@ -429,11 +436,12 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 	q, v := op.In[0], op.In[2]
 	Sq, Dv, S := q.Shape[2], v.Shape[3], op.In[1].Shape[2]
 	for bi := b.Lo[0]; bi < b.Hi[0]; bi++ {
-		for s := b.Lo[1]; s < b.Hi[1]; s++ {
+		live := op.Attr.Splits
+		if op.Attr.HasExtent {
+			live = x.splitsBelowExtent(op.In[4], bi, ir.SplitChunk(S, op.Attr.Splits), live)
+		}
+		for s := b.Lo[1]; s < min(b.Hi[1], live); s++ {
 			lo, hi := ir.SplitPositions(S, op.Attr.Splits, s, s+1)
-			if op.Attr.HasExtent && lo >= int64(x.load(op.In[4], []int64{bi})) {
-				continue
-			}
 			for h := b.Lo[2]; h < b.Hi[2]; h++ {
 				for i := int64(0); i < Sq; i++ {
 					qs := x.row(q, []int64{bi, h, i}, nil)
