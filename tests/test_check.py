@@ -25,6 +25,19 @@ def test_check_two_steps(core_lib, fresh_dynamo):
     assert res.ok, "\n".join(lines)
 
 
+@pytest.mark.parametrize("mask", [False, True], ids=["no-mask", "mask"])
+def test_check_long_cache_mostly_empty(core_lib, fresh_dynamo, mask):
+    """300 live positions in a cache of 1,024: the attention skips the chunks
+    past the mask's extent (HF hides them with finfo.min, not -inf) and, on
+    16 workers, its 8 splits a head are 4 interleaved groups; skipping a live
+    chunk or merging the wrong split shows."""
+    lines = []
+    res = check.run_check(model="tiny-llama", target="reference", cache_tokens=300, capacity=1024, steps=2, seed=3,
+                          workers=16, log=lines.append, mask=mask)
+    assert res.ok, "\n".join(lines)
+    assert res.rel_err < 1e-4
+
+
 def test_float32_judge_is_a_copy_of_the_bf16_model():
     """The bf16 rule's judge holds the bf16 model's own weights, upcast (not a
     fresh float32 draw, whose weights the bf16 model never had)."""

@@ -21,6 +21,16 @@ def test_cuda_steps_bf16_rule(core_lib, fresh_dynamo, model):
     assert lines[-1].startswith("PASS rel_err=")
 
 
+def test_cuda_long_cache_mostly_empty(core_lib, fresh_dynamo):
+    """300 live positions in a cache of 1,024, with a mask: the chunks past
+    the mask's extent are skipped on the GPU, and (16 workers) the live ones
+    are interleaved over the tasks, not in split order."""
+    lines = []
+    res = check.run_check(model="small-llama", target="cuda", cache_tokens=300, capacity=1024, steps=4, seed=0,
+                          workers=16, log=lines.append, mask=True)
+    assert res.ok, "\n".join(lines)
+
+
 def _compiled_tiny_llama(options=None):
     check.ensure_backend_registered()
     m = models.build("tiny-llama", dtype=torch.bfloat16, device="cuda", seed=0)

@@ -7,6 +7,7 @@
 #define MPK_MAX_EPI_INPUTS 2
 #define MPK_THREADS 512
 #define MPK_MAX_SHARED_BYTES 204800
+#define MPK_MASK_HIDE_MARGIN 10000.0f
 
 namespace mpk {
 

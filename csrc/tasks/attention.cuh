@@ -355,30 +355,51 @@ __device__ __forceinline__ MaskRow<MT> mask_row(const Op& op, const Slots<N>& s,
   }
 }
 
+// mask_visible says whether a mask add leaves its position visible in a row
+// whose largest add is top: not -inf, and within MPK_MASK_HIDE_MARGIN of top
+// (HF hides with finfo.min; ir.MaskHideMargin says why that is exact). NaN
+// is visible.
+__device__ __forceinline__ bool mask_visible(float add, float top) {
+  return add != -INFINITY && !(add < top - MPK_MASK_HIDE_MARGIN);
+}
+
 // mask_extent: out[b] = 1 + the last position that row b of the mask
-// [B, H, Sq, S] leaves visible (mask_add above -inf) to any head and query,
-// 0 when none. The o projection's merge reads no split past it (MergePro),
-// so a long cache with few live positions merges few partials.
+// [B, H, Sq, S] leaves visible (mask_visible) to any head and query, 0 when
+// none. The attention computes and the o projection's merge reads no split
+// past it (splits_below_extent), so a long cache with few live positions
+// costs what its live positions cost. Two passes a row: its largest add,
+// then the last position visible against it.
 template <typename MT, int N>
 __device__ void mask_extent(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   const View& mv = op.in[0];
   const View& out = op.out;
   int* best = reinterpret_cast<int*>(smem);
+  float* tops = reinterpret_cast<float*>(smem) + 1;  // a warp's largest add
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const char* mb = base(s, mv);
   // Broadcast heads or queries (stride 0) are one row.
   const int64_t nq = mv.stride[2] == 0 ? 1 : mv.shape[2], rows = (mv.stride[1] == 0 ? 1 : mv.shape[1]) * nq;
   const int64_t S = mv.shape[3];
   for (int b = lo; b < hi; ++b) {
     if (threadIdx.x == 0) *best = 0;
-    consumer_sync();
     int last = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t row = mv.offset + b * mv.stride[0] + (r / nq) * mv.stride[1] + (r % nq) * mv.stride[2];
+      float top = -INFINITY;
+#pragma unroll 4
+      for (int64_t j = threadIdx.x; j < S; j += MPK_THREADS) top = fmaxf(top, mask_add<MT>(mb, mv.dtype, row + j * mv.stride[3]));
+      top = warp_max(top);
+      if (lane == 0) tops[warp] = top;
+      consumer_sync();
+#pragma unroll
+      for (int i = 0; i < kConsumerWarps; ++i) top = fmaxf(top, tops[i]);
 #pragma unroll 4
       for (int64_t j = threadIdx.x; j < S; j += MPK_THREADS)
-        if (mask_add<MT>(base(s, mv), mv.dtype, row + j * mv.stride[3]) != -INFINITY) last = max(last, (int)j + 1);
+        if (mask_visible(mask_add<MT>(mb, mv.dtype, row + j * mv.stride[3]), top)) last = max(last, (int)j + 1);
+      consumer_sync();  // tops is read before the next row writes it
     }
     last = __reduce_max_sync(0xffffffffu, last);
-    if (threadIdx.x % 32 == 0) atomicMax(best, last);
+    if (lane == 0) atomicMax(best, last);
     consumer_sync();
     if (threadIdx.x == 0) reinterpret_cast<int32_t*>(base(s, out))[out.offset + b * out.stride[0]] = *best;
     consumer_sync();
@@ -413,8 +434,10 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 }
 
 // attention_decode is attention_partial for one query per head (decode):
-// the task's units u in [lo, hi) are (query head u / Splits, KV chunk
-// u % Splits), so a layer's attention is spread over every worker (a warp's chain of
+// the task's units u in [lo, hi) are (query head u / Splits, split
+// u % Splits), split s covering the KV chunk SplitGroups<R>::chunk(s) (with
+// R > 1 groups, a task is one group of one head, so a short live length
+// spreads over all tasks), and a layer's attention is spread over every worker (a warp's chain of
 // dependent instructions, not memory, is what a unit waits on). A unit takes
 // cp warps, one per 32 positions of its chunk (the next 32 after cp·32
 // positions), which merge their softmax states in shared memory. For q·k a lane owns a
@@ -427,7 +450,7 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 // skipped (their partials unwritten: the merge reads none past the extent),
 // so a long cache's empty chunks cost no rounds. Rows as decode_rows_ok
 // says; FAST false reads them element by element (any layout).
-template <typename T, typename QT, typename MT, int D, bool FAST, int N>
+template <typename T, typename QT, typename MT, int D, int R, bool FAST, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
   constexpr int KV = 16 / (int)sizeof(T);  // K elements per 16-byte load
@@ -452,16 +475,20 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   const int sub = warp % cp;
   // Every warp takes part in every round (the merge's barriers).
   for (int b = 0; b < B; ++b) {
+  // Chunks [0, nlive) may hold visible positions.
   const int nlive = op.flags & FLAG_EXTENT ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
-  // The task's live units: chunks [sp0, sp1) of each of its heads (a task
-  // is some chunks of one head, or whole heads); none when per_head is 0.
-  const int sp0 = lo % splits, sp1 = min(sp0 + min(hi - lo, splits), nlive);
-  const int per_head = max(0, sp1 - sp0), n = max(1, (hi - lo) / splits) * per_head;
+  // The task's live units: splits [sp0, sp0 + per_head) of each of its
+  // heads (a task is some splits of one group of one head, or whole heads),
+  // the first ones of its group (SplitGroups); none when per_head is 0.
+  const SplitGroups<R> g(splits);
+  const int sp0 = lo % splits, grp = g.group(sp0);
+  const int per_head = max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
+  const int n = max(1, (hi - lo) / splits) * per_head;
   for (int i0 = 0; i0 < n; i0 += units) {
     const int nth = i0 + warp / cp;  // the unit's place among the live ones
     const bool active = warp / cp < units && nth < n;
     const int sp = sp0 + nth % per_head, h = lo / splits + nth / per_head, kvh = h / G;
-    const int j_lo = min(sp * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
+    const int j_lo = min(g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m = -INFINITY, l = 0.f, acc[PER];
 #pragma unroll
     for (int e = 0; e < PER; ++e) acc[e] = 0.f;
@@ -561,7 +588,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-template <typename T, typename QT, typename MT, int D, int G, int N>
+template <typename T, typename QT, typename MT, int D, int G, int R, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -573,11 +600,11 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   if (Sq == 1) {  // [lo, hi) are flat (chunk, head) units (ir.Op.DecodeUnits)
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
-        attention_decode<T, QT, MT, D, true>(op, lo, hi, s, smem);
+        attention_decode<T, QT, MT, D, R, true>(op, lo, hi, s, smem);
         return;
       }
     }
-    attention_decode<T, QT, MT, D, false>(op, lo, hi, s, smem);
+    attention_decode<T, QT, MT, D, R, false>(op, lo, hi, s, smem);
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;

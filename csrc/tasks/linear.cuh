@@ -150,8 +150,40 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
 // CHUNK > 0: in[pro_first] is the mask's extent per row, and the splits
 // from ⌈extent / CHUNK⌉ on (no live position) are not read; the extent is
 // loaded with the first batch, so the bound costs no round trip.
-template <int D, int H, int CHUNK>
+template <int D, int H, int CHUNK, int R>
 struct MergePro {};
+
+// SplitGroups (ir.SplitGroups) maps a split-KV attention's splits to the KV
+// chunks they cover: with RG > 1 groups, the splits form contiguous groups
+// (sizes differing by at most one) and group r covers the chunks r, r+RG,
+// r+2·RG, …, so a task of one group of a head gets an even share of a short
+// live length's chunks; RG = 1: split s covers chunk s.
+template <int RG>
+struct SplitGroups {
+  int r_, q, rem;  // groups (at most the splits), splits a group, groups with one more
+  __device__ __forceinline__ explicit SplitGroups(int splits)
+      : r_(max(1, min(RG, splits))), q(splits / r_), rem(splits % r_) {}
+  __device__ __forceinline__ int groups() const { return RG == 1 ? 1 : r_; }
+  __device__ __forceinline__ int start(int r) const { return RG == 1 ? 0 : r * q + min(r, rem); }
+  __device__ __forceinline__ int group(int s) const {
+    if constexpr (RG == 1) return 0;
+    return s < rem * (q + 1) ? s / (q + 1) : rem + (s - rem * (q + 1)) / q;
+  }
+  __device__ __forceinline__ int chunk(int s) const {
+    if constexpr (RG == 1) return s;
+    const int r = group(s);
+    return (s - start(r)) * r_ + r;
+  }
+  __device__ __forceinline__ int split(int c) const {
+    if constexpr (RG == 1) return c;
+    return start(c % r_) + c / r_;
+  }
+  // How many of group r's splits cover the live chunks [0, nlive): its first ones.
+  __device__ __forceinline__ int live_in(int r, int nlive) const {
+    if constexpr (RG == 1) return nlive;
+    return nlive > r ? (nlive - r + r_ - 1) / r_ : 0;
+  }
+};
 
 // splits_below_extent: how many of a split-KV attention's splits (chunks of
 // `chunk` positions) start below row `row`'s mask extent (the int32 view e,
@@ -163,8 +195,8 @@ __device__ __forceinline__ int splits_below_extent(const View& e, int64_t row, i
   return min(splits, (extent + chunk - 1) / chunk);
 }
 
-template <int K, int D, int H, int CHUNK, int N>
-__device__ __noinline__ void stage_x(MergePro<D, H, CHUNK>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+template <int K, int D, int H, int CHUNK, int R, int N>
+__device__ __noinline__ void stage_x(MergePro<D, H, CHUNK, R>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
   static_assert(K == H * D, "x is the heads' merged outputs");
   constexpr int PER = (D + 31) / 32;
   constexpr int HP = (H + kConsumerWarps - 1) / kConsumerWarps;  // heads a warp
@@ -173,6 +205,7 @@ __device__ __noinline__ void stage_x(MergePro<D, H, CHUNK>, const Op& op, int64_
   const View& p = op.in[0];
   const float* pm = reinterpret_cast<const float*>(base(s, p)) + p.offset + m * p.stride[0];
   const int splits = (int)p.shape[1];
+  const SplitGroups<R> g(splits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float M[HP], L[HP], o[HP][PER];
 #pragma unroll
@@ -181,7 +214,8 @@ __device__ __noinline__ void stage_x(MergePro<D, H, CHUNK>, const Op& op, int64_
 #pragma unroll
     for (int e = 0; e < PER; ++e) o[i][e] = 0.f;
   }
-  // live: the splits that may hold positions (known once the first batch's loads are out).
+  // KV chunks in order, from the split covering each (g); live: the chunks
+  // that may hold positions (known once the first batch's loads are out).
   for (int s0 = 0, live = splits; s0 < live; s0 += SB) {
     const int n = min(SB, splits - s0);
     // The batch's maxima, sums and outputs of the warp's heads (warp, warp + 16, ...), in flight together.
@@ -189,14 +223,15 @@ __device__ __noinline__ void stage_x(MergePro<D, H, CHUNK>, const Op& op, int64_
 #pragma unroll
     for (int i = 0; i < HP; ++i) {
       const int h = min(warp + i * kConsumerWarps, H - 1);
-      const float* pb = pm + s0 * SS + h * (D + 2);  // split s0, head h
-      const float* pl = pb + min(lane, n - 1) * SS;
+      const float* ph = pm + h * (D + 2);  // head h of split 0
+      const float* pl = ph + g.split(s0 + min(lane, n - 1)) * SS;
       ml[i] = __ldcg(pl), ll[i] = __ldcg(pl + 1);
 #pragma unroll
-      for (int t = 0; t < SB; ++t)
+      for (int t = 0; t < SB; ++t) {
+        const float* pt = ph + g.split(min(s0 + t, splits - 1)) * SS + 2;
 #pragma unroll
-        for (int e = 0; e < PER; ++e)
-          a[i][t][e] = t < n && lane + 32 * e < D ? __ldcg(pb + t * SS + 2 + lane + 32 * e) : 0.f;
+        for (int e = 0; e < PER; ++e) a[i][t][e] = t < n && lane + 32 * e < D ? __ldcg(pt + lane + 32 * e) : 0.f;
+      }
     }
     if constexpr (CHUNK > 0) {
       if (s0 == 0) live = splits_below_extent(op.in[op.pro_first], m, CHUNK, splits, s);  // after the first batch's loads are out

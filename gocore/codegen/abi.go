@@ -112,8 +112,8 @@ func ABIHeader() string {
 	var b strings.Builder
 	b.WriteString("// Generated from gocore/codegen/abi.go by TestABIHeaderUpToDate (UPDATE_GOLDEN=1). Do not edit.\n")
 	b.WriteString("#pragma once\n#include <stdint.h>\n\n")
-	fmt.Fprintf(&b, "#define MPK_MAX_RANK %d\n#define MPK_MAX_INPUTS %d\n#define MPK_MAX_EPI_INPUTS %d\n#define MPK_THREADS %d\n#define MPK_MAX_SHARED_BYTES %d\n\n",
-		MaxRank, MaxInputs, ir.MaxEpilogueInputs, Threads, MaxSharedBytes)
+	fmt.Fprintf(&b, "#define MPK_MAX_RANK %d\n#define MPK_MAX_INPUTS %d\n#define MPK_MAX_EPI_INPUTS %d\n#define MPK_THREADS %d\n#define MPK_MAX_SHARED_BYTES %d\n#define MPK_MASK_HIDE_MARGIN %.1ff\n\n",
+		MaxRank, MaxInputs, ir.MaxEpilogueInputs, Threads, MaxSharedBytes, ir.MaskHideMargin)
 	b.WriteString("namespace mpk {\n\n")
 	b.WriteString("enum DType : int32_t {")
 	for i := ir.F32; i <= ir.Bool; i++ {

@@ -372,7 +372,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				if D > 256 || !pv.IsContiguous() {
 					return "", fmt.Errorf("codegen: attention merge of %v partials (head dim up to 256, contiguous) is not supported on the GPU", pv.Shape)
 				}
-				pro = fmt.Sprintf("mpk::MergePro<%d, %d, %d>", D, H, p.Chunk)
+				pro = fmt.Sprintf("mpk::MergePro<%d, %d, %d, %d>", D, H, p.Chunk, max(1, p.Interleave))
 			}
 		}
 		epi := "mpk::NoEpi"
@@ -414,16 +414,16 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if G < 1 || G > 16 {
 			return "", fmt.Errorf("codegen: attention with %d query heads per KV head is not supported on the GPU (up to 16)", G)
 		}
-		fn := "attention"
+		code = fmt.Sprintf("mpk::attention<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()], maskType(op), D, G)
 		if op.Attr.Splits > 1 {
-			fn = "attention_partial"
+			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
+				maskType(op), D, G, max(1, op.Attr.Interleave))
 		}
-		code = fmt.Sprintf("mpk::%s<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", fn, T, cType[op.In[0].DType()], maskType(op), D, G)
 		// Per-warp softmax states (decode: each warp's query and state).
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*(2*int(D)+2)*4)
 	case ir.MaskExtent:
 		code = fmt.Sprintf("mpk::mask_extent<%s>(op, lo, hi, s, c.smem)", maskCType(op.In[0].DType()))
-		gen.smem = max(gen.smem, 4)
+		gen.smem = max(gen.smem, 4*(1+Threads/32)) // the extent and a warp's largest add
 	case ir.AttnMerge:
 		D := op.Out.Shape[op.Out.Rank()-1]
 		if D > 256 {

@@ -63,6 +63,26 @@ func decodeAttentionTiles(out []int64, workers, perRound int64) []tgraph.Box {
 	return boxes
 }
 
+// groupTiles is a task per head and split group (ir.SplitGroups) of decode
+// attention's partials [B, Splits, H, 1, Dv+2]: a worker each when there
+// are H·R ≤ workers, and whatever prefix of the chunks is live, each task
+// gets an even share of it (a 512-long live length in a 4,096 cache: 5
+// chunks of 128, on 128 tasks no more than 2 each, where contiguous chunks
+// put 4 on one task and none on 6 others of each head).
+func groupTiles(out []int64, R int64) []tgraph.Box {
+	g := ir.SplitGroups{Splits: out[1], R: R}
+	var boxes []tgraph.Box
+	for h := int64(0); h < out[2]; h++ {
+		for r := int64(0); r < R && g.Start(r) < out[1]; r++ {
+			b := fullBox(ir.View{Shape: out})
+			b.Lo[1], b.Hi[1] = g.Start(r), g.Start(r+1)
+			b.Lo[2], b.Hi[2] = h, h+1
+			boxes = append(boxes, b)
+		}
+	}
+	return boxes
+}
+
 // decodeUnitsPerRound is how many (head, chunk) units the CUDA decode
 // attention runs at once: a unit takes a warp per 32 of its chunk's
 // positions (attention_decode's cp), up to all the consumer warps.
@@ -121,8 +141,11 @@ func allDims(n int) []int {
 }
 
 // Elements per task below which splitting an elementwise-like op costs more
-// in synchronisation than it saves.
-const minElemsPerTask = 4096
+// in synchronisation than it saves: one a thread. The generic task body
+// reads an element's inputs one dependent round trip after another, so a
+// thread's second element doubles the task (a 4,096-element mask `where` in
+// one task took 40 us on the H100, bench/NOTES.md).
+const minElemsPerTask = stream.Threads
 
 // rowsPerNormTask matches the CUDA rmsnorm task: one warp per row, every
 // consumer warp.
@@ -147,6 +170,9 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		return split(out, d, min(W, out[d]), 1)
 	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
 		if op.DecodeUnits() {
+			if op.Attr.Interleave > 1 {
+				return groupTiles(out, op.Attr.Interleave)
+			}
 			perRound := int64(0) // no cap: a unit past the cache's end still costs its round
 			if op.Attr.HasExtent {
 				perRound = decodeUnitsPerRound(ir.SplitChunk(op.In[1].Shape[2], op.Attr.Splits))
@@ -209,6 +235,21 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		d := largestDim(out, allDims(len(out)))
 		return split(out, d, small(d), 1)
 	}
+}
+
+// splitSpan is the range of KV positions the splits [s0, s1) of a split-KV
+// attention over S positions cover: with interleaved groups, from the lowest
+// chunk's start to the highest one's end (a superset: the chunks between
+// belong to other tasks, whose reads it only repeats).
+func splitSpan(op *ir.Op, S, s0, s1 int64) (lo, hi int64) {
+	g := ir.SplitGroups{Splits: op.Attr.Splits, R: op.Attr.Interleave}
+	c0, c1 := g.Chunk(s0), g.Chunk(s0)
+	for s := s0 + 1; s < s1; s++ {
+		c0, c1 = min(c0, g.Chunk(s)), max(c1, g.Chunk(s))
+	}
+	lo, _ = ir.SplitPositions(S, op.Attr.Splits, c0, c0+1)
+	_, hi = ir.SplitPositions(S, op.Attr.Splits, c1, c1+1)
+	return lo, hi
 }
 
 // fullBox covers a whole view.
@@ -275,7 +316,7 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 	case ir.Attention:
 		if op.Attr.Splits > 1 { // a box of partials [B, Splits, H, Sq, Dv+2]
 			q, k := op.In[0], op.In[1]
-			lo, hi := ir.SplitPositions(k.Shape[2], op.Attr.Splits, b.Lo[1], b.Hi[1])
+			lo, hi := splitSpan(op, k.Shape[2], b.Lo[1], b.Hi[1])
 			h0, h1 := b.Lo[2], b.Hi[2]
 			G := max(1, op.Attr.Groups)
 			read(q, tgraph.Box{Lo: []int64{b.Lo[0], h0, 0, 0}, Hi: []int64{b.Hi[0], h1, q.Shape[2], q.Shape[3]}})

@@ -121,7 +121,10 @@ func TestTiles(t *testing.T) {
 		}, 132, 1, sh(0, 1, 2, 3, 4, 5, 6, 7, 8)}, // 512 rotated pairs a head: a task per head
 		{"rope: at most a rotated pair per thread", func(b *opBuilder) *ir.Op {
 			return b.op(ir.RoPE, b.buf("o", 1, 32, 1, 64), b.buf("x", 1, 32, 1, 64), b.buf("cos", 1, 1, 1, 64), b.buf("sin", 1, 1, 1, 64))
-		}, 132, 1, sh(0, 16, 32)},
+		}, 132, 1, sh(0, 8, 16, 24, 32)}, // 2,048 elements: a task per 512, as elementwise ops
+		{"a 4,096-element mask where splits to an element a thread", func(b *opBuilder) *ir.Op {
+			return b.op(ir.Elementwise, b.buf("o", 1, 1, 1, 4096), b.buf("x", 1, 1, 1, 4096))
+		}, 132, 3, sh(0, 512, 1024, 1536, 2048, 2560, 3072, 3584, 4096)},
 		{"embedding: at most an element a thread per task", func(b *opBuilder) *ir.Op {
 			return b.op(ir.Embedding, b.buf("o", 1, 1, 2048), b.buf("w", 100, 2048), b.buf("ids", 1, 1))
 		}, 132, 2, sh(0, 512, 1024, 1536, 2048)},
@@ -535,6 +538,65 @@ func TestDecodeUnitsPerRound(t *testing.T) {
 	for chunk, want := range map[int64]int64{32: 16, 106: 4, 128: 4, 96: 5, 512: 1, 4096: 1} {
 		if got := decodeUnitsPerRound(chunk); got != want {
 			t.Errorf("decodeUnitsPerRound(%d) = %d, want %d", chunk, got, want)
+		}
+	}
+}
+
+// TestGroupTiles: with interleaved split groups, a task per head and group,
+// each unit covered once; a live prefix of the chunks (what a mask's extent
+// leaves) is spread evenly: no task holds more than ⌈live/R⌉ live chunks.
+func TestGroupTiles(t *testing.T) {
+	for _, c := range []struct{ splits, H, R int64 }{{32, 32, 4}, {5, 32, 4}, {33, 16, 8}, {3, 8, 16}} {
+		out := sh(1, c.splits, c.H, 1, 66)
+		boxes := groupTiles(out, c.R)
+		R := min(c.R, c.splits)
+		if int64(len(boxes)) != c.H*R {
+			t.Errorf("%v: %d tasks, want %d", c, len(boxes), c.H*R)
+		}
+		g := ir.SplitGroups{Splits: c.splits, R: c.R}
+		seen := make([]int, c.splits*c.H)
+		for _, b := range boxes {
+			if b.Hi[2]-b.Lo[2] != 1 || g.Group(b.Lo[1]) != g.Group(b.Hi[1]-1) {
+				t.Errorf("%v: box %v-%v is not one group of one head", c, b.Lo, b.Hi)
+			}
+			for s := b.Lo[1]; s < b.Hi[1]; s++ {
+				seen[s*c.H+b.Lo[2]]++
+			}
+			for live := int64(1); live <= c.splits; live++ {
+				n := int64(0)
+				for s := b.Lo[1]; s < b.Hi[1]; s++ {
+					if g.Chunk(s) < live {
+						n++
+					}
+				}
+				if n > (live+R-1)/R {
+					t.Errorf("%v: box %v-%v holds %d of %d live chunks", c, b.Lo, b.Hi, n, live)
+				}
+			}
+		}
+		for u, n := range seen {
+			if n != 1 {
+				t.Errorf("%v: unit %d covered %d times", c, u, n)
+			}
+		}
+	}
+}
+
+// TestSplitSpan: the positions a box of interleaved splits reads cover
+// every chunk it computes.
+func TestSplitSpan(t *testing.T) {
+	op := &ir.Op{Kind: ir.Attention, Attr: ir.Attrs{Splits: 8, Interleave: 3}}
+	g := ir.SplitGroups{Splits: 8, R: 3}
+	const S = 250 // chunks of 32, the last of 26
+	for s0 := int64(0); s0 < 8; s0++ {
+		for s1 := s0 + 1; s1 <= 8; s1++ {
+			lo, hi := splitSpan(op, S, s0, s1)
+			for s := s0; s < s1; s++ {
+				a, b := ir.SplitPositions(S, 8, g.Chunk(s), g.Chunk(s)+1)
+				if a < lo || b > hi {
+					t.Errorf("splits [%d, %d) read [%d, %d), but split %d covers [%d, %d)", s0, s1, lo, hi, s, a, b)
+				}
+			}
 		}
 	}
 }

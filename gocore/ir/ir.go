@@ -171,9 +171,17 @@ const (
 	Gather                  // advanced indexing along one dim
 	AttnMerge               // merges split-KV attention partials into the output
 	Empty                   // no computation (normalization relays)
-	MaskExtent              // out[b] = 1 + the last position a mask's row b leaves visible (0: none)
+	MaskExtent              // out[b] = 1 + the last position a mask's row b leaves visible (0: none); see MaskHideMargin
 	numKinds
 )
+
+// MaskHideMargin: a float mask value this far below its row's largest hides
+// the position (MaskExtent), as -inf does. Hugging Face hides with the
+// dtype's finite minimum (finfo.min), not -inf; a score of such a position
+// is exp(-1e4 + spread) below the row's best, exactly 0 in fp32 for any
+// spread of scores under ~9,900, so skipping it changes nothing. A row whose
+// values all lie within the margin (e.g. all finfo.min) hides nothing.
+const MaskHideMargin = 1e4
 
 var kindNames = [...]string{"elementwise", "reduce", "rmsnorm", "rope", "linear", "matmul", "attention", "embedding", "cat", "kv_write", "copy", "gather", "attn_merge", "empty", "mask_extent"}
 
@@ -211,9 +219,13 @@ type Attrs struct {
 	// (MaskExtent); chunks that start at or past it are skipped, partials
 	// unwritten (the merge reads no split past the extent either).
 	HasExtent bool
-	Residual  bool // Linear: In[2] is added to the product
-	HasWeight bool // RMSNorm: In[1] is the weight
-	Dim       int  // Cat, KVWrite, Gather: the dimension
+	// Interleave > 1, on a decode Attention with an extent: its splits are
+	// that many groups of interleaved chunks (SplitGroups), a task per group
+	// and head, so a short live length spreads over every task.
+	Interleave int64
+	Residual   bool // Linear: In[2] is added to the product
+	HasWeight  bool // RMSNorm: In[1] is the weight
+	Dim        int  // Cat, KVWrite, Gather: the dimension
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:
 	// the norm or elementwise op that produced x, folded into every reader.
 	Pro *Prologue
@@ -245,6 +257,9 @@ type Prologue struct {
 	// s·Chunk, so the splits from ⌈extent/Chunk⌉ on hold nothing and are not
 	// read: a long cache with few live positions merges few partials.
 	Chunk int64
+	// Interleave: the attention's split groups (SplitGroups), so the merge
+	// finds the split that covers each live chunk.
+	Interleave int64
 }
 
 // MaxEpilogueInputs bounds an epilogue's inputs besides the product: the
@@ -312,6 +327,48 @@ func SplitChunk(S, splits int64) int64 { return (S + splits - 1) / splits }
 func SplitPositions(S, splits, s0, s1 int64) (int64, int64) {
 	chunk := SplitChunk(S, splits)
 	return min(s0*chunk, S), min(s1*chunk, S)
+}
+
+// SplitGroups maps the splits of a split-KV attention to the KV chunks they
+// cover (chunk c: positions [c·SplitChunk, (c+1)·SplitChunk)). With R > 1,
+// the splits form R contiguous groups (sizes differ by at most one) and
+// group r covers the chunks r, r+R, r+2R, …: a task that takes one group of
+// a head gets an even share of the first chunks, the ones a short live
+// length fills (MaskExtent), where contiguous chunks would give them all to
+// one task. R ≤ 1: split s covers chunk s.
+type SplitGroups struct{ Splits, R int64 }
+
+func (g SplitGroups) groups() (R, q, rem int64) {
+	R = max(1, min(g.R, g.Splits))
+	return R, g.Splits / R, g.Splits % R
+}
+
+// Start is the first split of group r.
+func (g SplitGroups) Start(r int64) int64 {
+	_, q, rem := g.groups()
+	return r*q + min(r, rem)
+}
+
+// Group is the group split s belongs to.
+func (g SplitGroups) Group(s int64) int64 {
+	_, q, rem := g.groups()
+	if s < rem*(q+1) {
+		return s / (q + 1)
+	}
+	return rem + (s-rem*(q+1))/q
+}
+
+// Chunk is the KV chunk split s covers.
+func (g SplitGroups) Chunk(s int64) int64 {
+	R, _, _ := g.groups()
+	r := g.Group(s)
+	return (s-g.Start(r))*R + r
+}
+
+// Split is the split that covers chunk c.
+func (g SplitGroups) Split(c int64) int64 {
+	R, _, _ := g.groups()
+	return g.Start(c%R) + c/R
 }
 
 // Graph is a lowered program: ops in a valid sequential order.

@@ -166,3 +166,36 @@ func TestExprArityAndString(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitGroups: Split and Chunk are inverse bijections of [0, Splits);
+// group r holds chunks r, r+R, … in order, contiguous splits; R ≤ 1 is the
+// identity.
+func TestSplitGroups(t *testing.T) {
+	for _, c := range []struct{ splits, R int64 }{{32, 4}, {5, 4}, {7, 3}, {33, 8}, {4, 1}, {4, 0}, {3, 9}} {
+		g := SplitGroups{Splits: c.splits, R: c.R}
+		R := max(1, min(c.R, c.splits))
+		seen := map[int64]bool{}
+		for s := int64(0); s < c.splits; s++ {
+			ch := g.Chunk(s)
+			if ch < 0 || ch >= c.splits || seen[ch] {
+				t.Fatalf("%+v: split %d covers chunk %d (seen %v)", c, s, ch, seen[ch])
+			}
+			seen[ch] = true
+			if g.Split(ch) != s {
+				t.Errorf("%+v: Split(Chunk(%d)) = %d", c, s, g.Split(ch))
+			}
+			if ch%R != g.Group(s) {
+				t.Errorf("%+v: split %d in group %d covers chunk %d", c, s, g.Group(s), ch)
+			}
+			if s > g.Start(g.Group(s)) && g.Chunk(s-1) != ch-R {
+				t.Errorf("%+v: group %d not in chunk order at split %d", c, g.Group(s), s)
+			}
+			if R == 1 && ch != s {
+				t.Errorf("%+v: R 1 maps split %d to chunk %d", c, s, ch)
+			}
+		}
+		if g.Start(R) != c.splits {
+			t.Errorf("%+v: groups end at %d", c, g.Start(R))
+		}
+	}
+}

@@ -11,8 +11,11 @@ import "mpk/gocore/ir"
 // placed just before the attention (so both see the same mask), computes
 // 1 + the last visible position of each batch row; the Linear reads it as
 // In[Pro.First] and merges only the splits below it, and the attention
-// reads it as In[4] and computes no chunk past it.
-func boundMergeByExtent(g *ir.Graph) {
+// reads it as In[4] and computes no chunk past it. The attention's splits
+// are interleaved (ir.SplitGroups) into a group per worker a head leaves, so
+// the live chunks spread over all its tasks rather than the first of each
+// head's.
+func boundMergeByExtent(g *ir.Graph, workers int) {
 	u := analyze(g)
 	extentOf := map[*ir.Op]*ir.Op{} // attention → the extent of its mask
 	for _, l := range g.Ops {
@@ -37,6 +40,7 @@ func boundMergeByExtent(g *ir.Graph) {
 			// empty chunks cost no task time.
 			a.In = append(a.In, ext.Out)
 			a.Attr.HasExtent = true
+			a.Attr.Interleave = max(1, min(a.Attr.Splits, int64(workers)/a.In[0].Shape[1]))
 		}
 		at := prologueAt(l)
 		if l.Attr.Epi != nil {
@@ -45,6 +49,7 @@ func boundMergeByExtent(g *ir.Graph) {
 		l.In = append(append(append([]ir.View{}, l.In[:at]...), ext.Out), l.In[at:]...)
 		p.First = at
 		p.Chunk = ir.SplitChunk(S, a.Attr.Splits)
+		p.Interleave = a.Attr.Interleave
 	}
 	if len(extentOf) == 0 {
 		return

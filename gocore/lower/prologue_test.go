@@ -91,7 +91,7 @@ func TestMergeBoundByTheMaskExtent(t *testing.T) {
 	a.Attr.HasMask = true
 	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
 	run(t, b.g, fuseMergePrologue)
-	run(t, b.g, boundMergeByExtent)
+	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 16) })
 	if got := kinds(b.g); got != "mask_extent attention linear:attn_merge+linear" {
 		t.Fatalf("ops %s", got)
 	}
@@ -105,12 +105,16 @@ func TestMergeBoundByTheMaskExtent(t *testing.T) {
 	if !a.Attr.HasExtent || len(a.In) != 5 || a.In[4].Buf != ext.Out.Buf {
 		t.Fatalf("the attention does not read the extent: %+v, inputs %v", a.Attr, a.In)
 	}
+	// 16 workers over 4 heads: a group of splits per worker, as the merge knows.
+	if want := min(a.Attr.Splits, 4); a.Attr.Interleave != want || p.Interleave != want || want < 2 {
+		t.Fatalf("interleave: attention %d, merge %d, want %d (>1)", a.Attr.Interleave, p.Interleave, want)
+	}
 
 	// Without a mask there is nothing to bound.
 	b, lin = mergeGraph(false)
 	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
 	run(t, b.g, fuseMergePrologue)
-	run(t, b.g, boundMergeByExtent)
+	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 4) })
 	if got := kinds(b.g); got != "attention linear:attn_merge+linear" || lin.Attr.Pro.Chunk != 0 || b.g.Ops[0].Attr.HasExtent {
 		t.Fatalf("ops %s, prologue %+v, attention %+v", got, lin.Attr.Pro, b.g.Ops[0].Attr)
 	}

@@ -18,7 +18,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 		fuseMergePrologue(g)
 		g.Renumber()
-		boundMergeByExtent(g)
+		boundMergeByExtent(g, cfg.Workers)
 		g.Renumber()
 	}
 }

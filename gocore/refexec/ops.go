@@ -295,11 +295,12 @@ func (x *exec) linearInput(op *ir.Op, m int64, dst []float64) []float64 {
 		dst = x.normRow(in, []int64{m}, pro, dst)
 	case ir.AttnMerge: // x[m, h·Dv+d] from the partials of batch row m (one query)
 		Dv, splits := in[0].Shape[4]-2, in[0].Shape[1]
+		g := ir.SplitGroups{Splits: splits, R: pro.Interleave}
 		if pro.Chunk > 0 {
 			splits = x.splitsBelowExtent(in[1], m, pro.Chunk, splits)
 		}
 		for k := int64(0); k < K; k++ {
-			dst = append(dst, round(pro.DType, x.merged(in[0], splits, m, k/Dv, 0, k%Dv)))
+			dst = append(dst, round(pro.DType, x.merged(in[0], g, splits, m, k/Dv, 0, k%Dv)))
 		}
 	default:
 		fake := &ir.Op{In: in}
@@ -436,12 +437,17 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 	q, v := op.In[0], op.In[2]
 	Sq, Dv, S := q.Shape[2], v.Shape[3], op.In[1].Shape[2]
 	for bi := b.Lo[0]; bi < b.Hi[0]; bi++ {
-		live := op.Attr.Splits
+		live := op.Attr.Splits // chunks [0, live) hold visible positions
 		if op.Attr.HasExtent {
 			live = x.splitsBelowExtent(op.In[4], bi, ir.SplitChunk(S, op.Attr.Splits), live)
 		}
-		for s := b.Lo[1]; s < min(b.Hi[1], live); s++ {
-			lo, hi := ir.SplitPositions(S, op.Attr.Splits, s, s+1)
+		g := ir.SplitGroups{Splits: op.Attr.Splits, R: op.Attr.Interleave}
+		for s := b.Lo[1]; s < b.Hi[1]; s++ {
+			c := g.Chunk(s)
+			if c >= live {
+				continue
+			}
+			lo, hi := ir.SplitPositions(S, op.Attr.Splits, c, c+1)
 			for h := b.Lo[2]; h < b.Hi[2]; h++ {
 				for i := int64(0); i < Sq; i++ {
 					qs := x.row(q, []int64{bi, h, i}, nil)
@@ -483,20 +489,23 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 // 0 where every chunk was masked out (as attention gives a hidden row).
 func (x *exec) attnMerge(op *ir.Op, b tgraph.Box) error {
 	return each(b, func(idx []int64) error {
-		x.store(op.Out, idx, x.merged(op.In[0], op.In[0].Shape[1], idx[0], idx[1], idx[2], idx[3]))
+		splits := op.In[0].Shape[1]
+		x.store(op.Out, idx, x.merged(op.In[0], ir.SplitGroups{Splits: splits}, splits, idx[0], idx[1], idx[2], idx[3]))
 		return nil
 	})
 }
 
 // merged is element d of head h, query i of batch row bi, merged from the
-// first splits of the split-KV partials p [B, Splits, H, Sq, Dv+2].
-func (x *exec) merged(p ir.View, splits, bi, h, i, d int64) float64 {
+// split-KV partials p [B, Splits, H, Sq, Dv+2] of the first `chunks` KV
+// chunks, in chunk order (g says which split covers each).
+func (x *exec) merged(p ir.View, g ir.SplitGroups, chunks, bi, h, i, d int64) float64 {
 	M := math.Inf(-1)
-	for s := int64(0); s < splits; s++ {
-		M = math.Max(M, x.load(p, []int64{bi, s, h, i, 0}))
+	for c := int64(0); c < chunks; c++ {
+		M = math.Max(M, x.load(p, []int64{bi, g.Split(c), h, i, 0}))
 	}
 	L, o := 0.0, 0.0
-	for s := int64(0); s < splits; s++ {
+	for c := int64(0); c < chunks; c++ {
+		s := g.Split(c)
 		l := x.load(p, []int64{bi, s, h, i, 1})
 		if l == 0 {
 			continue
@@ -512,16 +521,21 @@ func (x *exec) merged(p ir.View, splits, bi, h, i, d int64) float64 {
 }
 
 // maskExtent is 1 + the last position that row b of the mask [B, H, Sq, S]
-// leaves visible to any head and query (a bool true, or a float above
-// -inf), 0 when it hides every position.
+// leaves visible to any head and query, 0 when it hides every position. A
+// position is hidden by a bool false, by -inf, or by a float more than
+// ir.MaskHideMargin below its row's largest (HF's finfo.min); NaN is visible.
 func (x *exec) maskExtent(op *ir.Op, b tgraph.Box) error {
 	m := op.In[0]
 	for bi := b.Lo[0]; bi < b.Hi[0]; bi++ {
 		last := int64(0)
 		for h := int64(0); h < m.Shape[1]; h++ {
 			for i := int64(0); i < m.Shape[2]; i++ {
+				top := math.Inf(-1)
+				for j := int64(0); j < m.Shape[3]; j++ {
+					top = math.Max(top, x.maskAdd(m, []int64{bi, h, i, j}))
+				}
 				for j := m.Shape[3] - 1; j >= last; j-- {
-					if !math.IsInf(x.maskAdd(m, []int64{bi, h, i, j}), -1) {
+					if maskVisible(x.maskAdd(m, []int64{bi, h, i, j}), top) {
 						last = j + 1
 						break
 					}
@@ -531,6 +545,12 @@ func (x *exec) maskExtent(op *ir.Op, b tgraph.Box) error {
 		x.store(op.Out, []int64{bi}, float64(last))
 	}
 	return nil
+}
+
+// maskVisible says whether a mask add leaves its position visible in a row
+// whose largest add is top (as the CUDA mask_visible).
+func maskVisible(add, top float64) bool {
+	return !math.IsInf(add, -1) && !(add < top-ir.MaskHideMargin)
 }
 
 // index reads an index tensor element and checks it against size.

@@ -516,9 +516,10 @@ func TestHalfBits(t *testing.T) {
 }
 
 // TestMaskExtent: 1 + the last position a mask row leaves visible to any
-// head, 0 when it hides all; a float mask hides with -inf only.
+// head, 0 when it hides all; a float mask hides with -inf, or with a value
+// far below its row's largest (HF's finfo.min); NaN stays visible.
 func TestMaskExtent(t *testing.T) {
-	inf := math.Inf(-1)
+	inf, lo := math.Inf(-1), -math.MaxFloat32
 	for _, c := range []struct {
 		name string
 		dt   ir.DType
@@ -527,6 +528,8 @@ func TestMaskExtent(t *testing.T) {
 	}{
 		{"bool", ir.Bool, []float64{1, 1, 0, 0, 0, 1, 0, 0, 1, 0 /* row 1 */, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, []float64{4, 0}},
 		{"float", ir.F32, []float64{0, 0, inf, inf, inf, 0, 0, inf, inf, inf /* row 1 */, inf, inf, inf, inf, -1e30, inf, inf, inf, inf, math.NaN()}, []float64{2, 5}},
+		{"finfo.min", ir.F32, []float64{0, 0, lo, lo, lo, 0, lo, 0, lo, lo /* row 1: all lo, nothing hidden */, lo, lo, lo, lo, lo, lo, lo, lo, lo, lo}, []float64{3, 5}},
+		{"margin", ir.F32, []float64{-5, -2e4, -9000, -3e4, -1e5, -5, -5, inf, inf, inf /* row 1 */, 0, -9999, -10001, inf, inf, 0, 0, 0, 0, inf}, []float64{3, 4}},
 	} {
 		r := newRig()
 		m := r.tensor("m", c.dt, sh(2, 2, 1, 5), c.mask...)
@@ -544,21 +547,25 @@ func TestMaskExtent(t *testing.T) {
 func TestMergeBoundByExtent(t *testing.T) {
 	// partials [1 row, 3 splits, 1 head, 1, Dv 1 + 2]: (max, sum, output)
 	parts := []float64{0, 1, 2 /* split 1 */, 0, 1, 4 /* split 2: stale */, 5, 1, 100}
+	// Interleaved in 2 groups, splits (0, 1 | 2) cover chunks (0, 2 | 1): the
+	// first two chunks are splits 0 and 2.
 	for _, c := range []struct {
 		extent float64
+		R      int64
 		want   float64
-	}{{3, 3}, {4, 3}, {5, (2 + 4 + 100*math.Exp(5)) / (2 + math.Exp(5))}} {
+	}{{3, 1, 3}, {4, 1, 3}, {5, 1, (2 + 4 + 100*math.Exp(5)) / (2 + math.Exp(5))},
+		{2, 2, 2}, {3, 2, (2 + 100*math.Exp(5)) / (1 + math.Exp(5))}} {
 		r := newRig()
 		p := r.tensor("p", ir.F32, sh(1, 3, 1, 1, 3), parts...)
 		w := r.tensor("w", ir.F32, sh(1, 1), 1)
 		ext := r.tensor("e", ir.I32, sh(1), c.extent)
 		out := r.tensor("o", ir.F32, sh(1, 1))
 		op := &ir.Op{Kind: ir.Linear, In: []ir.View{p, w, ext}, Out: out,
-			Attr: ir.Attrs{Pro: &ir.Prologue{Kind: ir.AttnMerge, First: 2, DType: ir.F32, Chunk: 2}}}
+			Attr: ir.Attrs{Pro: &ir.Prologue{Kind: ir.AttnMerge, First: 2, DType: ir.F32, Chunk: 2, Interleave: c.R}}}
 		if err := r.run(op, nil); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, fmt.Sprintf("extent %g", c.extent), r.read(out), []float64{c.want}, 1e-6)
+		expect(t, fmt.Sprintf("extent %g, %d groups", c.extent, c.R), r.read(out), []float64{c.want}, 1e-6)
 	}
 }
 
@@ -567,7 +574,12 @@ func TestMergeBoundByExtent(t *testing.T) {
 // partials of the rest as they were (the merge reads none of them).
 func TestAttentionSkipsChunksPastExtent(t *testing.T) {
 	const S, splits = 8, 4 // chunks of 2 positions
-	for _, extent := range []float64{0, 1, 3, 8} {
+	for _, c := range []struct {
+		extent float64
+		R      int64
+	}{{0, 1}, {1, 1}, {3, 1}, {8, 1}, {3, 2}, {5, 3}, {8, 2}} {
+		extent := c.extent
+		g := ir.SplitGroups{Splits: splits, R: c.R} // split s covers chunk g.Chunk(s)
 		r := newRig()
 		q := r.tensor("q", ir.F32, sh(1, 1, 1, 1), 1)
 		k := r.tensor("k", ir.F32, sh(1, 1, S, 1), 1, 1, 1, 1, 1, 1, 1, 1)
@@ -586,24 +598,24 @@ func TestAttentionSkipsChunksPastExtent(t *testing.T) {
 		}
 		out := r.tensor("p", ir.F32, sh(1, splits, 1, 1, 3), stale...)
 		op := &ir.Op{Kind: ir.Attention, In: []ir.View{q, k, v, m, e}, Out: out,
-			Attr: ir.Attrs{Scale: 1, Groups: 1, Splits: splits, HasMask: true, HasExtent: true}}
+			Attr: ir.Attrs{Scale: 1, Groups: 1, Splits: splits, HasMask: true, HasExtent: true, Interleave: c.R}}
 		if err := r.run(op, nil); err != nil {
 			t.Fatal(err)
 		}
 		got := r.read(out)
 		for s := 0; s < splits; s++ {
-			row := got[3*s : 3*s+3]
-			if float64(2*s) >= extent {
-				expect(t, fmt.Sprintf("extent %g, chunk %d (past it)", extent, s), row, []float64{7, 7, 7}, 0)
+			row, ch := got[3*s:3*s+3], int(g.Chunk(int64(s)))
+			if float64(2*ch) >= extent {
+				expect(t, fmt.Sprintf("%+v, split %d: chunk %d (past it)", c, s, ch), row, []float64{7, 7, 7}, 0)
 				continue
 			}
-			// Positions 2s and 2s+1, the visible ones below the extent.
+			// Positions 2ch and 2ch+1, the visible ones below the extent.
 			var l, acc float64
-			for j := 2 * s; j < 2*s+2 && float64(j) < extent; j++ {
+			for j := 2 * ch; j < 2*ch+2 && float64(j) < extent; j++ {
 				l++
 				acc += float64(j + 1)
 			}
-			expect(t, fmt.Sprintf("extent %g, chunk %d", extent, s), row, []float64{1, l, acc}, 1e-9)
+			expect(t, fmt.Sprintf("%+v, split %d: chunk %d", c, s, ch), row, []float64{1, l, acc}, 1e-9)
 		}
 	}
 }

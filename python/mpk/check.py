@@ -55,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="reference executor order only (default: --seed); the model stays the same")
     p.add_argument("--workers", type=int, default=None, help="num_workers (default: SM count / 132)")
     p.add_argument("--cache-tokens", type=int, default=64, help="tokens already in the KV cache")
+    p.add_argument("--capacity", type=int, default=0,
+                   help="make the cache at least this long (a long cache, mostly empty: the mask's extent bounds it)")
     p.add_argument("--dtype", default=None, choices=tuple(DTYPES),
                    help="model dtype (default: float32 for reference, bfloat16 for cuda)")
     p.add_argument("--steps", type=int, default=1, help="steps run back to back")
@@ -196,13 +198,14 @@ def _steps(fn, cache, steps: list, device, times: list | None = None):
 def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int = 1, seed: int = 0,
               workers: int | None = None, cache_tokens: int = 64, dtype: str | None = None,
               steps: int = 1, log: Callable[[str], None] = print, exec_seed: int | None = None,
-              batch: int = 1, mask: bool = False) -> CheckResult:
+              batch: int = 1, mask: bool = False, capacity: int = 0) -> CheckResult:
     """Runs the check; logs the summary and the result line; returns the result.
-    `model` is a named model or a path to a local HF config."""
+    `model` is a named model or a path to a local HF config; `capacity` > 0
+    makes the cache at least that long (most of it empty)."""
     compiled: list = []  # what the backend compiled, through the on_compile option
     try:
         return _run_check(model, target, prefill, seed, workers, cache_tokens, dtype, steps, log,
-                          seed if exec_seed is None else exec_seed, batch, mask, compiled)
+                          seed if exec_seed is None else exec_seed, batch, mask, capacity, compiled)
     except MpkError as e:
         if compiled and (compiled[-1].summary or {}).get("text"):
             log(compiled[-1].summary["text"].rstrip("\n"))
@@ -213,7 +216,7 @@ def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int
 
 
 def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps, log, exec_seed,
-               batch, mask, compiled: list) -> CheckResult:
+               batch, mask, capacity, compiled: list) -> CheckResult:
     ensure_backend_registered()
     dtype = dtype or ("float32" if target == "reference" else "bfloat16")
     device = "cpu" if target == "reference" else "cuda"
@@ -229,7 +232,7 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
 
     torch.manual_seed(seed)
     m = models.build(name, dtype=DTYPES[dtype], device=device, seed=seed)
-    max_len = cache_tokens + prefill * steps
+    max_len = max(cache_tokens + prefill * steps, capacity)
     max_len = (max_len + 63) // 64 * 64
     plan = plan_inputs(m.config.vocab_size, batch, cache_tokens, prefill, steps, mask, max_len, seed)
     fill, token_steps = plan.fill, plan.steps
@@ -363,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         res = run_check(a.config or a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype,
-                        a.steps, exec_seed=a.exec_seed, batch=a.batch, mask=a.mask)
+                        a.steps, exec_seed=a.exec_seed, batch=a.batch, mask=a.mask, capacity=a.capacity)
     except Exception as e:  # the last line must say FAIL, whatever broke
         import traceback
         traceback.print_exc()
