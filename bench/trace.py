@@ -43,12 +43,18 @@ def main() -> None:
     lib = ctypes.CDLL(str(fn.build.path))  # the module the launcher loaded (same handle)
     lib.mpk_trace.argtypes = [ctypes.c_void_p, ctypes.c_int32]
     n = fn.module.num_tasks
-    buf = (ctypes.c_uint64 * (4 * n))()  # wait, start, end, (worker << 32 | op)
+    # wait, start, end, (worker << 32 | op), (stall_ns << 32 | landed), (dots_ns << 32 | staged_ns):
+    # TraceRecord in runtime/module.cuh
+    W = 6
+    buf = (ctypes.c_uint64 * (W * n))()
     got = lib.mpk_trace(buf, n)
     if got != n:
         raise SystemExit(f"trace returned {got} of {n} records")
-    recs = [(buf[4 * i], buf[4 * i + 1], buf[4 * i + 2], ctypes.c_int32(buf[4 * i + 3] & 0xffffffff).value,
-             buf[4 * i + 3] >> 32) for i in range(n)]
+    recs = [(buf[W * i], buf[W * i + 1], buf[W * i + 2], ctypes.c_int32(buf[W * i + 3] & 0xffffffff).value,
+             buf[W * i + 3] >> 32) for i in range(n)]
+    # pages landed at the start, stall ns, x staged and dots done (ns from the start)
+    ring = [(buf[W * i + 4] & 0xffffffff, buf[W * i + 4] >> 32, buf[W * i + 5] & 0xffffffff, buf[W * i + 5] >> 32)
+            for i in range(n)]
     t0 = min(r[0] for r in recs)
     t1 = max(r[2] for r in recs)
     busy, wait, count = defaultdict(float), defaultdict(float), defaultdict(int)
@@ -67,7 +73,7 @@ def main() -> None:
     print(f"{'op kind':28} {'tasks':>6} {'busy us (sum)':>14} {'mean us':>8} {'wait us (sum)':>14}")
     for label in sorted(busy, key=lambda k: -busy[k]):
         print(f"{label:28} {count[label]:6d} {busy[label]:14.1f} {busy[label] / count[label]:8.2f} {wait[label]:14.1f}")
-    layer_timeline(recs, labels)
+    layer_timeline(recs, labels, ring)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "labels": labels, "device": torch.cuda.get_device_name(),
@@ -75,26 +81,31 @@ def main() -> None:
         print(f"wrote {a.json}")
 
 
-def layer_timeline(recs, labels) -> None:
+def layer_timeline(recs, labels, ring) -> None:
     """The ops between the middle two attention ops (one layer), in op order:
     tasks, when the first started and the last ended (us from the layer's
-    first start), and the mean task time."""
+    first start), the mean task time, and for the weight ring the mean pages
+    landed ahead of a task at its start, its first warp's wait for pages, and
+    (streamed tasks) when x was staged and the dots done, from its start."""
     attn = [i for i, l in enumerate(labels) if l == "attention"]
     if len(attn) < 2:
         return
     lo, hi = attn[len(attn) // 2 - 1], attn[len(attn) // 2]
     by_op = defaultdict(list)
-    for w, s, e, op, worker in recs:
+    for (w, s, e, op, worker), r in zip(recs, ring):
         if lo <= op < hi:
-            by_op[op].append((w, s, e))
+            by_op[op].append((w, s, e, *r))
     if not by_op:
         return
-    t0 = min(s for rs in by_op.values() for _, s, _ in rs)
-    print(f"\none layer (ops {lo}..{hi - 1}): {'op':28} {'tasks':>5} {'first start':>11} {'last end':>9} {'mean us':>8}")
+    t0 = min(r[1] for rs in by_op.values() for r in rs)
+    print(f"\none layer (ops {lo}..{hi - 1}): {'op':28} {'tasks':>5} {'first start':>11} {'last end':>9} {'mean us':>8} "
+          f"{'landed':>6} {'stall us':>8} {'staged':>6} {'dots':>6}")
     for op in sorted(by_op):
         rs = by_op[op]
-        print(f"{'':34}{labels[op] + '#' + str(op):28} {len(rs):5d} {(min(s for _, s, _ in rs) - t0) / 1e3:11.1f} "
-              f"{(max(e for _, _, e in rs) - t0) / 1e3:9.1f} {sum(e - s for _, s, e in rs) / len(rs) / 1e3:8.2f}")
+        mean = lambda i: sum(r[i] for r in rs) / len(rs)  # noqa: E731
+        print(f"{'':34}{labels[op] + '#' + str(op):28} {len(rs):5d} {(min(r[1] for r in rs) - t0) / 1e3:11.1f} "
+              f"{(max(r[2] for r in rs) - t0) / 1e3:9.1f} {sum(r[2] - r[1] for r in rs) / len(rs) / 1e3:8.2f} "
+              f"{mean(3):6.1f} {mean(4) / 1e3:8.2f} {mean(5) / 1e3:6.2f} {mean(6) / 1e3:6.2f}")
 
 
 if __name__ == "__main__":

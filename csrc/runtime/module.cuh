@@ -32,10 +32,16 @@ constexpr int kDynamicSharedBytes = kScratchOffset + kSharedBytes;
 constexpr uint32_t kInFlightPages = MPK_INFLIGHT_PAGES;
 
 // With MPK_TRACE, per task: when its wait began, when it started, when it
-// ended (globaltimer ns), its op and worker; mpk_trace copies them out.
+// ended (globaltimer ns), its op and worker, how many pages of the ring had
+// landed ahead of the consumers when it started, how long its first warp
+// waited for pages, and when it had staged x and finished the dots (streamed
+// tasks); mpk_trace copies them out.
 struct TraceRecord {
   unsigned long long wait_ns, start_ns, end_ns;
   int32_t op, worker;
+  int32_t landed;
+  uint32_t stall_ns;
+  uint32_t staged_ns, dots_ns;  // streamed tasks: when x was staged, when the dots were done (from the start)
 };
 #ifdef MPK_TRACE
 __device__ TraceRecord trace_records[kNumTasks];
@@ -199,7 +205,15 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     const int t = f.t;
     const mpk::Task task = f.task;
 #ifdef MPK_TRACE
-    if (threadIdx.x == 0) trace_records[t].wait_ns = wait_ns, trace_records[t].start_ns = mpk::globaltimer();
+    if (threadIdx.x == 0) {
+      trace_records[t].wait_ns = wait_ns, trace_records[t].start_ns = mpk::globaltimer();
+      int landed = 0;
+      while (kRingPages > 0 && landed < kRingSlots && ring.ready(seq + landed)) ++landed;
+      trace_records[t].landed = landed;
+      mpk::s_trace_stall = 0;
+      mpk::s_trace_start = trace_records[t].start_ns;
+      mpk::s_trace_staged = mpk::s_trace_dots = 0;
+    }
 #endif
     // The task a bad index is blamed on (read after the task's barriers).
     if (threadIdx.x == 0) mpk::s_fault.task = t, mpk::s_fault.op = task.op;
@@ -207,6 +221,15 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
       // A streamed Linear finds x already staged when the previous task
       // staged the same x (q, k and v read one normalised row).
       const mpk::Ctx c{smem + kScratchOffset, smem, seq, st.abort, f.op.xkey >= 0 && f.op.xkey == s_xkey};
+#if defined(MPK_TRACE) && defined(MPK_PROBE_WARM)
+      // Probe (not for use): an attention task runs twice and is timed the
+      // second time, its code and data warm; what it writes is the same.
+      if (f.op.kind == mpk::OP_ATTENTION) {
+        run_task(f.op, task.lo, task.hi, slots, c);
+        mpk::consumer_sync();
+        if (threadIdx.x == 0) trace_records[t].start_ns = mpk::globaltimer();
+      }
+#endif
       seq = run_task(f.op, task.lo, task.hi, slots, c);
     }
     // Read before the barrier: past it, the fetcher may refill this buffer.
@@ -217,6 +240,9 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
       trace_records[t].end_ns = mpk::globaltimer();
       trace_records[t].op = task.op;
       trace_records[t].worker = w;
+      trace_records[t].stall_ns = mpk::s_trace_stall;
+      trace_records[t].staged_ns = mpk::s_trace_staged;
+      trace_records[t].dots_ns = mpk::s_trace_dots;
     }
 #endif
     if (threadIdx.x == 0) {

@@ -191,6 +191,16 @@ struct Fault {
 };
 __shared__ Fault s_fault;
 
+#ifdef MPK_TRACE
+// How long the first consumer warp of the running task waited for pages of
+// the ring (ns), for the trace.
+__shared__ uint32_t s_trace_stall;
+// When the running streamed task had staged x and finished its dots (ns
+// from s_trace_start, its start).
+__shared__ uint64_t s_trace_start;
+__shared__ uint32_t s_trace_staged, s_trace_dots;
+#endif
+
 // index_error records the first out-of-range index of the launch (the op,
 // the index as read, the size it indexes) and raises the abort flag: the
 // launch finishes without the bad write and the host raises MpkRuntimeError.

@@ -450,6 +450,12 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 // skipped (their partials unwritten: the merge reads none past the extent),
 // so a long cache's empty chunks cost no rounds. Rows as decode_rows_ok
 // says; FAST false reads them element by element (any layout).
+// A lane's bytes of V loads in flight (a batch of rows); fewer make the
+// unrolled body smaller (it runs cold, once per layer) but take more round
+// trips (bench/NOTES.md).
+#ifndef MPK_DECODE_V_BYTES
+#define MPK_DECODE_V_BYTES 128
+#endif
 template <typename T, typename QT, typename MT, int D, int R, bool FAST, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
@@ -459,7 +465,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   // store waits for its load. K is read KB loads a round; V after the dot,
   // in K's registers, VB rows a batch.
   constexpr int KB = D / KV < 8 ? D / KV : 8;
-  constexpr int VB = 128 / (PER * (int)sizeof(T)) < 32 ? 128 / (PER * (int)sizeof(T)) : 32;
+  constexpr int VB = MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) < 32 ? MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) : 32;
   using VRaw = typename DecodeV<T, PER, FAST>::type;
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
   const int B = (int)q.shape[0], S = (int)k.shape[2], G = op.groups;

@@ -395,6 +395,9 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
     for (int m = 0; m < M; ++m) stage_x<K>(PRO{}, op, m, xs + m * K, s);
     consumer_sync();
   }
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
+#endif
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int lane = threadIdx.x % 32;
@@ -404,9 +407,15 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   // consumers run through the rest of the task on stale pages (its results
   // are discarded with the launch).
   auto wait = [&](uint32_t q) {
+#ifdef MPK_TRACE
+    const uint64_t t0 = threadIdx.x == 0 ? globaltimer() : 0;
+#endif
     if (lane == 0)
       for (uint32_t polls = 0; !ring.ready(q); ++polls)
         if ((polls & 1023) == 1023 && aborting(c.abort)) break;
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t0);
+#endif
     __syncwarp();
     ring.ready(q);
   };
@@ -420,6 +429,9 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   }
   stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
   consumer_sync();
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_dots = (uint32_t)(globaltimer() - s_trace_start);
+#endif
   for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
     store_out<RESID, EPI>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s,
                           fast_epi && r < MPK_THREADS ? &pre : nullptr);
