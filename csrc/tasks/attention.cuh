@@ -454,7 +454,7 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 // unrolled body smaller (it runs cold, once per layer) but take more round
 // trips (bench/NOTES.md).
 #ifndef MPK_DECODE_V_BYTES
-#define MPK_DECODE_V_BYTES 128
+#define MPK_DECODE_V_BYTES 32
 #endif
 template <typename T, typename QT, typename MT, int D, int R, bool FAST, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
