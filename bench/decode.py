@@ -130,7 +130,11 @@ def cuda_graph_step(model, cache, toks_shape, device):
     return step
 
 
-def bf16_rule(name, model, fn, cache, state, prompt, max_len, toks_per_step: int = 1, steps: int = 4) -> list[str]:
+RULE_STEPS = 4  # steps the bf16 rule checks
+
+
+def bf16_rule(name, model, fn, cache, state, prompt, max_len, toks_per_step: int = 1,
+              steps: int = RULE_STEPS) -> list[str]:
     """Problems of mpk's steps under the bf16 rule (empty: passed)."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(7)
@@ -148,7 +152,11 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
     device = torch.device("cuda")
     model = models.build(name, dtype=torch.bfloat16, device=device)
     B, P = args.batch, args.prefill
-    max_len = args.capacity or args.cache_tokens + args.steps * P + 8
+    # Every measurement starts from the filled cache; the bf16 rule runs RULE_STEPS steps.
+    max_len = args.capacity or args.cache_tokens + max(args.steps, RULE_STEPS) * P + 8
+    if max_len < args.cache_tokens + max(args.steps, RULE_STEPS) * P:
+        raise SystemExit(f"--capacity {max_len} leaves no room for {max(args.steps, RULE_STEPS)} steps of {P} "
+                         f"token(s) after {args.cache_tokens}")
     prompt = torch.randint(0, model.config.vocab_size, (B, args.cache_tokens), generator=torch.Generator().manual_seed(1))
     cache = check._make_cache(model, max_len, device, prompt)
     state = check.snapshot(cache)
@@ -210,7 +218,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=["qwen3-0.6b"])
     p.add_argument("--variants", nargs="+", default=["eager", "cuda-graphs", "inductor-ro", "mpk"])
     p.add_argument("--cache-tokens", type=int, default=512, help="tokens already in the cache (live)")
-    p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + steps·prefill + 8)")
+    p.add_argument("--capacity", type=int, default=0,
+                   help="cache capacity (default: cache tokens + max(steps, 4)·prefill + 8)")
     p.add_argument("--batch", type=int, default=1, help="sequences per step")
     p.add_argument("--prefill", type=int, default=1, help="tokens of each sequence per step (a prompt chunk)")
     p.add_argument("--steps", type=int, default=32)

@@ -162,7 +162,18 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
   // The next two tasks, as the fetcher warp hands them over: the task code
   // reads its op descriptor's shapes and strides many times.
   __shared__ __align__(16) Fetched s_fetched[2];
+  // The slot pointers, copied: a task indexes them at run time, and an
+  // indexed read of the kernel parameter is a generic load, one more
+  // dependent round trip before its first load of data (codegen's ring
+  // sizing leaves room for them).
+  __shared__ mpk::Slots<kNumSlots> s_slots;
   const int w = blockIdx.x, warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < kNumSlots; i += blockDim.x) s_slots.p[i] = slots.p[i];
+#ifdef MPK_PROBE_PARAM_SLOTS  // measurement only: tasks index the parameter, as before the copy
+  const mpk::Slots<kNumSlots>& task_slots = slots;
+#else
+  const mpk::Slots<kNumSlots>& task_slots = s_slots;
+#endif
   const Ring ring = mpk::ring_at<kRingSlots>(smem);
   if (threadIdx.x == 0) {
     s_step = *(volatile uint32_t*)st.epoch + 1;
@@ -225,12 +236,12 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
       // Probe (not for use): an attention task runs twice and is timed the
       // second time, its code and data warm; what it writes is the same.
       if (f.op.kind == mpk::OP_ATTENTION) {
-        run_task(f.op, task.lo, task.hi, slots, c);
+        run_task(f.op, task.lo, task.hi, task_slots, c);
         mpk::consumer_sync();
         if (threadIdx.x == 0) trace_records[t].start_ns = mpk::globaltimer();
       }
 #endif
-      seq = run_task(f.op, task.lo, task.hi, slots, c);
+      seq = run_task(f.op, task.lo, task.hi, task_slots, c);
     }
     // Read before the barrier: past it, the fetcher may refill this buffer.
     const int staged = task.op >= 0 ? f.op.xkey : -1;

@@ -131,7 +131,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 		}
 		ops.WriteString(desc)
 	}
-	if err := gen.sizeRing(); err != nil {
+	if err := gen.sizeRing(l.arenaSlot + 1); err != nil {
 		return nil, err
 	}
 	var src strings.Builder
@@ -173,14 +173,15 @@ func (gen *generator) planStreams(rows []int64) {
 	}
 }
 
-// sizeRing gives the ring the shared memory the task scratch leaves, at most
-// maxRingPages; called once every op's scratch is known.
-func (gen *generator) sizeRing() error {
+// sizeRing gives the ring the shared memory the task scratch and the
+// workers' copy of the slot pointers (8 bytes each, static shared memory)
+// leave, at most maxRingPages; called once every op's scratch is known.
+func (gen *generator) sizeRing(slots int) error {
 	if len(gen.plans) == 0 {
 		return nil
 	}
 	const bars = 256 // two mbarriers per page, rounded up to 128 bytes
-	gen.ringPages = min(maxRingPages, (dynamicSharedBudget-bars-gen.smem)/stream.PageBytes)
+	gen.ringPages = min(maxRingPages, (dynamicSharedBudget-8*slots-bars-gen.smem)/stream.PageBytes)
 	if gen.ringPages < minRingPages {
 		return fmt.Errorf("codegen: the tasks' %d bytes of shared memory leave room for %d weight pages, fewer than %d",
 			gen.smem, gen.ringPages, minRingPages)
