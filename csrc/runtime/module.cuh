@@ -169,11 +169,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
   __shared__ mpk::Slots<kNumSlots> s_slots;
   const int w = blockIdx.x, warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < kNumSlots; i += blockDim.x) s_slots.p[i] = slots.p[i];
-#ifdef MPK_PROBE_PARAM_SLOTS  // measurement only: tasks index the parameter, as before the copy
-  const mpk::Slots<kNumSlots>& task_slots = slots;
-#else
-  const mpk::Slots<kNumSlots>& task_slots = s_slots;
-#endif
+
   const Ring ring = mpk::ring_at<kRingSlots>(smem);
   if (threadIdx.x == 0) {
     s_step = *(volatile uint32_t*)st.epoch + 1;
@@ -236,12 +232,12 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
       // Probe (not for use): an attention task runs twice and is timed the
       // second time, its code and data warm; what it writes is the same.
       if (f.op.kind == mpk::OP_ATTENTION) {
-        run_task(f.op, task.lo, task.hi, task_slots, c);
+        run_task(f.op, task.lo, task.hi, s_slots, c);
         mpk::consumer_sync();
         if (threadIdx.x == 0) trace_records[t].start_ns = mpk::globaltimer();
       }
 #endif
-      seq = run_task(f.op, task.lo, task.hi, task_slots, c);
+      seq = run_task(f.op, task.lo, task.hi, s_slots, c);
     }
     // Read before the barrier: past it, the fetcher may refill this buffer.
     const int staged = task.op >= 0 ? f.op.xkey : -1;
