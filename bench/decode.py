@@ -153,10 +153,10 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
     model = models.build(name, dtype=torch.bfloat16, device=device)
     B, P = args.batch, args.prefill
     # Every measurement starts from the filled cache; the bf16 rule runs RULE_STEPS steps.
-    max_len = args.capacity or args.cache_tokens + max(args.steps, RULE_STEPS) * P + 8
-    if max_len < args.cache_tokens + max(args.steps, RULE_STEPS) * P:
-        raise SystemExit(f"--capacity {max_len} leaves no room for {max(args.steps, RULE_STEPS)} steps of {P} "
-                         f"token(s) after {args.cache_tokens}")
+    steps = max(args.steps, RULE_STEPS)
+    max_len = args.capacity or args.cache_tokens + steps * P + 8
+    if max_len < args.cache_tokens + steps * P:
+        raise SystemExit(f"--capacity {max_len} leaves no room for {steps} steps of {P} token(s) after {args.cache_tokens}")
     prompt = torch.randint(0, model.config.vocab_size, (B, args.cache_tokens), generator=torch.Generator().manual_seed(1))
     cache = check._make_cache(model, max_len, device, prompt)
     state = check.snapshot(cache)

@@ -163,7 +163,6 @@ struct SplitGroups {
   int r_, q, rem;  // groups (at most the splits), splits a group, groups with one more
   __device__ __forceinline__ explicit SplitGroups(int splits)
       : r_(max(1, min(RG, splits))), q(splits / r_), rem(splits % r_) {}
-  __device__ __forceinline__ int groups() const { return RG == 1 ? 1 : r_; }
   __device__ __forceinline__ int start(int r) const { return RG == 1 ? 0 : r * q + min(r, rem); }
   __device__ __forceinline__ int group(int s) const {
     if constexpr (RG == 1) return 0;

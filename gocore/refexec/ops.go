@@ -295,12 +295,13 @@ func (x *exec) linearInput(op *ir.Op, m int64, dst []float64) []float64 {
 		dst = x.normRow(in, []int64{m}, pro, dst)
 	case ir.AttnMerge: // x[m, h·Dv+d] from the partials of batch row m (one query)
 		Dv, splits := in[0].Shape[4]-2, in[0].Shape[1]
-		g := ir.SplitGroups{Splits: splits, R: pro.Interleave}
+		chunks := splits // the chunks merged: all, or those below the extent
 		if pro.Chunk > 0 {
-			splits = x.splitsBelowExtent(in[1], m, pro.Chunk, splits)
+			chunks = x.splitsBelowExtent(in[1], m, pro.Chunk, splits)
 		}
+		g := ir.SplitGroups{Splits: splits, R: pro.Interleave}
 		for k := int64(0); k < K; k++ {
-			dst = append(dst, round(pro.DType, x.merged(in[0], g, splits, m, k/Dv, 0, k%Dv)))
+			dst = append(dst, round(pro.DType, x.merged(in[0], g, chunks, m, k/Dv, 0, k%Dv)))
 		}
 	default:
 		fake := &ir.Op{In: in}
@@ -530,9 +531,11 @@ func (x *exec) maskExtent(op *ir.Op, b tgraph.Box) error {
 		last := int64(0)
 		for h := int64(0); h < m.Shape[1]; h++ {
 			for i := int64(0); i < m.Shape[2]; i++ {
-				top := math.Inf(-1)
+				top := math.Inf(-1) // NaN ignored, as the CUDA fmaxf does
 				for j := int64(0); j < m.Shape[3]; j++ {
-					top = math.Max(top, x.maskAdd(m, []int64{bi, h, i, j}))
+					if v := x.maskAdd(m, []int64{bi, h, i, j}); v > top {
+						top = v
+					}
 				}
 				for j := m.Shape[3] - 1; j >= last; j-- {
 					if maskVisible(x.maskAdd(m, []int64{bi, h, i, j}), top) {

@@ -530,6 +530,8 @@ func TestMaskExtent(t *testing.T) {
 		{"float", ir.F32, []float64{0, 0, inf, inf, inf, 0, 0, inf, inf, inf /* row 1 */, inf, inf, inf, inf, -1e30, inf, inf, inf, inf, math.NaN()}, []float64{2, 5}},
 		{"finfo.min", ir.F32, []float64{0, 0, lo, lo, lo, 0, lo, 0, lo, lo /* row 1: all lo, nothing hidden */, lo, lo, lo, lo, lo, lo, lo, lo, lo, lo}, []float64{3, 5}},
 		{"margin", ir.F32, []float64{-5, -2e4, -9000, -3e4, -1e5, -5, -5, inf, inf, inf /* row 1 */, 0, -9999, -10001, inf, inf, 0, 0, 0, 0, inf}, []float64{3, 4}},
+		// NaN is visible but sets no row maximum: -2e4 stays hidden below 0.
+		{"nan", ir.F32, []float64{0, math.NaN(), -2e4, -2e4, inf, inf, inf, inf, inf, inf /* row 1 */, inf, inf, inf, inf, inf, inf, inf, inf, inf, inf}, []float64{2, 0}},
 	} {
 		r := newRig()
 		m := r.tensor("m", c.dt, sh(2, 2, 1, 5), c.mask...)
