@@ -23,17 +23,18 @@ def main() -> None:
     p.add_argument("--model", default="qwen3-0.6b")
     p.add_argument("--cache-tokens", type=int, default=512)
     p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + 16)")
+    p.add_argument("--batch", type=int, default=1, help="sequences a step")
     p.add_argument("--json", help="write the step's task records here")
     a = p.parse_args()
     check.ensure_backend_registered()
     extra = a.capacity - a.cache_tokens if a.capacity else 16
     if extra < 4:
         raise SystemExit("--capacity must leave room for the 4 traced steps")
-    m, cache = check.decode_setup(a.model, a.cache_tokens, extra=extra)
+    m, cache = check.decode_setup(a.model, a.cache_tokens, extra=extra, batch=a.batch)
     compiled = []
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
                          options={"trace": True, "on_compile": compiled.append})
-    tok = torch.randint(0, m.config.vocab_size, (1, 1), device="cuda")
+    tok = torch.randint(0, m.config.vocab_size, (a.batch, 1), device="cuda")
     with torch.no_grad():
         for _ in range(4):
             step(input_ids=tok, past_key_values=cache, use_cache=True)

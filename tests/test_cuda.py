@@ -31,6 +31,21 @@ def test_cuda_long_cache_mostly_empty(core_lib, fresh_dynamo):
     assert res.ok, "\n".join(lines)
 
 
+@pytest.mark.parametrize("batch,workers,mask", [(4, None, False), (3, 16, True), (8, 16, False), (24, 16, False)])
+def test_cuda_batch_on_tensor_cores(core_lib, fresh_dynamo, batch, workers, mask):
+    """Several rows of x stream each weight once through the tensor cores
+    (mpk::linear_tiles): odd and full row counts, tasks of one row group (132
+    workers) and of several (16 workers), with a mask; x split into hi + lo
+    (up to 8 rows an m-tile), and at 24 rows too large for that, rounded (16
+    rows an m-tile, the second partial)."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", batch=batch, workers=workers, mask=mask, steps=4,
+                          seed=0, log=lines.append)
+    assert res.ok, "\n".join(lines)
+    src = res.compiled.sources["module.cu"]
+    assert "mpk::linear_tiles<" in src and "mpk::linear<" not in src, "every Linear should take the tensor cores"
+
+
 def _compiled_tiny_llama(options=None):
     check.ensure_backend_registered()
     m = models.build("tiny-llama", dtype=torch.bfloat16, device="cuda", seed=0)

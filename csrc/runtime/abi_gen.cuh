@@ -59,9 +59,12 @@ struct Task {
 
 struct Stream {
   int32_t slot;  // the weight's pointer slot
-  int32_t page_bytes;  // a page: whole rows, or a fraction of a row
+  int32_t page_bytes;  // a page: whole rows, or a fraction of a row; tile pages: one row's segment
   int64_t offset;  // bytes from the slot's base to the task's first row
   int64_t bytes;  // the task's weights; 0: the task streams nothing
+  int32_t tile_rows;  // 0: pages of contiguous bytes; else tile pages of this many rows' segments
+  int32_t pad;
+  int64_t row_bytes;  // tile pages: bytes from one weight row to the next
 };
 
 }  // namespace mpk

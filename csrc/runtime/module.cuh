@@ -50,32 +50,49 @@ __device__ TraceRecord trace_records[kNumTasks];
 // load_weights is the loader's loop (one lane): every page of every streamed
 // task of worker w, in queue order, at most kInFlightPages in flight. A slot
 // that stays busy past the budget means the consumers stopped: it gives up.
+// A stream's pages are contiguous bytes, or tile pages (tasks/tiles.cuh):
+// row groups in order, each group's column blocks left to right.
 __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNumSlots>& slots, const mpk::State& st,
                                           int w) {
   const uint64_t policy = mpk::weight_policy();
   uint32_t seq = 0;
+  // acquire waits until page seq may be issued; false: the launch is over.
+  auto acquire = [&](int t) {
+    uint64_t start = 0;
+    for (uint32_t polls = 0; !(ring.slot_free(seq) && (seq < kInFlightPages || ring.ready(seq - kInFlightPages)));
+         ++polls) {
+      if ((polls & 1023) != 1023) continue;
+      const uint64_t now = mpk::globaltimer();
+      if (start == 0) start = now;
+      if (mpk::aborting(st.abort) || now - start > st.budget_ns) {
+        if (!mpk::aborting(st.abort)) mpk::give_up(st, MPK_ABORT_WAIT, w, t, -1, seq, 0, now - start);
+        // Pages in flight land on their own; wait for them before the CTA's
+        // shared memory goes away.
+        for (uint32_t s = seq > kInFlightPages ? seq - kInFlightPages : 0; s < seq; ++s)
+          while (!ring.ready(s)) {
+          }
+        return false;
+      }
+    }
+    return true;
+  };
   for (int q = queue_start[w]; q < queue_start[w + 1]; ++q) {
     const mpk::Stream sd = streams[queue[q]];
     const char* src = static_cast<const char*>(slots.p[sd.slot]) + sd.offset;
-    for (int64_t off = 0; off < sd.bytes; off += sd.page_bytes, ++seq) {
-      uint64_t start = 0;
-      for (uint32_t polls = 0; !(ring.slot_free(seq) && (seq < kInFlightPages || ring.ready(seq - kInFlightPages)));
-           ++polls) {
-        if ((polls & 1023) != 1023) continue;
-        const uint64_t now = mpk::globaltimer();
-        if (start == 0) start = now;
-        if (mpk::aborting(st.abort) || now - start > st.budget_ns) {
-          if (!mpk::aborting(st.abort)) mpk::give_up(st, MPK_ABORT_WAIT, w, queue[q], -1, seq, 0, now - start);
-          // Pages in flight land on their own; wait for them before the CTA's
-          // shared memory goes away.
-          for (uint32_t s = seq > kInFlightPages ? seq - kInFlightPages : 0; s < seq; ++s)
-            while (!ring.ready(s)) {
-            }
-          return;
-        }
+    if (sd.tile_rows == 0) {
+      for (int64_t off = 0; off < sd.bytes; off += sd.page_bytes, ++seq) {
+        if (!acquire(queue[q])) return;
+        ring.fill(seq, src + off, (uint32_t)min((int64_t)sd.page_bytes, sd.bytes - off), policy);
       }
-      ring.fill(seq, src + off, (uint32_t)min((int64_t)sd.page_bytes, sd.bytes - off), policy);
+      continue;
     }
+    const int64_t rows = sd.bytes / sd.row_bytes;
+    for (int64_t r = 0; r < rows; r += sd.tile_rows)
+      for (int64_t col = 0; col < sd.row_bytes; col += sd.page_bytes, ++seq) {
+        if (!acquire(queue[q])) return;
+        ring.fill_rows(seq, src + r * sd.row_bytes + col, (int)min((int64_t)sd.tile_rows, rows - r), sd.row_bytes,
+                       (uint32_t)sd.page_bytes, policy);
+      }
   }
 }
 

@@ -103,6 +103,16 @@ struct Ring {
     bulk_load(page(seq), src, bytes, bar, policy);
   }
 
+  // Loader side (one thread): start filling page seq with `rows` segments of
+  // seg bytes, row_bytes apart in src, one after another in the page (a tile
+  // page: tasks/tiles.cuh).
+  __device__ __forceinline__ void fill_rows(uint32_t seq, const char* src, int rows, int64_t row_bytes,
+                                            uint32_t seg, uint64_t policy) const {
+    uint64_t* bar = &bars->full[seq % P];
+    mbar_expect_bytes(bar, rows * seg);
+    for (int r = 0; r < rows; ++r) bulk_load(page(seq) + r * seg, src + r * row_bytes, seg, bar, policy);
+  }
+
   // Has page seq landed? (the consumers before reading it; the loader to
   // bound the pages in flight)
   __device__ __forceinline__ bool ready(uint32_t seq) const {

@@ -33,6 +33,31 @@ struct ExprPro {};
 // staging costs one memory latency rather than one per element.
 constexpr int per_thread(int k) { return (k + MPK_THREADS - 1) / MPK_THREADS; }
 
+// HiLo is x staged for the tensor cores (tasks/tiles.cuh) as two arrays of
+// the weights' 2-byte type, x = hi + lo, so it keeps ~16 significant bits
+// (x's intermediates are fp32: lower/widen.go).
+template <typename T>
+struct HiLo {
+  T* hi;
+  T* lo;
+  __device__ __forceinline__ HiLo operator+(int64_t d) const { return {hi + d, lo + d}; }
+};
+
+// put_x stores element k of a staged row: fp32 for the FMA streams; hi and
+// lo, or (where x with its low part does not fit) x rounded, in the weights'
+// 2-byte type for the tensor-core ones.
+__device__ __forceinline__ void put_x(float* xs, int k, float v) { xs[k] = v; }
+__device__ __forceinline__ void put_x(__nv_bfloat16* xs, int k, float v) { xs[k] = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void put_x(__half* xs, int k, float v) { xs[k] = __float2half_rn(v); }
+__device__ __forceinline__ void put_x(HiLo<__nv_bfloat16> xs, int k, float v) {
+  const __nv_bfloat16 h = __float2bfloat16_rn(v);
+  xs.hi[k] = h, xs.lo[k] = __float2bfloat16_rn(v - __bfloat162float(h));
+}
+__device__ __forceinline__ void put_x(HiLo<__half> xs, int k, float v) {
+  const __half h = __float2half_rn(v);
+  xs.hi[k] = h, xs.lo[k] = __float2half_rn(v - __half2float(h));
+}
+
 __device__ __forceinline__ bool float_row2(const View& v) { return v.rank == 2 && float_row(v); }
 
 // Threads past K load element K-1 and drop it: a load under a condition
@@ -49,26 +74,26 @@ __device__ __forceinline__ void load_x_row(const char* p, const View& x, int64_t
     if (threadIdx.x + i * MPK_THREADS >= K) v[i] = 0.f;
 }
 
-template <int K, int N>
-__device__ __forceinline__ void stage_x(NoPro, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+template <int K, int N, typename X>
+__device__ __forceinline__ void stage_x(NoPro, const Op& op, int64_t m, X xs, const Slots<N>& s) {
   const View& x = op.in[0];
   if (float_row2(x)) {
     float v[per_thread(K)];
     load_x_row<K>(base(s, x), x, m, v);
 #pragma unroll
     for (int i = 0; i < per_thread(K); ++i)
-      if (threadIdx.x + i * MPK_THREADS < K) xs[threadIdx.x + i * MPK_THREADS] = v[i];
+      if (threadIdx.x + i * MPK_THREADS < K) put_x(xs, threadIdx.x + i * MPK_THREADS, v[i]);
     return;
   }
   for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
     int64_t i[2] = {m, k};
-    xs[k] = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
+    put_x(xs, k, (float)load_elem(base(s, x), x.dtype, offset_of(x, i)));
   }
 }
 
 // y = x·rsqrt(mean(x²)+eps) in fp32, rounded to x's dtype, times the weight.
-template <int K, int N>
-__device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+template <int K, int N, typename X>
+__device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, X xs, const Slots<N>& s) {
   const View& x = op.in[0];
   __shared__ float scratch[32];
   const bool has_w = op.flags & FLAG_WEIGHT;
@@ -86,7 +111,7 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, float*
       const int k = threadIdx.x + i * MPK_THREADS;
       if (k >= K) continue;
       const float y = round_float(x.dtype, v[i] * inv);
-      xs[k] = round_float(op.pro_dtype, has_w ? y * g[i] : y);
+      put_x(xs, k, round_float(op.pro_dtype, has_w ? y * g[i] : y));
     }
     return;
   }
@@ -94,22 +119,23 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, float*
   for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
     int64_t i[2] = {m, k};
     const float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
-    xs[k] = v;
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss, scratch) / (float)K + op.eps);
   for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
-    double y = round_to(x.dtype, (double)(xs[k] * inv));
+    int64_t i[2] = {m, k};
+    const float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));  // x read again: xs may be narrower than x
+    double y = round_to(x.dtype, (double)(v * inv));
     if (has_w) {
       int64_t i[2] = {m, k};
       y *= load_elem(base(s, w), w.dtype, offset_of(w, i));
     }
-    xs[k] = (float)round_to(op.pro_dtype, y);
+    put_x(xs, k, (float)round_to(op.pro_dtype, y));
   }
 }
 
-template <int K, typename E, int N>
-__device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+template <int K, typename E, int N, typename X>
+__device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, X xs, const Slots<N>& s) {
   if (pro_end(op) - op.pro_first == 1 && float_row2(op.in[0]) && float_row2(op.in[op.pro_first]) &&
       float_kind(op.pro_dtype)) {
     // Two operands (SiLU·mul): both rows loaded up front.
@@ -125,7 +151,7 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
       in[0] = va[i];
       in[1] = vb[i];
       // round_float is round_to for a float kind, inline (round_to is a call per element).
-      xs[idx[1]] = round_float(op.pro_dtype, (float)E::eval(in, idx));
+      put_x(xs, (int)idx[1], round_float(op.pro_dtype, (float)E::eval(in, idx)));
     }
     return;
   }
@@ -136,7 +162,7 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, flo
 #pragma unroll 1
     for (int j = op.pro_first; j < pro_end(op); ++j)
       in[1 + j - op.pro_first] = load_elem(base(s, op.in[j]), op.in[j].dtype, offset_of(op.in[j], idx));
-    xs[k] = (float)round_to(op.pro_dtype, E::eval(in, idx));
+    put_x(xs, k, (float)round_to(op.pro_dtype, E::eval(in, idx)));
   }
 }
 
@@ -194,35 +220,41 @@ __device__ __forceinline__ int splits_below_extent(const View& e, int64_t row, i
   return min(splits, (extent + chunk - 1) / chunk);
 }
 
-template <int K, int D, int H, int CHUNK, int R, int N>
-__device__ __noinline__ void stage_x(MergePro<D, H, CHUNK, R>, const Op& op, int64_t m, float* xs, const Slots<N>& s) {
+// stage_merge merges rows [m0, m0 + rows) of x (rows <= MR), row m0 + r at
+// xs + r·PITCH. The (row, head) pairs are spread over the warps, HP a warp.
+template <int K, int D, int H, int CHUNK, int R, int MR, int PITCH, int N, typename X>
+__device__ __noinline__ void stage_merge(const Op& op, int64_t m0, int rows, X xs, const Slots<N>& s) {
   static_assert(K == H * D, "x is the heads' merged outputs");
   constexpr int PER = (D + 31) / 32;
-  constexpr int HP = (H + kConsumerWarps - 1) / kConsumerWarps;  // heads a warp
-  constexpr int SB = 32 / (PER * HP) > 0 ? 32 / (PER * HP) : 1;  // splits a batch (32 registers of outputs)
-  constexpr int SS = H * (D + 2);                                // floats from one split's partials to the next
+  constexpr int HP = (MR * H + kConsumerWarps - 1) / kConsumerWarps;  // (row, head) pairs a warp
+  constexpr int SB = 32 / (PER * HP) > 0 ? 32 / (PER * HP) : 1;       // splits a batch (32 registers of outputs)
+  constexpr int SS = H * (D + 2);                                     // floats from one split's partials to the next
   const View& p = op.in[0];
-  const float* pm = reinterpret_cast<const float*>(base(s, p)) + p.offset + m * p.stride[0];
+  const float* pm = reinterpret_cast<const float*>(base(s, p)) + p.offset + m0 * p.stride[0];
   const int splits = (int)p.shape[1];
   const SplitGroups<R> g(splits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float M[HP], L[HP], o[HP][PER];
+  int live[HP];
 #pragma unroll
   for (int i = 0; i < HP; ++i) {
-    M[i] = -INFINITY, L[i] = 0.f;
+    M[i] = -INFINITY, L[i] = 0.f, live[i] = splits;
 #pragma unroll
     for (int e = 0; e < PER; ++e) o[i][e] = 0.f;
   }
-  // KV chunks in order, from the split covering each (g); live: the chunks
-  // that may hold positions (known once the first batch's loads are out).
-  for (int s0 = 0, live = splits; s0 < live; s0 += SB) {
+  // Pair i of this warp: row pair(i) / H, head pair(i) % H (past the last pair: the last, not stored).
+  auto pair = [&](int i) { return min(warp + i * kConsumerWarps, rows * H - 1); };
+  // KV chunks in order, from the split covering each (g); bound: the chunks
+  // that may hold positions in any of the warp's rows (known once the first
+  // batch's loads are out).
+  for (int s0 = 0, bound = splits; s0 < bound; s0 += SB) {
     const int n = min(SB, splits - s0);
-    // The batch's maxima, sums and outputs of the warp's heads (warp, warp + 16, ...), in flight together.
+    // The batch's maxima, sums and outputs of the warp's pairs, in flight together.
     float ml[HP], ll[HP], a[HP][SB][PER];
 #pragma unroll
     for (int i = 0; i < HP; ++i) {
-      const int h = min(warp + i * kConsumerWarps, H - 1);
-      const float* ph = pm + h * (D + 2);  // head h of split 0
+      const int pi = pair(i);
+      const float* ph = pm + (MR == 1 ? 0 : pi / H * p.stride[0]) + (pi % H) * (D + 2);  // the pair's head of split 0
       const float* pl = ph + g.split(s0 + min(lane, n - 1)) * SS;
       ml[i] = __ldcg(pl), ll[i] = __ldcg(pl + 1);
 #pragma unroll
@@ -233,12 +265,19 @@ __device__ __noinline__ void stage_x(MergePro<D, H, CHUNK, R>, const Op& op, int
       }
     }
     if constexpr (CHUNK > 0) {
-      if (s0 == 0) live = splits_below_extent(op.in[op.pro_first], m, CHUNK, splits, s);  // after the first batch's loads are out
+      if (s0 == 0) {  // after the first batch's loads are out
+        bound = 0;
+#pragma unroll
+        for (int i = 0; i < HP; ++i) {
+          live[i] = MR == 1 && i > 0 ? live[0] : splits_below_extent(op.in[op.pro_first], m0 + pair(i) / H, CHUNK, splits, s);
+          bound = max(bound, live[i]);
+        }
+      }
     }
 #pragma unroll
     for (int i = 0; i < HP; ++i) {
       // A split with no weight (no positions, or all masked) adds nothing, whatever its row holds.
-      const bool has = lane < n && s0 + lane < live && ll[i] > 0.f;
+      const bool has = lane < n && s0 + lane < live[i] && ll[i] > 0.f;
       const float Mn = fmaxf(M[i], warp_max(has ? ml[i] : -INFINITY));
       const float corr = Mn == -INFINITY ? 1.f : __expf(M[i] - Mn), f = has ? __expf(ml[i] - Mn) : 0.f;
       L[i] = L[i] * corr + warp_sum(has ? ll[i] * f : 0.f);
@@ -255,11 +294,17 @@ __device__ __noinline__ void stage_x(MergePro<D, H, CHUNK, R>, const Op& op, int
   }
 #pragma unroll
   for (int i = 0; i < HP; ++i) {
-    const int h = warp + i * kConsumerWarps;
+    const int pi = warp + i * kConsumerWarps, r = pi / H, h = pi % H;
 #pragma unroll
     for (int e = 0; e < PER; ++e)
-      if (h < H && lane + 32 * e < D) xs[h * D + lane + 32 * e] = round_float(op.pro_dtype, L[i] > 0.f ? o[i][e] / L[i] : 0.f);
+      if (pi < rows * H && lane + 32 * e < D)
+        put_x(xs + r * PITCH, h * D + lane + 32 * e, round_float(op.pro_dtype, L[i] > 0.f ? o[i][e] / L[i] : 0.f));
   }
+}
+
+template <int K, int D, int H, int CHUNK, int R, int N, typename X>
+__device__ __forceinline__ void stage_x(MergePro<D, H, CHUNK, R>, const Op& op, int64_t m, X xs, const Slots<N>& s) {
+  stage_merge<K, D, H, CHUNK, R, 1, 0>(op, m, 1, xs, s);
 }
 
 // What a Linear stores: the product (NoEpi), or an elementwise expression of

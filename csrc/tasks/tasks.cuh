@@ -4,3 +4,4 @@
 #include "tasks/attention.cuh"
 #include "tasks/generic.cuh"
 #include "tasks/linear.cuh"
+#include "tasks/tiles.cuh"

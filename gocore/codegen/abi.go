@@ -32,6 +32,9 @@ const (
 	maxRingPages = 10
 	// minRingPages is the smallest ring worth streaming through.
 	minRingPages = 4
+	// tileScratchBudget bounds a tile stream's x and partials: what is left
+	// beside a ring of minRingPages pages and a slot table of up to 512.
+	tileScratchBudget = dynamicSharedBudget - minRingPages*stream.PageBytes - 4096
 )
 
 // Task kinds the device dispatch knows, mirrored as an enum in the header.
@@ -73,9 +76,12 @@ var (
 	}
 	streamFields = []field{
 		{"int32_t", "slot", "the weight's pointer slot"},
-		{"int32_t", "page_bytes", "a page: whole rows, or a fraction of a row"},
+		{"int32_t", "page_bytes", "a page: whole rows, or a fraction of a row; tile pages: one row's segment"},
 		{"int64_t", "offset", "bytes from the slot's base to the task's first row"},
 		{"int64_t", "bytes", "the task's weights; 0: the task streams nothing"},
+		{"int32_t", "tile_rows", "0: pages of contiguous bytes; else tile pages of this many rows' segments"},
+		{"int32_t", "pad", ""},
+		{"int64_t", "row_bytes", "tile pages: bytes from one weight row to the next"},
 	}
 	taskFields = []field{
 		{"int32_t", "op", "-1 for an empty relay task"},

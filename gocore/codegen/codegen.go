@@ -168,8 +168,12 @@ func (gen *generator) planStreams(rows []int64) {
 		if !ok || !linearOnGPU(op) {
 			continue
 		}
+		scratch := int(p.XBytes() + p.PartialFloats(rows[op.ID])*4)
+		if p.Tiles && scratch > tileScratchBudget {
+			continue // its x and partials would leave too small a ring: the plain Linear
+		}
 		gen.plans[op] = p
-		gen.smem = max(gen.smem, int(p.M*p.K*4+p.PartialFloats(rows[op.ID])*4))
+		gen.smem = max(gen.smem, scratch)
 	}
 }
 
@@ -211,19 +215,24 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 	fmt.Fprintf(src, "__device__ const mpk::Stream streams[%d] = {\n", max(1, len(tg.Tasks)))
 	for _, t := range tg.Tasks {
 		if t.Op < 0 {
-			src.WriteString("  {0, 0, 0, 0},\n")
+			src.WriteString("  {0, 0, 0, 0, 0, 0, 0},\n")
 			continue
 		}
 		op := gen.g.Ops[t.Op]
 		p, ok := gen.plans[op]
 		if !ok {
-			src.WriteString("  {0, 0, 0, 0},\n")
+			src.WriteString("  {0, 0, 0, 0, 0, 0, 0},\n")
 			continue
 		}
 		w := op.In[1]
 		first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes
 		bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.K * p.ElemBytes
-		fmt.Fprintf(src, "  {%d, %d, %d, %d},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes)
+		if p.Tiles { // a page: TileRows segments of Cols
+			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, 0, %d},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
+				stream.TileRows, p.K*p.ElemBytes)
+			continue
+		}
+		fmt.Fprintf(src, "  {%d, %d, %d, %d, 0, 0, 0},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes)
 	}
 	src.WriteString("};\n\n")
 }
@@ -291,7 +300,7 @@ func (gen *generator) variant(code string) int {
 // task before it staged.
 func (gen *generator) xkey(op *ir.Op) int {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%d|", gen.plans[op].M)
+	fmt.Fprintf(&sb, "%d|%v|%v|", gen.plans[op].M, gen.plans[op].Tiles, gen.plans[op].XLow) // the staged layout
 	views := []ir.View{op.In[0]}
 	if p := op.Attr.Pro; p != nil {
 		views = op.ProIn()
@@ -381,7 +390,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			epiFirst, epiDType = e.First, int(e.DType)
 			epi = fmt.Sprintf("mpk::ExprEpi<Expr%d>", gen.expr(e.Expr, touchesF64(op)))
 		}
-		if p, ok := gen.plans[op]; ok {
+		if p, ok := gen.plans[op]; ok && p.Tiles {
+			code = fmt.Sprintf("mpk::linear_tiles<%s, %d, %d, %v, kRingSlots, %v, %s, %s>(op, lo, hi, s, c)",
+				T, K, p.M, p.XLow, op.Attr.Residual, pro, epi)
+			ret, xkey = true, gen.xkey(op)
+		} else if ok {
 			code = fmt.Sprintf("mpk::linear_stream<%s, %d, %d, %d, kRingSlots, %v, %s, %s>(op, lo, hi, s, c)",
 				T, K, p.M, p.PageBytes, op.Attr.Residual, pro, epi)
 			ret, xkey = true, gen.xkey(op)

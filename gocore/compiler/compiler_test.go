@@ -18,7 +18,7 @@ func loadRequest(t testing.TB, name string) *wire.Request {
 	return req
 }
 
-var fixtures = []string{"tiny-llama-decode.json", "tiny-llama-prefill16.json", "tiny-qwen3-decode.json", "tiny-qwen3-prefill16.json", "qwen3-0.6b-decode.json.zst"}
+var fixtures = []string{"tiny-llama-decode.json", "tiny-llama-prefill16.json", "tiny-qwen3-decode.json", "tiny-qwen3-prefill16.json", "qwen3-0.6b-decode.json.zst", "wide-llama-batch3-decode.json.zst"}
 
 // TestCompileRealLowerings compiles recorded HF graphs at several worker
 // counts; every one must pass the validator.

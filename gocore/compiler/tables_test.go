@@ -146,47 +146,70 @@ func TestCompileRejectsOptions(t *testing.T) {
 	}
 }
 
-// TestStreamTable checks the loader's table on qwen3-0.6b's decode lowering:
-// every task of a streamed Linear (one whose weight is a model parameter)
-// streams exactly its weight rows, in pages of whole rows; every other task
-// streams nothing. The kernel's loader and the task's consumers walk the same
-// pages, so a mismatch here would hang or corrupt a launch.
+// TestStreamTable checks the loader's table: every task of a streamed Linear
+// (one whose weight is a model parameter) streams exactly its weight rows,
+// and every other task streams nothing. At decode (qwen3-0.6b, batch 1) the
+// pages hold whole rows; at batch 3 (wide-llama) they are tile pages of 8
+// rows' segments (tasks/tiles.cuh), and each task's rows are whole groups
+// of 8 but the op's last. The kernel's loader and the task's consumers walk
+// the same pages, so a mismatch here would hang or corrupt a launch.
 func TestStreamTable(t *testing.T) {
-	req := loadRequest(t, "qwen3-0.6b-decode.json.zst")
-	req.Options.Target, req.Options.NumWorkers = "cuda", 132
-	c, err := Compile(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := c.Result.CUDA["module.cu"]
-	rows := table(t, src, "mpk::Stream streams")
-	if len(rows) != 4*len(c.Tasks.Tasks) {
-		t.Fatalf("streams table has %d fields, want 4 per task (%d tasks)", len(rows), len(c.Tasks.Tasks))
-	}
-	if constant(t, src, "kRingPages") < 4 {
-		t.Fatalf("kRingPages %d: the ring is too small to stream", constant(t, src, "kRingPages"))
-	}
-	streamed := 0
-	for i, task := range c.Tasks.Tasks {
-		r := rows[4*i : 4*i+4] // slot, page bytes, offset, bytes
-		if task.Op < 0 || c.Ops.Ops[task.Op].Kind != ir.Linear {
-			if r[3] != 0 {
-				t.Fatalf("task %d (%s) streams %d bytes", i, c.Tasks.Name(i), r[3])
+	for _, c := range []struct {
+		fixture    string
+		tiles      bool
+		minStreams int
+	}{
+		{"qwen3-0.6b-decode.json.zst", false, 132 * 7 * 28}, // one per worker for each of the 196 layer matrices
+		{"wide-llama-batch3-decode.json.zst", true, 2 * 7 * 8},
+	} {
+		req := loadRequest(t, c.fixture)
+		req.Options.Target, req.Options.NumWorkers = "cuda", 132
+		comp, err := Compile(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := comp.Result.CUDA["module.cu"]
+		const F = 7 // slot, page bytes, offset, bytes, tile rows, pad, row bytes
+		rows := table(t, src, "mpk::Stream streams")
+		if len(rows) != F*len(comp.Tasks.Tasks) {
+			t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", c.fixture, len(rows), F, len(comp.Tasks.Tasks))
+		}
+		if constant(t, src, "kRingPages") < 4 {
+			t.Fatalf("%s: kRingPages %d: the ring is too small to stream", c.fixture, constant(t, src, "kRingPages"))
+		}
+		streamed := 0
+		for i, task := range comp.Tasks.Tasks {
+			r := rows[F*i : F*i+F]
+			if task.Op < 0 || comp.Ops.Ops[task.Op].Kind != ir.Linear {
+				if r[3] != 0 {
+					t.Fatalf("%s: task %d (%s) streams %d bytes", c.fixture, i, comp.Tasks.Name(i), r[3])
+				}
+				continue
 			}
-			continue
+			op := comp.Ops.Ops[task.Op]
+			w := op.In[1]
+			K := w.Shape[1]
+			esz := w.DType().Size()
+			n := task.Box.Hi[1] - task.Box.Lo[1]
+			if r[0] != w.Buf.Index || int64(r[3]) != n*K*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*K)*esz {
+				t.Fatalf("%s: task %d (%s, rows %d of K %d): stream row %v", c.fixture, i, comp.Tasks.Name(i), n, K, r)
+			}
+			if !c.tiles {
+				if int64(r[1])%(K*esz) != 0 || r[1] > 16384 || r[4] != 0 {
+					t.Fatalf("%s: task %d (%s): want pages of whole rows, got %v", c.fixture, i, comp.Tasks.Name(i), r)
+				}
+			} else if r[4] != 8 || int64(r[6]) != K*esz || int64(r[1])*8 > 16384 || (K*esz)%int64(r[1]) != 0 ||
+				(task.Box.Lo[1]%8 != 0) || (n%8 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
+				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want tile pages of 8 segments, got %v", c.fixture, i,
+					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
+			}
+			streamed++
 		}
-		op := c.Ops.Ops[task.Op]
-		w := op.In[1]
-		K := w.Shape[1]
-		esz := w.DType().Size()
-		n := task.Box.Hi[1] - task.Box.Lo[1]
-		if r[0] != w.Buf.Index || int64(r[3]) != n*K*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*K)*esz ||
-			int64(r[1])%(K*esz) != 0 || r[1] > 16384 {
-			t.Fatalf("task %d (%s, rows %d of K %d): stream row %v", i, c.Tasks.Name(i), n, K, r)
+		if streamed < c.minStreams {
+			t.Errorf("%s: %d streamed tasks, want at least %d", c.fixture, streamed, c.minStreams)
 		}
-		streamed++
-	}
-	if streamed < 132*7*28 {
-		t.Errorf("%d streamed tasks: want at least one per worker for each of the 196 layer matrices", streamed)
+		if c.tiles != strings.Contains(src, "mpk::linear_tiles<") {
+			t.Errorf("%s: tile streams %v, want %v", c.fixture, !c.tiles, c.tiles)
+		}
 	}
 }

@@ -162,7 +162,7 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	switch op.Kind {
 	case ir.Linear: // [M, N]: every task reads N/parts weight rows
 		if p, ok := stream.For(op, written); ok {
-			return split(out, 1, p.Tasks(out[1], workers), 1)
+			return split(out, 1, p.Tasks(out[1], workers), p.Unit())
 		}
 		return split(out, 1, min(W, ceilDiv(out[1], 8)), 1)
 	case ir.Matmul: // [B, M, N]

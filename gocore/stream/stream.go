@@ -19,14 +19,65 @@ const (
 	maxXRegs = 32
 	// MaxXBytes bounds x staged in shared memory (M rows of K fp32).
 	MaxXBytes = 48 << 10
+	// TileRows is the weight rows of a tile page (mpk::kTileRows, the mma's n).
+	TileRows = 8
+	// MaxTileXBytes bounds x of a tile stream in shared memory (M rows of
+	// K+32 2-byte elements): eight rows of 8,192 fit beside a ring of 5 pages.
+	MaxTileXBytes = 132 << 10
+	// consumerWarps is MPK_THREADS / 32.
+	consumerWarps = Threads / 32
 )
 
-// Plan is how one Linear streams.
+// Plan is how one Linear streams. With Tiles, x's M rows meet the weights on
+// the tensor cores (mpk::linear_tiles): a page holds TileRows rows of Cols
+// columns; else x sits in the consumers' registers (mpk::linear_stream, one
+// or two rows) and a page holds whole rows or 1/Split of one.
 type Plan struct {
 	M, K      int64 // rows of x, the reduction length
 	ElemBytes int64 // of a weight
-	PageBytes int64 // whole rows per page, or 1/Split of a row
+	PageBytes int64 // whole rows per page, or 1/Split of a row; tiles: TileRows·Cols elements
 	Split     int64 // pages per row (1: a page holds whole rows)
+	Tiles     bool
+	Cols      int64 // tiles: the columns of a page
+	XLow      bool  // tiles: x is staged as hi + lo (else rounded to the weights' dtype)
+}
+
+// tileCols mirrors mpk::tile_cols: the columns of a tile page of K-wide rows
+// (the most that fit, in whole 32-column slices for every consumer warp,
+// dividing K), 0 if none.
+func tileCols(K, esz int64) int64 {
+	for c := PageBytes / (TileRows * esz); c >= 32*consumerWarps; c -= 32 * consumerWarps {
+		if K%c == 0 {
+			return c
+		}
+	}
+	return 0
+}
+
+// TileXBytes mirrors mpk::tile_x_bytes: x of a tile stream in shared
+// memory, twice with its low part.
+func TileXBytes(K, M, esz int64, low bool) int64 {
+	parts := int64(1)
+	if low {
+		parts = 2
+	}
+	return (parts*M*(K+32)*esz + 15) / 16 * 16
+}
+
+// XBytes is the shared memory x takes while the plan's tasks run.
+func (p Plan) XBytes() int64 {
+	if p.Tiles {
+		return TileXBytes(p.K, p.M, p.ElemBytes, p.XLow)
+	}
+	return p.M * p.K * 4
+}
+
+// Unit is the weight rows a task's tile is a multiple of (but the last).
+func (p Plan) Unit() int64 {
+	if p.Tiles {
+		return TileRows
+	}
+	return 1
 }
 
 // chunk is the elements a warp's 16-byte loads cover: one partial sum.
@@ -48,8 +99,11 @@ func pageSplit(K, slotElems, chunk int64) int64 {
 // For returns op's plan, or false when op does not stream: not a Linear; a
 // weight that is not a caller-owned tensor of contiguous, 16-byte aligned
 // bf16/fp16/fp32 rows that nothing in the graph writes (the loader reads it
-// ahead of every event); K not a multiple of a warp load; or x too large to
-// keep in registers and shared memory.
+// ahead of every event); or x fits neither plan: in registers (K a multiple
+// of a warp load, one or two rows) or on the tensor cores (2-byte weights,
+// K a multiple of 512, x within MaxTileXBytes; an fp32 x is split into two
+// parts of the weights' dtype where both fit, else rounded to it, as eager
+// rounds every activation).
 func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	if op.Kind != ir.Linear {
 		return Plan{}, false
@@ -69,6 +123,25 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		w.Buf.Kind != ir.Input || written(w.Buf) {
 		return Plan{}, false
 	}
+	if p, ok := regPlan(M, K, esz); ok {
+		return p, true
+	}
+	xdt := op.In[0].DType()
+	if op.Attr.Pro != nil {
+		xdt = op.Attr.Pro.DType
+	}
+	cols := tileCols(K, esz)
+	if esz != 2 || !xdt.IsFloat() || cols == 0 || TileXBytes(K, M, esz, false) > MaxTileXBytes {
+		return Plan{}, false
+	}
+	// x wider than the weights keeps its low part where that fits.
+	low := xdt.Size() > esz && TileXBytes(K, M, esz, true) <= MaxTileXBytes
+	return Plan{M: M, K: K, ElemBytes: esz, PageBytes: TileRows * cols * esz, Split: K / cols, Tiles: true, Cols: cols,
+		XLow: low}, true
+}
+
+// regPlan is the plan with x in the consumers' registers, if it fits.
+func regPlan(M, K, esz int64) (Plan, bool) {
 	c := chunk(esz)
 	slot := PageBytes / esz
 	split := pageSplit(K, slot, c)
@@ -98,9 +171,15 @@ func (p Plan) Tasks(N int64, workers int) int64 {
 	return min(parts, N)
 }
 
-// PartialFloats is the shared memory (in floats) the chunk partials of a
-// task of `rows` weight rows take.
-func (p Plan) PartialFloats(rows int64) int64 { return rows * p.K / chunk(p.ElemBytes) * p.M }
+// PartialFloats is the shared memory (in floats) the partials of a task of
+// `rows` weight rows take: a chunk's per row, or, with tiles, every warp's
+// for two row groups and the dots of every row.
+func (p Plan) PartialFloats(rows int64) int64 {
+	if p.Tiles {
+		return (2*consumerWarps*TileRows + rows) * p.M
+	}
+	return rows * p.K / chunk(p.ElemBytes) * p.M
+}
 
 // Writers returns a function telling whether any op of g writes a buffer.
 func Writers(g *ir.Graph) func(*ir.Buffer) bool {

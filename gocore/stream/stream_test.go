@@ -7,8 +7,13 @@ import (
 )
 
 func linear(M, N, K int64, dt ir.DType, wStrides []int64, kind ir.BufKind) *ir.Op {
+	return linearX(M, N, K, dt, dt, wStrides, kind)
+}
+
+// linearX is a Linear whose x has its own dtype (fp32: lower/widen.go).
+func linearX(M, N, K int64, xdt, dt ir.DType, wStrides []int64, kind ir.BufKind) *ir.Op {
 	w := &ir.Buffer{Name: "w", Kind: kind, DType: dt, Numel: N * K}
-	x := &ir.Buffer{Name: "x", Kind: ir.Temp, DType: dt, Numel: M * K}
+	x := &ir.Buffer{Name: "x", Kind: ir.Temp, DType: xdt, Numel: M * K}
 	out := &ir.Buffer{Name: "out", Kind: ir.Temp, DType: dt, Numel: M * N}
 	return &ir.Op{Kind: ir.Linear, In: []ir.View{
 		{Buf: x, Shape: []int64{M, K}, Strides: []int64{K, 1}},
@@ -31,7 +36,6 @@ func TestPlans(t *testing.T) {
 		{"qwen3-8b down: half a row a page", linear(1, 4096, 12288, ir.BF16, []int64{12288, 1}, ir.Input), true, 12288, 2},
 		{"fp32 weights", linear(1, 64, 1024, ir.F32, []int64{1024, 1}, ir.Input), true, 16384, 1},
 		{"two rows of x", linear(2, 64, 2048, ir.BF16, []int64{2048, 1}, ir.Input), true, 16384, 1},
-		{"x too large for registers", linear(16, 64, 2048, ir.BF16, []int64{2048, 1}, ir.Input), false, 0, 0},
 		{"K not a multiple of a warp load", linear(1, 64, 896, ir.BF16, []int64{896, 1}, ir.Input), false, 0, 0},
 		{"transposed weight", linear(1, 64, 2048, ir.BF16, []int64{1, 64}, ir.Input), false, 0, 0},
 		{"weight computed in the graph", linear(1, 64, 2048, ir.BF16, []int64{2048, 1}, ir.Temp), false, 0, 0},
@@ -46,6 +50,45 @@ func TestPlans(t *testing.T) {
 	op := linear(1, 64, 2048, ir.BF16, []int64{2048, 1}, ir.Input)
 	if _, ok := For(op, func(b *ir.Buffer) bool { return b == op.In[1].Buf }); ok {
 		t.Error("a weight the graph writes must not stream: the loader reads it before any event")
+	}
+}
+
+// TestTilePlans: x of more rows than registers hold meets 2-byte weights on
+// the tensor cores, in pages of 8 rows' segments; an fp32 x keeps its low
+// part where both parts fit in shared memory.
+func TestTilePlans(t *testing.T) {
+	bf := []int64{2048, 1}
+	cases := []struct {
+		name     string
+		op       *ir.Op
+		ok       bool
+		cols     int64
+		low      bool
+		xBytes   int64
+		pageRows int64
+	}{
+		{"batch 4 q, fp32 x", linearX(4, 2048, 2048, ir.F32, ir.BF16, bf, ir.Input), true, 1024, true, 2 * 4 * 2080 * 2, 8},
+		{"batch 16 q, bf16 x", linearX(16, 2048, 2048, ir.BF16, ir.BF16, bf, ir.Input), true, 1024, false, 16 * 2080 * 2, 8},
+		{"batch 4 down: x and its low part fit", linearX(4, 2048, 8192, ir.F32, ir.BF16, []int64{8192, 1}, ir.Input), true, 1024, true, 2 * 4 * 8224 * 2, 8},
+		{"batch 8 down: x rounded", linearX(8, 2048, 8192, ir.F32, ir.BF16, []int64{8192, 1}, ir.Input), true, 1024, false, 8 * 8224 * 2, 8},
+		{"K 1536: pages of 512 columns", linearX(4, 1024, 1536, ir.F32, ir.BF16, []int64{1536, 1}, ir.Input), true, 512, true, 2 * 4 * 1568 * 2, 8},
+		{"batch 16 down: x too large", linearX(16, 2048, 8192, ir.F32, ir.BF16, []int64{8192, 1}, ir.Input), false, 0, false, 0, 0},
+		{"K 768: no tile pages", linearX(4, 1024, 768, ir.F32, ir.BF16, []int64{768, 1}, ir.Input), false, 0, false, 0, 0},
+		{"fp32 weights, more rows than registers hold", linearX(8, 1024, 2048, ir.F32, ir.F32, bf, ir.Input), false, 0, false, 0, 0},
+	}
+	for _, c := range cases {
+		p, ok := For(c.op, never)
+		if ok != c.ok || ok && (!p.Tiles || p.Cols != c.cols || p.XLow != c.low || p.XBytes() != c.xBytes ||
+			p.PageBytes != c.pageRows*c.cols*2 || p.Unit() != 8) {
+			t.Errorf("%s: plan %+v ok=%v, want ok=%v cols %d low %v x %d bytes", c.name, p, ok, c.ok, c.cols, c.low, c.xBytes)
+		}
+	}
+	p, _ := For(linearX(4, 2048, 2048, ir.F32, ir.BF16, bf, ir.Input), never)
+	if f := p.PartialFloats(20); f != (2*16*8+20)*4 {
+		t.Errorf("tile partials of 20 rows: %d floats, want two groups' of every warp and the dots", f)
+	}
+	if p, _ := For(linear(2, 64, 2048, ir.BF16, bf, ir.Input), never); p.Tiles || p.Unit() != 1 {
+		t.Errorf("two rows of x keep the register plan: %+v", p)
 	}
 }
 

@@ -169,11 +169,14 @@ def plan_inputs(vocab: int, batch: int, cache_tokens: int, prefill: int, steps: 
     return plan
 
 
-def decode_setup(name: str, cache_tokens: int, dtype=torch.bfloat16, device="cuda", extra: int = 16, seed: int = 0):
+def decode_setup(name: str, cache_tokens: int, dtype=torch.bfloat16, device="cuda", extra: int = 16, seed: int = 0,
+                 batch: int = 1):
     """A model with seeded random weights and a StaticCache already holding
-    `cache_tokens` tokens (room for `extra` more): what the benchmarks start from."""
+    `cache_tokens` tokens of `batch` sequences (room for `extra` more): what
+    the benchmarks start from."""
     model = models.build(name, dtype=dtype, device=device, seed=seed)
-    prompt = torch.randint(0, model.config.vocab_size, (1, cache_tokens), generator=torch.Generator().manual_seed(seed + 1))
+    prompt = torch.randint(0, model.config.vocab_size, (batch, cache_tokens),
+                           generator=torch.Generator().manual_seed(seed + 1))
     return model, _make_cache(model, cache_tokens + extra, device, prompt)
 
 

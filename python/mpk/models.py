@@ -50,6 +50,12 @@ CONFIGS: dict[str, Callable] = {
     "small-qwen3": lambda: _qwen3(vocab_size=1024, hidden_size=256, intermediate_size=768,
                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                   head_dim=64, max_position_embeddings=1024),
+    # The tensor-core Linear for several rows of x (batches, prompt chunks)
+    # needs K a multiple of 512: pages of 1,024 columns (hidden 1,024) and of
+    # 512 (intermediate 1,536, three pages a row group).
+    "wide-llama": lambda: _llama(vocab_size=2048, hidden_size=1024, intermediate_size=1536,
+                                 num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
+                                 max_position_embeddings=1024),
     "llama-3.2-1b": _llama32_1b,
     "qwen3-0.6b": lambda: _qwen3(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
                                  num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,

@@ -1,5 +1,6 @@
 // Command mpkdump prints the op graph the core lowers a recorded request to
-// (MPK_DUMP_REQUEST=req.json writes one), one op a line, for debugging:
+// (MPK_DUMP_REQUEST=req.json writes one), one op a line, then how each
+// Linear streams its weights, for debugging:
 //
 //	go run ./gocore/cmd/mpkdump req.json
 package main
@@ -8,7 +9,9 @@ import (
 	"fmt"
 	"os"
 
+	"mpk/gocore/ir"
 	"mpk/gocore/lower"
+	"mpk/gocore/stream"
 	"mpk/gocore/wire"
 )
 
@@ -28,4 +31,19 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Print(g.Dump())
+	written := stream.Writers(g)
+	for _, op := range g.Ops {
+		if op.Kind != ir.Linear {
+			continue
+		}
+		if p, ok := stream.For(op, written); ok {
+			fmt.Printf("stream %3d %s: %+v\n", op.ID, op.Label, p)
+		} else {
+			x := op.In[0].DType()
+			if op.Attr.Pro != nil {
+				x = op.Attr.Pro.DType
+			}
+			fmt.Printf("stream %3d %s: none (M %d, K %d, x %s, w %s)\n", op.ID, op.Label, op.Out.Shape[0], op.LinearK(), x, op.In[1].DType())
+		}
+	}
 }

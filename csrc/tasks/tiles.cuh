@@ -1,0 +1,308 @@
+// linear_tiles: a streamed Linear for M rows of x on the tensor cores, so a
+// decode batch or a short prompt chunk reads every weight once per step, as
+// one row does (linear_stream holds x in registers and serves one or two
+// rows; more would not fit).
+//
+// Its weights arrive as tile pages: kTileRows rows × C columns of W, each
+// row of a page one bulk copy (the loader in runtime/module.cuh), pages in
+// row-group-major order (a group's C-column blocks left to right, then the
+// next 8 rows). Consumer warp w takes the columns [w·C/16, (w+1)·C/16) of
+// every page and accumulates, with mma.sync m16n8k16, the products of those
+// columns of the group's 8 rows with x's M rows (A = x, B = W^T). A lane
+// loads 16 contiguous bytes of its row of x and of W and feeds them to two
+// mmas as their k-pairs: the dot product does not care which k pairs with
+// which, as long as x and W use the same order. After each group the warps'
+// partials are summed in a fixed order, so results do not depend on timing.
+//
+// x is staged once per task (or reused from the previous task) in shared
+// memory in W's 2-byte type (the mma's operand type), each row PITCH = K +
+// 32 elements apart so the lanes of one load phase (two rows) hit different
+// banks. x's intermediates are fp32 (lower/widen.go), so with LO x is split
+// into hi + lo (HiLo): an m-tile takes 8 rows of x, hi in the mma's rows
+// 0-7 and lo in rows 8-15, and a dot is the sum of both, at no extra mma
+// for up to 8 rows. Without LO (where hi and lo do not fit in shared
+// memory) x is rounded to W's type, as eager rounds every activation, and an
+// m-tile takes 16 rows.
+#pragma once
+#include "tasks/linear.cuh"
+
+namespace mpk {
+
+constexpr int kTileRows = 8;  // weight rows a tile page holds: the mma's n
+
+// tile_cols is the columns of a tile page for K-wide rows of esz-byte
+// weights: the most that fit kTileRows rows in a page while splitting into
+// whole 32-column slices for every consumer warp and dividing K; 0 if none.
+// Mirrored by gocore/stream.tileCols.
+__host__ __device__ constexpr int tile_cols(int K, int esz) {
+  for (int c = kPageBytes / (kTileRows * esz); c >= 32 * kConsumerWarps; c -= 32 * kConsumerWarps)
+    if (K % c == 0) return c;
+  return 0;
+}
+
+// The bytes x takes in shared memory (rounded up to 16): M rows of PITCH,
+// twice with LO (hi, then lo).
+template <typename T>
+__host__ __device__ constexpr int tile_x_bytes(int K, int M, bool lo) {
+  return ((lo ? 2 : 1) * M * (K + 32) * (int)sizeof(T) + 15) / 16 * 16;
+}
+
+// d += a·b for one m16n8k16 tile (fp32 accumulators).
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                  uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// stage_rows stages x's M rows, row m at xs + m·PITCH, through the op's
+// prologue, B rows at a time with all their loads issued before any is used
+// (a row at a time, each row cost a round trip, and an RMSNorm's two
+// barriers; M rows of a merge cost M times one). Rows that are not a
+// contiguous float row (rare layouts) go through stage_x one by one.
+template <int K>
+constexpr int stage_batch(int M, int operands) {
+  const int b = 32 / (per_thread(K) * operands);  // 32 registers of loaded values
+  return b < 1 ? 1 : b < M ? b : M;
+}
+
+template <int K, int M, int PITCH, int N, typename X>
+__device__ __forceinline__ void stage_rows(NoPro, const Op& op, X xs, const Slots<N>& s) {
+  const View& x = op.in[0];
+  if (!float_row2(x)) {
+#pragma unroll 1
+    for (int m = 0; m < M; ++m) stage_x<K>(NoPro{}, op, m, xs + m * PITCH, s);
+    return;
+  }
+  constexpr int PT = per_thread(K), B = stage_batch<K>(M, 1);
+#pragma unroll 1
+  for (int m0 = 0; m0 < M; m0 += B) {
+    float v[B][PT];
+#pragma unroll
+    for (int b = 0; b < B; ++b) load_x_row<K>(base(s, x), x, min(m0 + b, M - 1), v[b]);
+#pragma unroll
+    for (int b = 0; b < B; ++b)
+#pragma unroll
+      for (int i = 0; i < PT; ++i) {
+        const int k = threadIdx.x + i * MPK_THREADS;
+        if (m0 + b < M && k < K) put_x(xs + (m0 + b) * PITCH, k, v[b][i]);
+      }
+  }
+}
+
+// The two-operand elementwise prologue (SiLU(gate)·up); others row by row.
+template <int K, int M, int PITCH, typename E, int N, typename X>
+__device__ __forceinline__ void stage_rows(ExprPro<E>, const Op& op, X xs, const Slots<N>& s) {
+  const View &a = op.in[0], &c = op.in[op.pro_first];
+  if (pro_end(op) - op.pro_first != 1 || !float_row2(a) || !float_row2(c) || !float_kind(op.pro_dtype)) {
+#pragma unroll 1
+    for (int m = 0; m < M; ++m) stage_x<K>(ExprPro<E>{}, op, m, xs + m * PITCH, s);
+    return;
+  }
+  constexpr int PT = per_thread(K), B = stage_batch<K>(M, 2);
+#pragma unroll 1
+  for (int m0 = 0; m0 < M; m0 += B) {
+    float va[B][PT], vc[B][PT];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      load_x_row<K>(base(s, a), a, min(m0 + b, M - 1), va[b]);
+      load_x_row<K>(base(s, c), c, min(m0 + b, M - 1), vc[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b)
+#pragma unroll
+      for (int i = 0; i < PT; ++i) {
+        int64_t idx[2] = {m0 + b, threadIdx.x + i * MPK_THREADS};
+        if (m0 + b >= M || idx[1] >= K) continue;
+        double in[MPK_MAX_INPUTS];
+        in[0] = va[b][i];
+        in[1] = vc[b][i];
+        put_x(xs + (m0 + b) * PITCH, (int)idx[1], round_float(op.pro_dtype, (float)E::eval(in, idx)));
+      }
+  }
+}
+
+// RMSNorm: the batch's sums reduced with one pair of barriers. Without a
+// weight the loads read x twice rather than branch: a branch between the
+// rows' loads kept them from issuing together.
+template <int K, int M, int PITCH, int N, typename X>
+__device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Slots<N>& s) {
+  const View& x = op.in[0];
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  const View& w = has_w ? op.in[op.pro_first] : x;
+  if (!float_row2(x) || !float_row2(w)) {
+#pragma unroll 1
+    for (int m = 0; m < M; ++m) stage_x<K>(NormPro{}, op, m, xs + m * PITCH, s);
+    return;
+  }
+  constexpr int PT = per_thread(K), B = stage_batch<K>(M, 2);
+  __shared__ float sums[kConsumerWarps * B];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int m0 = 0; m0 < M; m0 += B) {
+    float v[B][PT], g[B][PT], ss[B];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const int m = min(m0 + b, M - 1);
+      load_x_row<K>(base(s, x), x, m, v[b]);
+      load_x_row<K>(base(s, w), w, m, g[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      ss[b] = 0.f;
+#pragma unroll
+      for (int i = 0; i < PT; ++i) ss[b] += v[b][i] * v[b][i];  // zero past K
+      ss[b] = warp_sum(ss[b]);
+    }
+    consumer_sync();  // the previous batch has read sums
+    if (lane == 0)
+#pragma unroll
+      for (int b = 0; b < B; ++b) sums[b * kConsumerWarps + warp] = ss[b];
+    consumer_sync();
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const float inv = rsqrtf(warp_sum(lane < kConsumerWarps ? sums[b * kConsumerWarps + lane] : 0.f) / (float)K + op.eps);
+#pragma unroll
+      for (int i = 0; i < PT; ++i) {
+        const int k = threadIdx.x + i * MPK_THREADS;
+        if (m0 + b >= M || k >= K) continue;
+        const float y = round_float(x.dtype, v[b][i] * inv);
+        put_x(xs + (m0 + b) * PITCH, k, round_float(op.pro_dtype, has_w ? y * g[b][i] : y));
+      }
+    }
+  }
+}
+
+// The attention merge: MR rows a call, at most 2 (row, head) pairs a warp
+// (the registers a single row's merge of 32 heads takes; with more the
+// merge spilled).
+template <int K, int M, int PITCH, int D, int H, int CHUNK, int R, int N, typename X>
+__device__ __forceinline__ void stage_rows(MergePro<D, H, CHUNK, R>, const Op& op, X xs, const Slots<N>& s) {
+  constexpr int MR = 2 * kConsumerWarps / H < 1 ? 1 : 2 * kConsumerWarps / H < M ? 2 * kConsumerWarps / H : M;
+#pragma unroll 1
+  for (int m0 = 0; m0 < M; m0 += MR) stage_merge<K, D, H, CHUNK, R, MR, PITCH>(op, m0, min(MR, M - m0), xs + m0 * PITCH, s);
+}
+
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename PRO, typename EPI, int N>
+__device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
+  constexpr int C = tile_cols(K, (int)sizeof(T));
+  static_assert(C > 0, "K does not split into tile pages");
+  static_assert(sizeof(T) == 2, "tile streams take 2-byte weights");
+  constexpr int RT = LO ? 8 : 16;  // rows of x an m-tile takes
+  constexpr int PITCH = K + 32, MT = (M + RT - 1) / RT, CB = K / C, WC = C / kConsumerWarps;
+  T* xs = reinterpret_cast<T*>(c.smem);  // [M][PITCH], then (LO) lo: [M][PITCH]
+  float* part = reinterpret_cast<float*>(c.smem + tile_x_bytes<T>(K, M, LO));  // [2][warp][row of a group][M]
+  float* dots = part + 2 * kConsumerWarps * kTileRows * M;                   // [row][M]
+  if (!c.x_ready) {
+    if constexpr (LO) stage_rows<K, M, PITCH>(PRO{}, op, HiLo<T>{xs, xs + M * PITCH}, s);
+    else stage_rows<K, M, PITCH>(PRO{}, op, xs, s);
+    consumer_sync();
+  }
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
+#endif
+  const Ring<P> ring = ring_at<P>(c.ring);
+  uint32_t seq = c.seq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  // As linear_stream's: lane 0 polls, every lane takes the acquire.
+  auto wait = [&](uint32_t q) {
+#ifdef MPK_TRACE
+    const uint64_t t0 = threadIdx.x == 0 ? globaltimer() : 0;
+#endif
+    if (lane == 0)
+      for (uint32_t polls = 0; !ring.ready(q); ++polls)
+        if ((polls & 1023) == 1023 && aborting(c.abort)) break;
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t0);
+#endif
+    __syncwarp();
+    ring.ready(q);
+  };
+  const int rows = hi - lo, groups = (rows + kTileRows - 1) / kTileRows, outs = rows * M;
+  const bool fast_epi = !std::is_same<EPI, NoEpi>::value && epi_fast(op);
+  EpiIn pre{};
+  if (fast_epi) {
+    const int r = min((int)threadIdx.x, outs - 1);
+    pre = load_epi<EPI>(op, r % M, lo + r / M, s);
+  }
+  // This lane's 16 bytes of x (row g of each 16) and of W (row g of the page).
+  const uint32_t xl = smem_u32(xs) + (g * PITCH + warp * WC + 8 * t) * 2;
+  const uint32_t wl = (g * C + warp * WC + 8 * t) * 2;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll 1
+  for (int grp = 0; grp < groups; ++grp) {
+    float acc[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+#pragma unroll 1
+    for (int cb = 0; cb < CB; ++cb, ++seq) {
+      wait(seq);
+      const uint32_t wp = smem_u32(ring.page(seq)) + wl;
+#pragma unroll
+      for (int j = 0; j < WC / 32; ++j) {
+        const uint4 b = ld_shared_16(wp + j * 64);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int m = mt * RT + g;
+          const uint32_t xa = xl + (mt * RT * PITCH + cb * C + j * 32) * 2;
+          // The mma's rows 8-15: x's low part (LO), or x's rows m + 8.
+          const int m8 = LO ? m : m + 8;
+          const uint4 a = m < M ? ld_shared_16(xa) : zero;
+          const uint4 a8 = m8 < M ? ld_shared_16(xa + (LO ? M : 8) * PITCH * 2) : zero;
+          mma_16816<T>(acc[mt], a.x, a8.x, a.y, a8.y, b.x, b.y);
+          mma_16816<T>(acc[mt], a.z, a8.z, a.w, a8.w, b.z, b.w);
+        }
+      }
+      ring.release(seq);
+    }
+    // Lane (g, t) holds rows 2t and 2t+1 of the group times the mma's rows
+    // g and g+8 of each m-tile (LO: x's row g, its hi and lo parts). The
+    // warps' partials go to one of two buffers (the other may still be
+    // read); each of the group's dots is their sum.
+    float* pg = part + ((grp & 1) * kConsumerWarps + warp) * kTileRows * M;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m = mt * RT + g;
+      if constexpr (LO) {
+        if (m < M) pg[2 * t * M + m] = acc[mt][0] + acc[mt][2], pg[(2 * t + 1) * M + m] = acc[mt][1] + acc[mt][3];
+      } else {
+        if (m < M) pg[2 * t * M + m] = acc[mt][0], pg[(2 * t + 1) * M + m] = acc[mt][1];
+        if (m + 8 < M) pg[2 * t * M + m + 8] = acc[mt][2], pg[(2 * t + 1) * M + m + 8] = acc[mt][3];
+      }
+    }
+    consumer_sync();
+    for (int i = threadIdx.x; i < kTileRows * M && grp * kTileRows * M + i < outs; i += MPK_THREADS) {
+      const float* pi = part + (grp & 1) * kConsumerWarps * kTileRows * M + i;
+      float v = 0.f;
+#pragma unroll
+      for (int w = 0; w < kConsumerWarps; ++w) v += pi[w * kTileRows * M];
+      dots[grp * kTileRows * M + i] = v;
+    }
+  }
+  consumer_sync();
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_dots = (uint32_t)(globaltimer() - s_trace_start);
+#endif
+  for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
+    store_out<RESID, EPI>(op, r % M, lo + r / M, dots[r], s, fast_epi && r < MPK_THREADS ? &pre : nullptr);
+  return seq;
+}
+
+}  // namespace mpk
