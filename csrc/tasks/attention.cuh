@@ -456,7 +456,7 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 #ifndef MPK_DECODE_V_BYTES
 #define MPK_DECODE_V_BYTES 32
 #endif
-template <typename T, typename QT, typename MT, int D, int R, bool FAST, int N>
+template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
   constexpr int KV = 16 / (int)sizeof(T);  // K elements per 16-byte load
@@ -477,22 +477,37 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   const int ks = (int)k.stride[2], vs = (int)v.stride[2];
   float* qs = reinterpret_cast<float*>(smem) + warp * D;  // this warp's query, pre-scaled
   float* part = reinterpret_cast<float*>(smem) + warps * D;  // [warps][D + 2]: states to merge
+  int* row_live = reinterpret_cast<int*>(part + warps * (D + 2));  // ROWS: [B], each batch row's live splits a head
   const int cp = min(warps, (chunk + 31) / 32), units = warps / cp;  // warps a unit, units a round
   const int sub = warp % cp;
-  // Every warp takes part in every round (the merge's barriers).
-  for (int b = 0; b < B; ++b) {
-  // Chunks [0, nlive) may hold visible positions.
-  const int nlive = op.flags & FLAG_EXTENT ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
-  // The task's live units: splits [sp0, sp0 + per_head) of each of its
-  // heads (a task is some splits of one group of one head, or whole heads),
-  // the first ones of its group (SplitGroups); none when per_head is 0.
+  // The task's live units of batch row b: splits [sp0, sp0 + live) of each
+  // of its heads (a task is some splits of one group of one head, or whole
+  // heads), the first ones of its group (SplitGroups), where the chunks
+  // [0, nlive) may hold visible positions.
   const SplitGroups<R> g(splits);
-  const int sp0 = lo % splits, grp = g.group(sp0);
-  const int per_head = max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
-  const int n = max(1, (hi - lo) / splits) * per_head;
+  const int sp0 = lo % splits, grp = g.group(sp0), heads = max(1, (hi - lo) / splits);
+  auto live_of = [&](int b) {
+    const int nlive = op.flags & FLAG_EXTENT ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
+    return max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
+  };
+  // The live units of all rows, taken rows first: a batch's rows share
+  // rounds (row by row, most of a round's warps idled at batch 4).
+  int n = 0, live0 = 0;
+  if constexpr (ROWS) {
+    for (int b = threadIdx.x; b < B; b += MPK_THREADS) row_live[b] = live_of(b);
+    consumer_sync();
+    for (int b = 0; b < B; ++b) n += heads * row_live[b];
+  } else {
+    live0 = live_of(0);
+    n = heads * live0;
+  }
+  // Every warp takes part in every round (the merge's barriers).
   for (int i0 = 0; i0 < n; i0 += units) {
-    const int nth = i0 + warp / cp;  // the unit's place among the live ones
-    const bool active = warp / cp < units && nth < n;
+    int nth = i0 + warp / cp, b = 0;  // the unit's place among the live ones, then within its row's
+    if constexpr (ROWS)
+      while (b < B - 1 && nth >= heads * row_live[b]) nth -= heads * row_live[b++];
+    const int per_head = max(1, ROWS ? row_live[b] : live0);
+    const bool active = warp / cp < units && i0 + warp / cp < n;
     const int sp = sp0 + nth % per_head, h = lo / splits + nth / per_head, kvh = h / G;
     const int j_lo = min(g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m = -INFINITY, l = 0.f, acc[PER];
@@ -588,13 +603,13 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
                        p.stride[4], m, l, acc, lane);
     if (cp > 1) consumer_sync();  // part is reused by the next round
   }
-  }
+  if constexpr (ROWS) consumer_sync();  // row_live is read until the last round
 }
 
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-template <typename T, typename QT, typename MT, int D, int G, int R, int N>
+template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -606,11 +621,11 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   if (Sq == 1) {  // [lo, hi) are flat (chunk, head) units (ir.Op.DecodeUnits)
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
-        attention_decode<T, QT, MT, D, R, true>(op, lo, hi, s, smem);
+        attention_decode<T, QT, MT, D, R, ROWS, true>(op, lo, hi, s, smem);
         return;
       }
     }
-    attention_decode<T, QT, MT, D, R, false>(op, lo, hi, s, smem);
+    attention_decode<T, QT, MT, D, R, ROWS, false>(op, lo, hi, s, smem);
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;

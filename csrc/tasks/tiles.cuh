@@ -79,13 +79,70 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], uint32_t a0, ui
 // contiguous float row (rare layouts) go through stage_x one by one.
 template <int K>
 constexpr int stage_batch(int M, int operands) {
-  const int b = 32 / (per_thread(K) * operands);  // 32 registers of loaded values
-  return b < 1 ? 1 : b < M ? b : M;
+  const int b = 32 / (per_thread(K) * operands);  // 32 registers of loaded values, at most 8 rows
+  const int c = M < 8 ? M : 8;
+  return b < 1 ? 1 : b < c ? b : c;
+}
+
+// Rows read four elements a load (a 16-byte load of fp32, 8 bytes of a
+// 2-byte kind): thread t takes elements 4·(t + i·MPK_THREADS) onwards. The
+// raw words are converted only once every load of a batch is out.
+constexpr int per_thread4(int k) { return (k / 4 + MPK_THREADS - 1) / MPK_THREADS; }
+
+template <int K, int N>
+__device__ __forceinline__ bool rows4_ok(const View& v, const Slots<N>& s) {
+  const int64_t esz = v.dtype == DT_FLOAT32 ? 4 : 2;
+  return K % 4 == 0 && float_row2(v) && (reinterpret_cast<uintptr_t>(base(s, v)) + v.offset * esz) % (4 * esz) == 0 &&
+         v.stride[0] % 4 == 0;
+}
+
+template <int K>
+__device__ __forceinline__ void load_row4(const char* p, const View& v, int64_t m, uint4 (&raw)[per_thread4(K)]) {
+  const int64_t o = v.offset + m * v.stride[0];
+#pragma unroll
+  for (int i = 0; i < per_thread4(K); ++i) {
+    const int64_t e = o + 4 * min((int)threadIdx.x + i * MPK_THREADS, K / 4 - 1);
+    if (v.dtype == DT_FLOAT32) {
+      raw[i] = __ldcg(reinterpret_cast<const uint4*>(p + e * 4));
+    } else {
+      const uint2 h = __ldcg(reinterpret_cast<const uint2*>(p + e * 2));
+      raw[i] = make_uint4(h.x, h.y, 0, 0);
+    }
+  }
+}
+
+__device__ __forceinline__ float4 cvt_row4(const uint4& r, int32_t dt) {
+  if (dt == DT_FLOAT32) return make_float4(__uint_as_float(r.x), __uint_as_float(r.y), __uint_as_float(r.z), __uint_as_float(r.w));
+  if (dt == DT_BFLOAT16)
+    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xffff0000u), __uint_as_float(r.y << 16),
+                       __uint_as_float(r.y & 0xffff0000u));
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), b = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+  return make_float4(a.x, a.y, b.x, b.y);
 }
 
 template <int K, int M, int PITCH, int N, typename X>
 __device__ __forceinline__ void stage_rows(NoPro, const Op& op, X xs, const Slots<N>& s) {
   const View& x = op.in[0];
+  if (rows4_ok<K>(x, s)) {
+    constexpr int Q = per_thread4(K), B = 8 / Q < 1 ? 1 : 8 / Q < M ? 8 / Q : M;  // 32 registers of raw words
+#pragma unroll 1
+    for (int m0 = 0; m0 < M; m0 += B) {
+      uint4 raw[B][Q];
+#pragma unroll
+      for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), raw[b]);
+#pragma unroll
+      for (int b = 0; b < B; ++b)
+#pragma unroll
+        for (int i = 0; i < Q; ++i) {
+          const int k = 4 * ((int)threadIdx.x + i * MPK_THREADS);
+          if (m0 + b >= M || k >= K) continue;
+          const float4 f = cvt_row4(raw[b][i], x.dtype);
+          X r = xs + (m0 + b) * PITCH;
+          put_x(r, k, f.x), put_x(r, k + 1, f.y), put_x(r, k + 2, f.z), put_x(r, k + 3, f.w);
+        }
+    }
+    return;
+  }
   if (!float_row2(x)) {
 #pragma unroll 1
     for (int m = 0; m < M; ++m) stage_x<K>(NoPro{}, op, m, xs + m * PITCH, s);
@@ -147,14 +204,68 @@ __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Sl
   const View& x = op.in[0];
   const bool has_w = op.flags & FLAG_WEIGHT;
   const View& w = has_w ? op.in[op.pro_first] : x;
+  __shared__ float sums[kConsumerWarps * 8];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // reduce sums each of B rows' partial sums of squares over the block (one pair of barriers).
+  auto reduce = [&](auto& ss, auto nb) {
+    constexpr int NB = decltype(nb)::value;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) ss[b] = warp_sum(ss[b]);
+    consumer_sync();  // the previous batch has read sums
+    if (lane == 0)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) sums[b * kConsumerWarps + warp] = ss[b];
+    consumer_sync();
+#pragma unroll
+    for (int b = 0; b < NB; ++b) ss[b] = warp_sum(lane < kConsumerWarps ? sums[b * kConsumerWarps + lane] : 0.f);
+  };
+  if (rows4_ok<K>(x, s) && rows4_ok<K>(w, s)) {
+    constexpr int Q = per_thread4(K), B = 4 / Q < 1 ? 1 : 4 / Q < M ? 4 / Q : M;  // 32 registers of raw words
+#pragma unroll 1
+    for (int m0 = 0; m0 < M; m0 += B) {
+      uint4 rx[B][Q], rw[B][Q];
+      float ss[B];
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
+        load_row4<K>(base(s, w), w, min(m0 + b, M - 1), rw[b]);
+      }
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        ss[b] = 0.f;
+#pragma unroll
+        for (int i = 0; i < Q; ++i) {
+          const float4 f = cvt_row4(rx[b][i], x.dtype);
+          if (4 * ((int)threadIdx.x + i * MPK_THREADS) < K) ss[b] += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
+        }
+      }
+      reduce(ss, std::integral_constant<int, B>{});
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const float inv = rsqrtf(ss[b] / (float)K + op.eps);
+#pragma unroll
+        for (int i = 0; i < Q; ++i) {
+          const int k = 4 * ((int)threadIdx.x + i * MPK_THREADS);
+          if (m0 + b >= M || k >= K) continue;
+          const float4 f = cvt_row4(rx[b][i], x.dtype), gw = cvt_row4(rw[b][i], w.dtype);
+          const float v[4] = {f.x, f.y, f.z, f.w}, gv[4] = {gw.x, gw.y, gw.z, gw.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float y = round_float(x.dtype, v[e] * inv);
+            put_x(xs + (m0 + b) * PITCH, k + e, round_float(op.pro_dtype, has_w ? y * gv[e] : y));
+          }
+        }
+      }
+    }
+    return;
+  }
   if (!float_row2(x) || !float_row2(w)) {
 #pragma unroll 1
     for (int m = 0; m < M; ++m) stage_x<K>(NormPro{}, op, m, xs + m * PITCH, s);
     return;
   }
   constexpr int PT = per_thread(K), B = stage_batch<K>(M, 2);
-  __shared__ float sums[kConsumerWarps * B];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  static_assert(B <= 8, "sums holds 8 rows");
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
     float v[B][PT], g[B][PT], ss[B];
@@ -169,16 +280,11 @@ __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Sl
       ss[b] = 0.f;
 #pragma unroll
       for (int i = 0; i < PT; ++i) ss[b] += v[b][i] * v[b][i];  // zero past K
-      ss[b] = warp_sum(ss[b]);
     }
-    consumer_sync();  // the previous batch has read sums
-    if (lane == 0)
-#pragma unroll
-      for (int b = 0; b < B; ++b) sums[b * kConsumerWarps + warp] = ss[b];
-    consumer_sync();
+    reduce(ss, std::integral_constant<int, B>{});
 #pragma unroll
     for (int b = 0; b < B; ++b) {
-      const float inv = rsqrtf(warp_sum(lane < kConsumerWarps ? sums[b * kConsumerWarps + lane] : 0.f) / (float)K + op.eps);
+      const float inv = rsqrtf(ss[b] / (float)K + op.eps);
 #pragma unroll
       for (int i = 0; i < PT; ++i) {
         const int k = threadIdx.x + i * MPK_THREADS;

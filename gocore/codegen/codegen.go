@@ -430,11 +430,12 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		}
 		code = fmt.Sprintf("mpk::attention<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()], maskType(op), D, G)
 		if op.Attr.Splits > 1 {
-			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
-				maskType(op), D, G, max(1, op.Attr.Interleave))
+			// ROWS: a decode batch's rows share the task's rounds.
+			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
+				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1)
 		}
-		// Per-warp softmax states (decode: each warp's query and state).
-		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*(2*int(D)+2)*4)
+		// Per-warp softmax states (decode: each warp's query and state, and each batch row's live splits).
+		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*(2*int(D)+2)*4+4*int(op.In[0].Shape[0]))
 	case ir.MaskExtent:
 		code = fmt.Sprintf("mpk::mask_extent<%s>(op, lo, hi, s, c.smem)", maskCType(op.In[0].DType()))
 		gen.smem = max(gen.smem, 4*(1+Threads/32)) // the extent and a warp's largest add
