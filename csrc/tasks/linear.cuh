@@ -387,6 +387,37 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
   store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
 }
 
+// wait_page returns once page q of a weight ring has landed: lane 0 polls,
+// then every lane takes the barrier's acquire (no per-thread spin loop or
+// early exit before the warp's shuffles). Pages always land once issued;
+// when the kernel aborts the loader stops issuing, and the consumers run
+// through the rest of the task on stale pages (its results are discarded
+// with the launch).
+template <class R>
+__device__ __forceinline__ void wait_page(const R& ring, uint32_t q, const int32_t* abort) {
+#ifdef MPK_TRACE
+  const uint64_t t0 = threadIdx.x == 0 ? globaltimer() : 0;
+#endif
+  if (threadIdx.x % 32 == 0)
+    for (uint32_t polls = 0; !ring.ready(q); ++polls)
+      if ((polls & 1023) == 1023 && aborting(abort)) break;
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t0);
+#endif
+  __syncwarp();
+  ring.ready(q);
+}
+
+// first_epi loads the epilogue's inputs of this thread's first output (r =
+// threadIdx.x of the task's outs, output row r % M, column lo + r / M), in
+// flight while the weights stream.
+template <typename EPI, int N>
+__device__ __forceinline__ EpiIn first_epi(const Op& op, int lo, int outs, int M, bool fast_epi, const Slots<N>& s) {
+  if (!fast_epi) return EpiIn{};
+  const int r = min((int)threadIdx.x, outs - 1);
+  return load_epi<EPI>(op, r % M, lo + r / M, s);
+}
+
 // CONST: nothing in the graph writes W, so it may be read non-coherently
 // (through the read-only path, evict-first); else every load goes through L2.
 template <typename T, int K, bool RESID, typename PRO, typename EPI, bool CONST, int N>
@@ -444,33 +475,10 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
 #endif
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
-  const int lane = threadIdx.x % 32;
-  // Lane 0 polls, then every lane takes the barrier's acquire: no per-thread
-  // spin loop or early exit before the warp's shuffles. Pages always land
-  // once issued; when the kernel aborts the loader stops issuing, and the
-  // consumers run through the rest of the task on stale pages (its results
-  // are discarded with the launch).
-  auto wait = [&](uint32_t q) {
-#ifdef MPK_TRACE
-    const uint64_t t0 = threadIdx.x == 0 ? globaltimer() : 0;
-#endif
-    if (lane == 0)
-      for (uint32_t polls = 0; !ring.ready(q); ++polls)
-        if ((polls & 1023) == 1023 && aborting(c.abort)) break;
-#ifdef MPK_TRACE
-    if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t0);
-#endif
-    __syncwarp();
-    ring.ready(q);
-  };
-  // The epilogue's inputs of this thread's first output, in flight while the weights stream.
+  auto wait = [&](uint32_t q) { wait_page(ring, q, c.abort); };
   const int outs = (hi - lo) * M;
   const bool fast_epi = !std::is_same<EPI, NoEpi>::value && epi_fast(op);
-  EpiIn pre{};
-  if (fast_epi) {
-    const int r = min((int)threadIdx.x, outs - 1);
-    pre = load_epi<EPI>(op, r % M, lo + r / M, s);
-  }
+  const EpiIn pre = first_epi<EPI>(op, lo, outs, M, fast_epi, s);
   stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
   consumer_sync();
 #ifdef MPK_TRACE

@@ -327,27 +327,9 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  // As linear_stream's: lane 0 polls, every lane takes the acquire.
-  auto wait = [&](uint32_t q) {
-#ifdef MPK_TRACE
-    const uint64_t t0 = threadIdx.x == 0 ? globaltimer() : 0;
-#endif
-    if (lane == 0)
-      for (uint32_t polls = 0; !ring.ready(q); ++polls)
-        if ((polls & 1023) == 1023 && aborting(c.abort)) break;
-#ifdef MPK_TRACE
-    if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t0);
-#endif
-    __syncwarp();
-    ring.ready(q);
-  };
   const int rows = hi - lo, groups = (rows + kTileRows - 1) / kTileRows, outs = rows * M;
   const bool fast_epi = !std::is_same<EPI, NoEpi>::value && epi_fast(op);
-  EpiIn pre{};
-  if (fast_epi) {
-    const int r = min((int)threadIdx.x, outs - 1);
-    pre = load_epi<EPI>(op, r % M, lo + r / M, s);
-  }
+  const EpiIn pre = first_epi<EPI>(op, lo, outs, M, fast_epi, s);
   // This lane's 16 bytes of x (row g of each 16) and of W (row g of the page).
   const uint32_t xl = smem_u32(xs) + (g * PITCH + warp * WC + 8 * t) * 2;
   const uint32_t wl = (g * C + warp * WC + 8 * t) * 2;
@@ -359,7 +341,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
 #pragma unroll 1
     for (int cb = 0; cb < CB; ++cb, ++seq) {
-      wait(seq);
+      wait_page(ring, seq, c.abort);
       const uint32_t wp = smem_u32(ring.page(seq)) + wl;
 #pragma unroll
       for (int j = 0; j < WC / 32; ++j) {
