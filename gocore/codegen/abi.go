@@ -32,9 +32,8 @@ const (
 	maxRingPages = 10
 	// minRingPages is the smallest ring worth streaming through.
 	minRingPages = 4
-	// tileScratchBudget bounds a tile stream's x and partials: what is left
-	// beside a ring of minRingPages pages and a slot table of up to 512.
-	tileScratchBudget = dynamicSharedBudget - minRingPages*stream.PageBytes - 4096
+	// ringBarsBytes is the ring's barriers (two mbarriers a page, rounded up).
+	ringBarsBytes = 256
 )
 
 // Task kinds the device dispatch knows, mirrored as an enum in the header.

@@ -122,7 +122,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 			rows[t.Op] = max(rows[t.Op], t.Box.Hi[1]-t.Box.Lo[1])
 		}
 	}
-	gen.planStreams(rows)
+	gen.planStreams(rows, l.arenaSlot+1)
 	var ops strings.Builder
 	for _, op := range g.Ops {
 		desc, err := gen.op(op, split[op.ID])
@@ -162,7 +162,10 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 // planStreams decides which Linears stream their weights through the ring
 // and reserves their scratch (x and the chunk partials). rows[op] is the
 // most weight rows one of its tasks reads.
-func (gen *generator) planStreams(rows []int64) {
+func (gen *generator) planStreams(rows []int64, slots int) {
+	// A tile stream's x and partials may take what a ring of minRingPages
+	// leaves (sizeRing's sum).
+	tileScratchBudget := dynamicSharedBudget - minRingPages*stream.PageBytes - ringBarsBytes - 8*slots
 	for _, op := range gen.g.Ops {
 		p, ok := stream.For(op, gen.written)
 		if !ok || !linearOnGPU(op) {
@@ -184,8 +187,7 @@ func (gen *generator) sizeRing(slots int) error {
 	if len(gen.plans) == 0 {
 		return nil
 	}
-	const bars = 256 // two mbarriers per page, rounded up to 128 bytes
-	gen.ringPages = min(maxRingPages, (dynamicSharedBudget-8*slots-bars-gen.smem)/stream.PageBytes)
+	gen.ringPages = min(maxRingPages, (dynamicSharedBudget-8*slots-ringBarsBytes-gen.smem)/stream.PageBytes)
 	if gen.ringPages < minRingPages {
 		return fmt.Errorf("codegen: the tasks' %d bytes of shared memory leave room for %d weight pages, fewer than %d",
 			gen.smem, gen.ringPages, minRingPages)
