@@ -4,7 +4,7 @@
 #   check:<model>      python -m mpk check --target cuda --dtype bfloat16
 #   bench:<m1+m2..>    bench/decode.py (JSON bench_<n>.json)
 #   trace:<model>      bench/trace.py (JSON trace_<n>_<model>.json)
-#   pytest:<path>      pytest -m gpu on that path
+#   pytest:<path>      pytest -m gpu on that path (a ~ in ARGS is a space: -k,batch~or~steps)
 #   host:<model>       bench/host_time.py: host time of one call (JSON host_<model>.json)
 #   env:<NAME>:<VALUE> export NAME=VALUE for the jobs after it (e.g. MPK_NVCC_EXTRA)
 # Logs and JSON go to $OUT/results.tgz (the device returns few files); each
@@ -33,7 +33,9 @@ for job in ${JOBS:-check:tiny-llama}; do
            tail -40 "$W/trace_${n}_$what.log" ;;
     host) timeout "${JOB_TIMEOUT:-500}" python3 bench/host_time.py --model "$what" $extra --json "$W/host_$what.json" >"$W/host_$what.log" 2>&1
           tail -9 "$W/host_$what.log" ;;
-    pytest) timeout "${JOB_TIMEOUT:-500}" python3 -m pytest -q -m gpu -p no:cacheprovider "$what" $extra >"$W/pytest_$n.log" 2>&1
+    pytest) args=()
+            for a in $extra; do args+=("${a//\~/ }"); done
+            timeout "${JOB_TIMEOUT:-500}" python3 -m pytest -q -m gpu -p no:cacheprovider "$what" "${args[@]}" >"$W/pytest_$n.log" 2>&1
            tail -3 "$W/pytest_$n.log" ;;
   esac
 done
