@@ -330,7 +330,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
   const int rows = hi - lo, groups = (rows + kTileRows - 1) / kTileRows, outs = rows * M;
   const bool fast_epi = !std::is_same<EPI, NoEpi>::value && epi_fast(op);
   const EpiIn pre = first_epi<EPI>(op, lo, outs, M, fast_epi, s);
-  // This lane's 16 bytes of x (row g of each 16) and of W (row g of the page).
+  // This lane's 16 bytes of x (row g of each m-tile) and of W (row g of the page).
   const uint32_t xl = smem_u32(xs) + (g * PITCH + warp * WC + 8 * t) * 2;
   const uint32_t wl = (g * C + warp * WC + 8 * t) * 2;
   const uint4 zero = make_uint4(0, 0, 0, 0);
