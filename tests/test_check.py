@@ -38,6 +38,22 @@ def test_check_long_cache_mostly_empty(core_lib, fresh_dynamo, mask):
     assert res.rel_err < 1e-4
 
 
+@pytest.mark.parametrize("batch,prefill", [(48, 1), (1, 48)])
+def test_check_split_rows(core_lib, fresh_dynamo, batch, prefill):
+    """split_rows: wide-llama's down projection (x 48 x 1,536, too tall for
+    one tensor-core stream) runs as 3 Linears over blocks of rows, on a
+    decode batch and on a prompt chunk with a mask; the reference target
+    runs the same op graph the cuda target would."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", batch=batch, prefill=prefill,
+                          cache_tokens=16, steps=2, seed=0, workers=16, log=lines.append, mask=prefill > 1,
+                          options={"split_rows": True})
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    downs = [l for l in labels if "linear+residual" in l]
+    assert len(downs) == 2 + 2 * 3, f"want 2 o projections and 2 down projections in 3 row blocks each: {downs}"
+
+
 def test_float32_judge_is_a_copy_of_the_bf16_model():
     """The bf16 rule's judge holds the bf16 model's own weights, upcast (not a
     fresh float32 draw, whose weights the bf16 model never had)."""

@@ -23,7 +23,8 @@ type pass struct {
 // normalization, linearization); validate guards every launch.
 var passes = []pass{
 	{"lower", func(c *Compiled, req *wire.Request) *wire.Error {
-		g, err := lower.LowerWith(&req.Graph, lower.Config{Workers: c.Options.NumWorkers, RoundIntermediates: c.Options.RoundIntermediates})
+		g, err := lower.LowerWith(&req.Graph, lower.Config{Workers: c.Options.NumWorkers,
+			RoundIntermediates: c.Options.RoundIntermediates, SplitRows: c.Options.SplitRows})
 		c.Ops = g
 		return err
 	}},

@@ -34,6 +34,10 @@ type Config struct {
 	// RoundIntermediates keeps every half-precision intermediate in its own
 	// dtype, rounding after each op as eager does (see widenTemps).
 	RoundIntermediates bool
+	// SplitRows cuts Linears whose x has too many rows to stream into
+	// blocks of rows that do (splitLinearRows). Off by default until its
+	// GPU path is measured.
+	SplitRows bool
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -21,6 +21,10 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		boundMergeByExtent(g, cfg.Workers)
 		g.Renumber()
 	}
+	if cfg.SplitRows { // last: it copies each Linear as the passes above left it
+		splitLinearRows(g)
+		g.Renumber()
+	}
 }
 
 // rewrites is the pass table of the op graph; the order matters: aliasing

@@ -126,10 +126,7 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	if p, ok := regPlan(M, K, esz); ok {
 		return p, true
 	}
-	xdt := op.In[0].DType()
-	if op.Attr.Pro != nil {
-		xdt = op.Attr.Pro.DType
-	}
+	xdt := linearXDType(op)
 	cols := tileCols(K, esz)
 	if esz != 2 || !xdt.IsFloat() || cols == 0 || TileXBytes(K, M, esz, false) > MaxTileXBytes {
 		return Plan{}, false
@@ -138,6 +135,43 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	low := xdt.Size() > esz && TileXBytes(K, M, esz, true) <= MaxTileXBytes
 	return Plan{M: M, K: K, ElemBytes: esz, PageBytes: TileRows * cols * esz, Split: K / cols, Tiles: true, Cols: cols,
 		XLow: low}, true
+}
+
+// MaxRows is how many rows of op's x (at most its own) a block of a Linear
+// too tall for For takes (lower.splitLinearRows): the most that stream with
+// op's other shapes and dtypes and keep an fp32 x's low part (rounding x
+// flipped near-tied argmaxes at batch 8), if that is at least 4 (or all that
+// stream); else the most that stream, x rounded; 0 if none do.
+func MaxRows(op *ir.Op, written func(*ir.Buffer) bool) int64 {
+	c := *op
+	c.Out = op.Out.Clone()
+	exact := func(p Plan) bool { return !p.Tiles || p.XLow || linearXDType(op).Size() <= p.ElemBytes }
+	var mExact, mAny int64
+	for m := op.Out.Shape[0]; m > 0 && mExact == 0; m-- {
+		c.Out.Shape[0] = m
+		p, ok := For(&c, written)
+		if !ok {
+			continue
+		}
+		if exact(p) {
+			mExact = m
+		}
+		if mAny == 0 {
+			mAny = m
+		}
+	}
+	if mExact >= min(4, mAny) {
+		return mExact
+	}
+	return mAny
+}
+
+// linearXDType is the dtype of a Linear's x: its prologue's, or its input's.
+func linearXDType(op *ir.Op) ir.DType {
+	if op.Attr.Pro != nil {
+		return op.Attr.Pro.DType
+	}
+	return op.In[0].DType()
 }
 
 // regPlan is the plan with x in the consumers' registers, if it fits.

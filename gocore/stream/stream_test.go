@@ -92,6 +92,28 @@ func TestTilePlans(t *testing.T) {
 	}
 }
 
+// TestMaxRows: the rows a block of a too-tall Linear takes keep an fp32
+// x's low part when at least 4 do; a bf16 x has none to keep.
+func TestMaxRows(t *testing.T) {
+	cases := []struct {
+		name string
+		op   *ir.Op
+		want int64
+	}{
+		{"batch-16 down, fp32 x: hi + lo fits 4 rows", linearX(16, 2048, 8192, ir.F32, ir.BF16, []int64{8192, 1}, ir.Input), 4},
+		{"64-row q, fp32 x: 16 rows", linearX(64, 2048, 2048, ir.F32, ir.BF16, []int64{2048, 1}, ir.Input), 16},
+		{"64-row q, bf16 x: 32 rows", linearX(64, 2048, 2048, ir.BF16, ir.BF16, []int64{2048, 1}, ir.Input), 32},
+		{"qwen3-8b down, batch 16: hi + lo only 2 rows, rounded 5", linearX(16, 4096, 12288, ir.F32, ir.BF16, []int64{12288, 1}, ir.Input), 5},
+		{"K 768: two rows in registers", linearX(64, 1024, 768, ir.F32, ir.BF16, []int64{768, 1}, ir.Input), 2},
+		{"K 896: nothing streams", linearX(64, 1024, 896, ir.F32, ir.BF16, []int64{896, 1}, ir.Input), 0},
+	}
+	for _, c := range cases {
+		if got := MaxRows(c.op, never); got != c.want {
+			t.Errorf("%s: %d rows, want %d", c.name, got, c.want)
+		}
+	}
+}
+
 func TestTasks(t *testing.T) {
 	p, _ := For(linear(1, 128256, 2048, ir.BF16, []int64{2048, 1}, ir.Input), never)
 	// 525 MB of LM head: ⌈525 MB / 512 KiB⌉ = 1002 tasks, rounded up to 8 per worker.

@@ -80,6 +80,9 @@ type Options struct {
 	// RoundIntermediates rounds half-precision intermediates after every op,
 	// as eager does, instead of keeping them in fp32.
 	RoundIntermediates bool `json:"round_intermediates"`
+	// SplitRows streams a Linear whose x has too many rows for one weight
+	// stream as blocks of rows, each reading the weights once (lower.Config).
+	SplitRows bool `json:"split_rows"`
 }
 
 type Graph struct {

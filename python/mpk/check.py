@@ -60,6 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=tuple(DTYPES),
                    help="model dtype (default: float32 for reference, bfloat16 for cuda)")
     p.add_argument("--steps", type=int, default=1, help="steps run back to back")
+    p.add_argument("--split-rows", action="store_true",
+                   help="stream Linears whose x is too tall for one weight stream as blocks of rows (option split_rows)")
     p.add_argument("--batch", type=int, default=1, help="sequences per step")
     p.add_argument("--mask", action="store_true",
                    help="pass a 2-D attention_mask over the whole cache (left-padded rows when --batch > 1)")
@@ -201,14 +203,15 @@ def _steps(fn, cache, steps: list, device, times: list | None = None):
 def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int = 1, seed: int = 0,
               workers: int | None = None, cache_tokens: int = 64, dtype: str | None = None,
               steps: int = 1, log: Callable[[str], None] = print, exec_seed: int | None = None,
-              batch: int = 1, mask: bool = False, capacity: int = 0) -> CheckResult:
+              batch: int = 1, mask: bool = False, capacity: int = 0, options: dict | None = None) -> CheckResult:
     """Runs the check; logs the summary and the result line; returns the result.
     `model` is a named model or a path to a local HF config; `capacity` > 0
-    makes the cache at least that long (most of it empty)."""
+    makes the cache at least that long (most of it empty); `options` are more
+    mpk options for the compile."""
     compiled: list = []  # what the backend compiled, through the on_compile option
     try:
         return _run_check(model, target, prefill, seed, workers, cache_tokens, dtype, steps, log,
-                          seed if exec_seed is None else exec_seed, batch, mask, capacity, compiled)
+                          seed if exec_seed is None else exec_seed, batch, mask, capacity, compiled, options)
     except MpkError as e:
         if compiled and (compiled[-1].summary or {}).get("text"):
             log(compiled[-1].summary["text"].rstrip("\n"))
@@ -219,7 +222,7 @@ def run_check(model: str = "tiny-llama", target: str = "reference", prefill: int
 
 
 def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps, log, exec_seed,
-               batch, mask, capacity, compiled: list) -> CheckResult:
+               batch, mask, capacity, compiled: list, options: dict | None = None) -> CheckResult:
     ensure_backend_registered()
     dtype = dtype or ("float32" if target == "reference" else "bfloat16")
     device = "cpu" if target == "reference" else "cuda"
@@ -250,7 +253,7 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
     eager_cache = snapshot(cache)
     restore(cache, state)
 
-    opts = {"target": target, "seed": exec_seed, "on_compile": compiled.append}
+    opts = {**(options or {}), "target": target, "seed": exec_seed, "on_compile": compiled.append}
     if target == "cuda":  # surface a kernel abort at the step that caused it; NaN-fill outputs
         opts.update(sync=True, poison=True)
     if workers is not None:
@@ -369,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         res = run_check(a.config or a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype,
-                        a.steps, exec_seed=a.exec_seed, batch=a.batch, mask=a.mask, capacity=a.capacity)
+                        a.steps, exec_seed=a.exec_seed, batch=a.batch, mask=a.mask, capacity=a.capacity,
+                        options={"split_rows": True} if a.split_rows else None)
     except Exception as e:  # the last line must say FAIL, whatever broke
         import traceback
         traceback.print_exc()

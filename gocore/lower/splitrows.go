@@ -1,0 +1,107 @@
+package lower
+
+import (
+	"mpk/gocore/ir"
+	"mpk/gocore/stream"
+)
+
+// splitLinearRows cuts a Linear whose x has more rows than any weight stream
+// takes (stream.For: the tensor-core tiles stage x's rows in shared memory)
+// into Linears over blocks of rows that do stream: each block reads the
+// weights once, so a step reads them ⌈M/rows⌉ times instead of M times (the
+// plain Linear reads them once per row). llama-3.2-1b at batch 16: the down
+// projection's x (16 × 8,192) streams as two blocks of 8; a 64-token chunk's
+// q/k/v as four blocks of 16. The blocks write disjoint rows of the output
+// and read the same rows of every other operand. A Linear keeps its rows
+// whole when an operand other than the weight does not have x's rows as its
+// first dim, or a folded expression reads the row index.
+func splitLinearRows(g *ir.Graph) {
+	written := stream.Writers(g)
+	var ops []*ir.Op
+	for _, op := range g.Ops {
+		rows, M := int64(0), int64(0)
+		if op.Kind == ir.Linear && rowSliceable(op) {
+			M = op.Out.Shape[0]
+			if _, ok := stream.For(op, written); !ok {
+				rows = stream.MaxRows(op, written)
+			}
+		}
+		if rows <= 0 || rows >= M {
+			ops = append(ops, op)
+			continue
+		}
+		for r0 := int64(0); r0 < M; r0 += rows {
+			ops = append(ops, sliceRows(op, r0, min(rows, M-r0)))
+		}
+	}
+	g.Ops = ops
+}
+
+// rowSliceable: every operand but the weight (In[1]) and the output have x's
+// rows as dim 0, and no folded expression reads an index.
+func rowSliceable(op *ir.Op) bool {
+	if op.Out.Rank() == 0 {
+		return false
+	}
+	M := op.Out.Shape[0]
+	for i, v := range append([]ir.View{op.Out}, op.In...) {
+		if i == 2 { // In[1], the weight
+			continue
+		}
+		if v.Rank() == 0 || v.Shape[0] != M {
+			return false
+		}
+	}
+	for _, e := range []*ir.Expr{exprOf(op.Attr.Pro), exprOfEpi(op.Attr.Epi)} {
+		if e != nil && readsIndex(e) {
+			return false
+		}
+	}
+	return true
+}
+
+func exprOf(p *ir.Prologue) *ir.Expr {
+	if p == nil {
+		return nil
+	}
+	return p.Expr
+}
+
+func exprOfEpi(e *ir.Epilogue) *ir.Expr {
+	if e == nil {
+		return nil
+	}
+	return e.Expr
+}
+
+// readsIndex reports whether e reads an element's index (idx0, ...).
+func readsIndex(e *ir.Expr) bool {
+	found := false
+	e.Map(func(n *ir.Expr) *ir.Expr {
+		found = found || n.Op == ir.EIndex
+		return n
+	})
+	return found
+}
+
+// sliceRows is op on rows [r0, r0+n) of x: every operand but the weight,
+// and the output, cut to those rows along dim 0.
+func sliceRows(op *ir.Op, r0, n int64) *ir.Op {
+	cut := func(v ir.View) ir.View {
+		c := v.Clone()
+		c.Offset += r0 * v.Strides[0]
+		c.Shape[0] = n
+		return c
+	}
+	c := *op
+	c.In = make([]ir.View, len(op.In))
+	for i, v := range op.In {
+		if i == 1 {
+			c.In[i] = v.Clone()
+			continue
+		}
+		c.In[i] = cut(v)
+	}
+	c.Out = cut(op.Out)
+	return &c
+}
