@@ -53,7 +53,7 @@ func rowSliceable(op *ir.Op) bool {
 		}
 	}
 	for _, e := range []*ir.Expr{exprOf(op.Attr.Pro), exprOfEpi(op.Attr.Epi)} {
-		if e != nil && readsIndex(e) {
+		if e != nil && hasIndex(e) {
 			return false
 		}
 	}
@@ -72,16 +72,6 @@ func exprOfEpi(e *ir.Epilogue) *ir.Expr {
 		return nil
 	}
 	return e.Expr
-}
-
-// readsIndex reports whether e reads an element's index (idx0, ...).
-func readsIndex(e *ir.Expr) bool {
-	found := false
-	e.Map(func(n *ir.Expr) *ir.Expr {
-		found = found || n.Op == ir.EIndex
-		return n
-	})
-	return found
 }
 
 // sliceRows is op on rows [r0, r0+n) of x: every operand but the weight,
