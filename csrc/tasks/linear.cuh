@@ -126,10 +126,7 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, X xs, 
     int64_t i[2] = {m, k};
     const float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));  // x read again: xs may be narrower than x
     double y = round_to(x.dtype, (double)(v * inv));
-    if (has_w) {
-      int64_t i[2] = {m, k};
-      y *= load_elem(base(s, w), w.dtype, offset_of(w, i));
-    }
+    if (has_w) y *= load_elem(base(s, w), w.dtype, offset_of(w, i));
     put_x(xs, k, (float)round_to(op.pro_dtype, y));
   }
 }

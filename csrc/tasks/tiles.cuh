@@ -75,8 +75,9 @@ __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], uint32_t a0, ui
 // stage_rows stages x's M rows, row m at xs + m·PITCH, through the op's
 // prologue, B rows at a time with all their loads issued before any is used
 // (a row at a time, each row cost a round trip, and an RMSNorm's two
-// barriers; M rows of a merge cost M times one). Rows that are not a
-// contiguous float row (rare layouts) go through stage_x one by one.
+// barriers; M rows of a merge cost M times one). Rows in other layouts
+// (not contiguous float rows, or not aligned for 4-wide loads: rare) go
+// through stage_x one by one.
 template <int K>
 constexpr int stage_batch(int M, int operands) {
   const int b = 32 / (per_thread(K) * operands);  // 32 registers of loaded values, at most 8 rows
@@ -143,25 +144,8 @@ __device__ __forceinline__ void stage_rows(NoPro, const Op& op, X xs, const Slot
     }
     return;
   }
-  if (!float_row2(x)) {
 #pragma unroll 1
-    for (int m = 0; m < M; ++m) stage_x<K>(NoPro{}, op, m, xs + m * PITCH, s);
-    return;
-  }
-  constexpr int PT = per_thread(K), B = stage_batch<K>(M, 1);
-#pragma unroll 1
-  for (int m0 = 0; m0 < M; m0 += B) {
-    float v[B][PT];
-#pragma unroll
-    for (int b = 0; b < B; ++b) load_x_row<K>(base(s, x), x, min(m0 + b, M - 1), v[b]);
-#pragma unroll
-    for (int b = 0; b < B; ++b)
-#pragma unroll
-      for (int i = 0; i < PT; ++i) {
-        const int k = threadIdx.x + i * MPK_THREADS;
-        if (m0 + b < M && k < K) put_x(xs + (m0 + b) * PITCH, k, v[b][i]);
-      }
-  }
+  for (int m = 0; m < M; ++m) stage_x<K>(NoPro{}, op, m, xs + m * PITCH, s);
 }
 
 // The two-operand elementwise prologue (SiLU(gate)·up); others row by row.
@@ -204,93 +188,55 @@ __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Sl
   const View& x = op.in[0];
   const bool has_w = op.flags & FLAG_WEIGHT;
   const View& w = has_w ? op.in[op.pro_first] : x;
-  __shared__ float sums[kConsumerWarps * 8];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // reduce sums each of B rows' partial sums of squares over the block (one pair of barriers).
-  auto reduce = [&](auto& ss, auto nb) {
-    constexpr int NB = decltype(nb)::value;
-#pragma unroll
-    for (int b = 0; b < NB; ++b) ss[b] = warp_sum(ss[b]);
-    consumer_sync();  // the previous batch has read sums
-    if (lane == 0)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) sums[b * kConsumerWarps + warp] = ss[b];
-    consumer_sync();
-#pragma unroll
-    for (int b = 0; b < NB; ++b) ss[b] = warp_sum(lane < kConsumerWarps ? sums[b * kConsumerWarps + lane] : 0.f);
-  };
-  if (rows4_ok<K>(x, s) && rows4_ok<K>(w, s)) {
-    constexpr int Q = per_thread4(K), B = 4 / Q < 1 ? 1 : 4 / Q < M ? 4 / Q : M;  // 32 registers of raw words
-#pragma unroll 1
-    for (int m0 = 0; m0 < M; m0 += B) {
-      uint4 rx[B][Q], rw[B][Q];
-      float ss[B];
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
-        load_row4<K>(base(s, w), w, min(m0 + b, M - 1), rw[b]);
-      }
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        ss[b] = 0.f;
-#pragma unroll
-        for (int i = 0; i < Q; ++i) {
-          const float4 f = cvt_row4(rx[b][i], x.dtype);
-          if (4 * ((int)threadIdx.x + i * MPK_THREADS) < K) ss[b] += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
-        }
-      }
-      reduce(ss, std::integral_constant<int, B>{});
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const float inv = rsqrtf(ss[b] / (float)K + op.eps);
-#pragma unroll
-        for (int i = 0; i < Q; ++i) {
-          const int k = 4 * ((int)threadIdx.x + i * MPK_THREADS);
-          if (m0 + b >= M || k >= K) continue;
-          const float4 f = cvt_row4(rx[b][i], x.dtype), gw = cvt_row4(rw[b][i], w.dtype);
-          const float v[4] = {f.x, f.y, f.z, f.w}, gv[4] = {gw.x, gw.y, gw.z, gw.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float y = round_float(x.dtype, v[e] * inv);
-            put_x(xs + (m0 + b) * PITCH, k + e, round_float(op.pro_dtype, has_w ? y * gv[e] : y));
-          }
-        }
-      }
-    }
-    return;
-  }
-  if (!float_row2(x) || !float_row2(w)) {
+  if (!rows4_ok<K>(x, s) || !rows4_ok<K>(w, s)) {
 #pragma unroll 1
     for (int m = 0; m < M; ++m) stage_x<K>(NormPro{}, op, m, xs + m * PITCH, s);
     return;
   }
-  constexpr int PT = per_thread(K), B = stage_batch<K>(M, 2);
-  static_assert(B <= 8, "sums holds 8 rows");
+  constexpr int Q = per_thread4(K), B = 4 / Q < 1 ? 1 : 4 / Q < M ? 4 / Q : M;  // 32 registers of raw words
+  __shared__ float sums[kConsumerWarps * B];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
-    float v[B][PT], g[B][PT], ss[B];
+    uint4 rx[B][Q], rw[B][Q];
+    float ss[B];
 #pragma unroll
     for (int b = 0; b < B; ++b) {
-      const int m = min(m0 + b, M - 1);
-      load_x_row<K>(base(s, x), x, m, v[b]);
-      load_x_row<K>(base(s, w), w, m, g[b]);
+      load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
+      load_row4<K>(base(s, w), w, min(m0 + b, M - 1), rw[b]);
     }
 #pragma unroll
     for (int b = 0; b < B; ++b) {
       ss[b] = 0.f;
 #pragma unroll
-      for (int i = 0; i < PT; ++i) ss[b] += v[b][i] * v[b][i];  // zero past K
+      for (int i = 0; i < Q; ++i) {
+        const float4 f = cvt_row4(rx[b][i], x.dtype);
+        if (4 * ((int)threadIdx.x + i * MPK_THREADS) < K) ss[b] += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
+      }
     }
-    reduce(ss, std::integral_constant<int, B>{});
+    // The batch's sums over the block, with one pair of barriers.
+#pragma unroll
+    for (int b = 0; b < B; ++b) ss[b] = warp_sum(ss[b]);
+    consumer_sync();  // the previous batch has read sums
+    if (lane == 0)
+#pragma unroll
+      for (int b = 0; b < B; ++b) sums[b * kConsumerWarps + warp] = ss[b];
+    consumer_sync();
 #pragma unroll
     for (int b = 0; b < B; ++b) {
-      const float inv = rsqrtf(ss[b] / (float)K + op.eps);
+      const float inv =
+          rsqrtf(warp_sum(lane < kConsumerWarps ? sums[b * kConsumerWarps + lane] : 0.f) / (float)K + op.eps);
 #pragma unroll
-      for (int i = 0; i < PT; ++i) {
-        const int k = threadIdx.x + i * MPK_THREADS;
+      for (int i = 0; i < Q; ++i) {
+        const int k = 4 * ((int)threadIdx.x + i * MPK_THREADS);
         if (m0 + b >= M || k >= K) continue;
-        const float y = round_float(x.dtype, v[b][i] * inv);
-        put_x(xs + (m0 + b) * PITCH, k, round_float(op.pro_dtype, has_w ? y * g[b][i] : y));
+        const float4 f = cvt_row4(rx[b][i], x.dtype), gw = cvt_row4(rw[b][i], w.dtype);
+        const float v[4] = {f.x, f.y, f.z, f.w}, gv[4] = {gw.x, gw.y, gw.z, gw.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float y = round_float(x.dtype, v[e] * inv);
+          put_x(xs + (m0 + b) * PITCH, k + e, round_float(op.pro_dtype, has_w ? y * gv[e] : y));
+        }
       }
     }
   }
