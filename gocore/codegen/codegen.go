@@ -195,19 +195,10 @@ func (gen *generator) sizeRing(slots int) error {
 	return nil
 }
 
-// linearX is the dtype of a Linear's x: its input's, or the dtype its
-// prologue rounds to when x is computed.
-func linearX(op *ir.Op) ir.DType {
-	if op.Attr.Pro != nil {
-		return op.Attr.Pro.DType
-	}
-	return op.In[0].DType()
-}
-
 // linearOnGPU reports whether the CUDA task library has a Linear for op's dtypes.
 func linearOnGPU(op *ir.Op) bool {
 	_, wok := cType[op.In[1].DType()]
-	_, xok := cType[linearX(op)]
+	_, xok := cType[op.LinearX()]
 	return wok && xok
 }
 
@@ -360,7 +351,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		w := op.In[1]
 		// x is staged in shared memory as fp32 whatever its dtype; T is the weights'.
 		if !linearOnGPU(op) {
-			return "", fmt.Errorf("codegen: linear op %d on %s × %s is not supported on the GPU", op.ID, linearX(op), w.DType())
+			return "", fmt.Errorf("codegen: linear op %d on %s × %s is not supported on the GPU", op.ID, op.LinearX(), w.DType())
 		}
 		T := cType[w.DType()]
 		K := op.LinearK()

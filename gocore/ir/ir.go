@@ -293,6 +293,15 @@ func (op *Op) ProIn() []View {
 // not x's shape when a merge prologue computes x).
 func (op *Op) LinearK() int64 { return op.In[1].Shape[1] }
 
+// LinearX is the dtype of a Linear's x: its input's, or the dtype its
+// prologue rounds to when x is computed.
+func (op *Op) LinearX() DType {
+	if op.Attr.Pro != nil {
+		return op.Attr.Pro.DType
+	}
+	return op.In[0].DType()
+}
+
 // EpiIn returns the inputs of op's epilogue besides the product.
 func (op *Op) EpiIn() []View { return op.In[op.Attr.Epi.First:] }
 

@@ -10,11 +10,12 @@ import (
 // into Linears over blocks of rows that do stream: each block reads the
 // weights once, so a step reads them ⌈M/rows⌉ times instead of M times (the
 // plain Linear reads them once per row). llama-3.2-1b at batch 16: the down
-// projection's x (16 × 8,192) streams as two blocks of 8; a 64-token chunk's
-// q/k/v as four blocks of 16. The blocks write disjoint rows of the output
-// and read the same rows of every other operand. A Linear keeps its rows
-// whole when an operand other than the weight does not have x's rows as its
-// first dim, or a folded expression reads the row index.
+// projection's x (16 × 8,192) streams as four blocks of 4 (stream.MaxRows);
+// a 64-token chunk's q/k/v as four blocks of 16. The blocks write disjoint
+// rows of the output and read the same rows of every other operand. A
+// Linear keeps its rows whole when an operand other than the weight does
+// not have x's rows as its first dim, or a folded expression reads the row
+// index.
 func splitLinearRows(g *ir.Graph) {
 	written := stream.Writers(g)
 	var ops []*ir.Op
@@ -52,26 +53,11 @@ func rowSliceable(op *ir.Op) bool {
 			return false
 		}
 	}
-	for _, e := range []*ir.Expr{exprOf(op.Attr.Pro), exprOfEpi(op.Attr.Epi)} {
-		if e != nil && hasIndex(e) {
-			return false
-		}
+	if p := op.Attr.Pro; p != nil && p.Expr != nil && hasIndex(p.Expr) {
+		return false
 	}
-	return true
-}
-
-func exprOf(p *ir.Prologue) *ir.Expr {
-	if p == nil {
-		return nil
-	}
-	return p.Expr
-}
-
-func exprOfEpi(e *ir.Epilogue) *ir.Expr {
-	if e == nil {
-		return nil
-	}
-	return e.Expr
+	e := op.Attr.Epi
+	return e == nil || e.Expr == nil || !hasIndex(e.Expr)
 }
 
 // sliceRows is op on rows [r0, r0+n) of x: every operand but the weight,

@@ -126,7 +126,7 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	if p, ok := regPlan(M, K, esz); ok {
 		return p, true
 	}
-	xdt := linearXDType(op)
+	xdt := op.LinearX()
 	cols := tileCols(K, esz)
 	if esz != 2 || !xdt.IsFloat() || cols == 0 || TileXBytes(K, M, esz, false) > MaxTileXBytes {
 		return Plan{}, false
@@ -145,7 +145,7 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 func MaxRows(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 	c := *op
 	c.Out = op.Out.Clone()
-	exact := func(p Plan) bool { return !p.Tiles || p.XLow || linearXDType(op).Size() <= p.ElemBytes }
+	exact := func(p Plan) bool { return !p.Tiles || p.XLow || op.LinearX().Size() <= p.ElemBytes }
 	var mExact, mAny int64
 	for m := op.Out.Shape[0]; m > 0 && mExact == 0; m-- {
 		c.Out.Shape[0] = m
@@ -164,14 +164,6 @@ func MaxRows(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 		return mExact
 	}
 	return mAny
-}
-
-// linearXDType is the dtype of a Linear's x: its prologue's, or its input's.
-func linearXDType(op *ir.Op) ir.DType {
-	if op.Attr.Pro != nil {
-		return op.Attr.Pro.DType
-	}
-	return op.In[0].DType()
 }
 
 // regPlan is the plan with x in the consumers' registers, if it fits.

@@ -39,11 +39,8 @@ func main() {
 		if p, ok := stream.For(op, written); ok {
 			fmt.Printf("stream %3d %s: %+v\n", op.ID, op.Label, p)
 		} else {
-			x := op.In[0].DType()
-			if op.Attr.Pro != nil {
-				x = op.Attr.Pro.DType
-			}
-			fmt.Printf("stream %3d %s: none (M %d, K %d, x %s, w %s)\n", op.ID, op.Label, op.Out.Shape[0], op.LinearK(), x, op.In[1].DType())
+			fmt.Printf("stream %3d %s: none (M %d, K %d, x %s, w %s)\n", op.ID, op.Label, op.Out.Shape[0], op.LinearK(),
+				op.LinearX(), op.In[1].DType())
 		}
 	}
 }
