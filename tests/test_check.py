@@ -38,20 +38,22 @@ def test_check_long_cache_mostly_empty(core_lib, fresh_dynamo, mask):
     assert res.rel_err < 1e-4
 
 
-@pytest.mark.parametrize("batch,prefill", [(48, 1), (1, 48)])
-def test_check_split_rows(core_lib, fresh_dynamo, batch, prefill):
-    """split_rows: wide-llama's down projection (x 48 x 1,536, too tall for
-    one tensor-core stream) runs as 3 Linears over blocks of rows, on a
-    decode batch and on a prompt chunk with a mask; the reference target
-    runs the same op graph the cuda target would."""
+@pytest.mark.parametrize("batch,prefill,split", [(48, 1, None), (1, 48, None), (48, 1, False)])
+def test_check_split_rows(core_lib, fresh_dynamo, batch, prefill, split):
+    """split_rows (on by default): wide-llama's down projection (x 48 x 1,536,
+    too tall for one tensor-core stream) runs as 3 Linears over blocks of rows,
+    on a decode batch and on a prompt chunk with a mask; the reference target
+    runs the same op graph the cuda target would. Turned off, it stays one
+    Linear that reads its weights once per row."""
     lines = []
     res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", batch=batch, prefill=prefill,
                           cache_tokens=16, steps=2, seed=0, workers=16, log=lines.append, mask=prefill > 1,
-                          options={"split_rows": True})
+                          options=None if split is None else {"split_rows": split})
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
     downs = [l for l in labels if "linear+residual" in l]
-    assert len(downs) == 2 + 2 * 3, f"want 2 o projections and 2 down projections in 3 row blocks each: {downs}"
+    blocks = 1 if split is False else 3
+    assert len(downs) == 2 + 2 * blocks, f"want 2 o projections and 2 down projections in {blocks} row block(s): {downs}"
 
 
 def test_float32_judge_is_a_copy_of_the_bf16_model():

@@ -48,11 +48,11 @@ def test_cuda_batch_on_tensor_cores(core_lib, fresh_dynamo, batch, workers, mask
 
 @pytest.mark.parametrize("batch,prefill", [(48, 1), (1, 48)])
 def test_cuda_split_rows(core_lib, fresh_dynamo, batch, prefill):
-    """split_rows on the GPU: wide-llama's down projection (x 48 x 1,536) as
+    """split_rows (on by default) on the GPU: wide-llama's down projection (x 48 x 1,536) as
     blocks of rows through mpk::linear_tiles, on views that start past row 0."""
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
-                          seed=0, workers=16, log=lines.append, mask=prefill > 1, options={"split_rows": True})
+                          seed=0, workers=16, log=lines.append, mask=prefill > 1)
     assert res.ok, "\n".join(lines)
     assert res.compiled.sources["module.cu"].count("mpk::linear_tiles<") >= 2
 

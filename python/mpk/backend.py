@@ -19,6 +19,7 @@ from .targets import compile_request
 TARGETS = ("cuda", "reference")
 DEFAULT_REFERENCE_WORKERS = 132
 _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round_intermediates", "split_rows")
+_ON_BY_DEFAULT = ("split_rows",)
 # Python-side only: poison (NaN-fill float outputs before a run; default on for
 # reference, off for cuda), sync (cuda: synchronise after each launch and read
 # the status), build_only (cuda: compile, keep the core's result, run the ATen
@@ -57,7 +58,7 @@ def resolve_options(options: dict | None) -> dict:
         raise MpkError(f"num_workers must be positive, got {workers}", kind="bad_request")
     wire = {"target": target, "num_workers": int(workers), "seed": int(opts.get("seed", 0))}
     for k in _PASS_THROUGH:
-        wire[k] = bool(opts.get(k, False))
+        wire[k] = bool(opts.get(k, k in _ON_BY_DEFAULT))
     hook = opts.get("on_compile")
     if hook is not None and not callable(hook):
         raise MpkError(f"option on_compile={hook!r}: want a function of the compiled callable", kind="bad_request")
