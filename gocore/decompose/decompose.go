@@ -214,8 +214,21 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	case ir.Embedding: // a thread per element: the step's first op, on everyone's path
 		d := largestDim(out, allDims(len(out)))
 		return split(out, d, min(W, out[d], max(small(d), ceilDiv(n, stream.Threads))), 1)
-	case ir.KVWrite: // iterate over the source rows
-		return split(out, largestDim(out, allDims(len(out))), 1, 1)
+	case ir.KVWrite: // over the source, an element a thread, cut along its batch or heads: not along
+		// the run-time positions' dim, nor the last (a tile's cache rows stay one interval a row)
+		var dims []int
+		for d := range out[:len(out)-1] {
+			if d != op.Attr.Dim {
+				dims = append(dims, d)
+			}
+		}
+		if len(dims) == 0 {
+			return split(out, 0, 1, 1)
+		}
+		d := largestDim(out, dims)
+		return split(out, d, min(W, out[d], max(small(d), ceilDiv(n, stream.Threads))), 1)
+	case ir.MaskExtent: // [B]: a task per batch row (each reads its whole mask row)
+		return split(out, 0, min(W, out[0]), 1)
 	case ir.Cat:
 		var dims []int
 		for d := range out {

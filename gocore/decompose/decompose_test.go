@@ -133,6 +133,14 @@ func TestTiles(t *testing.T) {
 			op.Attr.Dim = 2
 			return op
 		}, 132, 0, sh(0, 1)},
+		{"a batch's kv write: an element a thread, cut along the batch", func(b *opBuilder) *ir.Op {
+			op := b.op(ir.KVWrite, b.buf("cache", 16, 8, 552, 64), b.buf("pos", 1), b.buf("src", 16, 8, 1, 64))
+			op.Attr.Dim = 2
+			return op
+		}, 132, 0, sh(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)},
+		{"mask extent: a task per batch row", func(b *opBuilder) *ir.Op {
+			return b.op(ir.MaskExtent, b.buf("ext", 4), b.buf("mask", 4, 1, 1, 552))
+		}, 132, 0, sh(0, 1, 2, 3, 4)},
 	}
 	for _, c := range cases {
 		b := &opBuilder{g: &ir.Graph{}}
