@@ -751,4 +751,26 @@ __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char
   }
 }
 
+// attn_merge_decode is attn_merge for one query per head (decode), on the
+// contiguous partials [B, Splits, H, 1, D+2] split-KV attention writes: the
+// task's heads [lo, hi) of every batch row, a warp per (row, head) pair, so
+// 16 pairs cost one round trip (merge_pairs). CHUNK > 0: in[1] is the mask's
+// extent per row, and the splits from it on (unwritten) are not read.
+template <int D, int H, int CHUNK, int R, int N>
+__device__ __noinline__ void attn_merge_decode(const Op& op, int lo, int hi, const Slots<N>& s) {
+  const View& out = op.out;
+  const int nh = hi - lo, pairs = (int)out.shape[0] * nh;
+  char* ob = base(s, out);
+  auto at = [&](int i) { return make_int2(i / nh, lo + i % nh); };
+#pragma unroll 1
+  for (int p0 = 0; p0 < pairs; p0 += kConsumerWarps)
+    merge_pairs<D, H, CHUNK, R, 1>(
+        op.in[0], op.in[1], min(kConsumerWarps, pairs - p0), [&](int i) { return at(p0 + i); },
+        [&](int i, int d, float v) {
+          const int2 rh = at(p0 + i);
+          st_float(ob, out.dtype, out.offset + rh.x * out.stride[0] + rh.y * out.stride[1] + d * out.stride[3], v);
+        },
+        s);
+}
+
 }  // namespace mpk

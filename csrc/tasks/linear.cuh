@@ -217,17 +217,19 @@ __device__ __forceinline__ int splits_below_extent(const View& e, int64_t row, i
   return min(splits, (extent + chunk - 1) / chunk);
 }
 
-// stage_merge merges rows [m0, m0 + rows) of x (rows <= MR), row m0 + r at
-// xs + r·PITCH. The (row, head) pairs are spread over the warps, HP a warp.
-template <int K, int D, int H, int CHUNK, int R, int MR, int PITCH, int N, typename X>
-__device__ __noinline__ void stage_merge(const Op& op, int64_t m0, int rows, X xs, const Slots<N>& s) {
-  static_assert(K == H * D, "x is the heads' merged outputs");
+// merge_pairs merges the split-KV partials p (contiguous [B, Splits, H, 1,
+// D+2]) of (batch row, head) pairs: the warps take pairs warp, warp + W, ...,
+// HP a warp, pair i being at(i) (an int2: row, head) for i < npairs. ext,
+// with CHUNK > 0, is the mask's extent per row: the splits from
+// ⌈extent / CHUNK⌉ on hold nothing and are not read. store(i, d, v) gets
+// element d of pair i's merged row.
+template <int D, int H, int CHUNK, int R, int HP, int N, typename At, typename Store>
+__device__ __forceinline__ void merge_pairs(const View& p, const View& ext, int npairs, At at, Store store,
+                                            const Slots<N>& s) {
   constexpr int PER = (D + 31) / 32;
-  constexpr int HP = (MR * H + kConsumerWarps - 1) / kConsumerWarps;  // (row, head) pairs a warp
-  constexpr int SB = 32 / (PER * HP) > 0 ? 32 / (PER * HP) : 1;       // splits a batch (32 registers of outputs)
-  constexpr int SS = H * (D + 2);                                     // floats from one split's partials to the next
-  const View& p = op.in[0];
-  const float* pm = reinterpret_cast<const float*>(base(s, p)) + p.offset + m0 * p.stride[0];
+  constexpr int SB = 32 / (PER * HP) > 0 ? 32 / (PER * HP) : 1;  // splits a batch (32 registers of outputs)
+  constexpr int SS = H * (D + 2);                                // floats from one split's partials to the next
+  const float* pb = reinterpret_cast<const float*>(base(s, p)) + p.offset;
   const int splits = (int)p.shape[1];
   const SplitGroups<R> g(splits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -239,8 +241,8 @@ __device__ __noinline__ void stage_merge(const Op& op, int64_t m0, int rows, X x
 #pragma unroll
     for (int e = 0; e < PER; ++e) o[i][e] = 0.f;
   }
-  // Pair i of this warp: row pair(i) / H, head pair(i) % H (past the last pair: the last, not stored).
-  auto pair = [&](int i) { return min(warp + i * kConsumerWarps, rows * H - 1); };
+  // Pair i of this warp (past the last pair: the last, not stored).
+  auto pair = [&](int i) { return at(min(warp + i * kConsumerWarps, npairs - 1)); };
   // KV chunks in order, from the split covering each (g); bound: the chunks
   // that may hold positions in any of the warp's rows (known once the first
   // batch's loads are out).
@@ -250,8 +252,8 @@ __device__ __noinline__ void stage_merge(const Op& op, int64_t m0, int rows, X x
     float ml[HP], ll[HP], a[HP][SB][PER];
 #pragma unroll
     for (int i = 0; i < HP; ++i) {
-      const int pi = pair(i);
-      const float* ph = pm + (MR == 1 ? 0 : pi / H * p.stride[0]) + (pi % H) * (D + 2);  // the pair's head of split 0
+      const int2 rh = pair(i);
+      const float* ph = pb + rh.x * p.stride[0] + rh.y * (D + 2);  // the pair's head of split 0
       const float* pl = ph + g.split(s0 + min(lane, n - 1)) * SS;
       ml[i] = __ldcg(pl), ll[i] = __ldcg(pl + 1);
 #pragma unroll
@@ -266,7 +268,7 @@ __device__ __noinline__ void stage_merge(const Op& op, int64_t m0, int rows, X x
         bound = 0;
 #pragma unroll
         for (int i = 0; i < HP; ++i) {
-          live[i] = MR == 1 && i > 0 ? live[0] : splits_below_extent(op.in[op.pro_first], m0 + pair(i) / H, CHUNK, splits, s);
+          live[i] = splits_below_extent(ext, pair(i).x, CHUNK, splits, s);
           bound = max(bound, live[i]);
         }
       }
@@ -291,12 +293,22 @@ __device__ __noinline__ void stage_merge(const Op& op, int64_t m0, int rows, X x
   }
 #pragma unroll
   for (int i = 0; i < HP; ++i) {
-    const int pi = warp + i * kConsumerWarps, r = pi / H, h = pi % H;
+    const int pi = warp + i * kConsumerWarps;
 #pragma unroll
     for (int e = 0; e < PER; ++e)
-      if (pi < rows * H && lane + 32 * e < D)
-        put_x(xs + r * PITCH, h * D + lane + 32 * e, round_float(op.pro_dtype, L[i] > 0.f ? o[i][e] / L[i] : 0.f));
+      if (pi < npairs && lane + 32 * e < D) store(pi, lane + 32 * e, L[i] > 0.f ? o[i][e] / L[i] : 0.f);
   }
+}
+
+// stage_merge merges rows [m0, m0 + rows) of x (rows <= MR), row m0 + r at
+// xs + r·PITCH: its (row, head) pairs spread over the warps.
+template <int K, int D, int H, int CHUNK, int R, int MR, int PITCH, int N, typename X>
+__device__ __noinline__ void stage_merge(const Op& op, int64_t m0, int rows, X xs, const Slots<N>& s) {
+  static_assert(K == H * D, "x is the heads' merged outputs");
+  constexpr int HP = (MR * H + kConsumerWarps - 1) / kConsumerWarps;  // (row, head) pairs a warp
+  merge_pairs<D, H, CHUNK, R, HP>(
+      op.in[0], op.in[op.pro_first], rows * H, [&](int i) { return make_int2((int)m0 + i / H, i % H); },
+      [&](int i, int d, float v) { put_x(xs + i / H * PITCH, i % H * D + d, round_float(op.pro_dtype, v)); }, s);
 }
 
 template <int K, int D, int H, int CHUNK, int R, int N, typename X>

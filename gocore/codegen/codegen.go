@@ -433,12 +433,23 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		code = fmt.Sprintf("mpk::mask_extent<%s>(op, lo, hi, s, c.smem)", maskCType(op.In[0].DType()))
 		gen.smem = max(gen.smem, 4*(1+Threads/32)) // the extent and a warp's largest add
 	case ir.AttnMerge:
-		D := op.Out.Shape[op.Out.Rank()-1]
+		D, pv := op.Out.Shape[op.Out.Rank()-1], op.In[0]
 		if D > 256 {
 			return "", fmt.Errorf("codegen: attention head dim %d is not supported on the GPU (up to 256)", D)
 		}
-		code = fmt.Sprintf("mpk::attn_merge<%d>(op, lo, hi, s, c.smem)", D)
-		gen.smem = max(gen.smem, (Threads/32)*int(D+2)*4)
+		switch {
+		case pv.Shape[3] == 1 && pv.IsContiguous(): // decode: a warp per (row, head)
+			chunk := int64(0)
+			if op.Attr.HasExtent {
+				chunk = op.Attr.Chunk
+			}
+			code = fmt.Sprintf("mpk::attn_merge_decode<%d, %d, %d, %d>(op, lo, hi, s)", D, pv.Shape[2], chunk, max(1, op.Attr.Interleave))
+		case op.Attr.HasExtent:
+			return "", fmt.Errorf("codegen: attention merge of %v partials bounded by a mask extent (want one query, contiguous) is not supported on the GPU", pv.Shape)
+		default:
+			code = fmt.Sprintf("mpk::attn_merge<%d>(op, lo, hi, s, c.smem)", D)
+			gen.smem = max(gen.smem, (Threads/32)*int(D+2)*4)
+		}
 	case ir.RMSNorm:
 		if op.Attr.HasWeight {
 			flags |= flagWeight

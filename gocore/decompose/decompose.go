@@ -362,6 +362,9 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 	case ir.AttnMerge:
 		p := op.In[0]
 		read(p, tgraph.Box{Lo: []int64{b.Lo[0], 0, b.Lo[1], b.Lo[2], 0}, Hi: []int64{b.Hi[0], p.Shape[1], b.Hi[1], b.Hi[2], p.Shape[4]}})
+		if op.Attr.HasExtent { // the rows' extents
+			read(op.In[1], tgraph.Box{Lo: []int64{b.Lo[0]}, Hi: []int64{b.Hi[0]}})
+		}
 	case ir.Embedding:
 		read(op.In[0], fullBox(op.In[0])) // rows chosen at run time
 		r := len(b.Lo) - 1

@@ -217,12 +217,16 @@ type Attrs struct {
 	HasMask bool // Attention: In[3] is an additive or boolean mask
 	// HasExtent: decode Attention's In[4] is its mask's extent per batch row
 	// (MaskExtent); chunks that start at or past it are skipped, partials
-	// unwritten (the merge reads no split past the extent either).
+	// unwritten (the merge reads no split past the extent either). On a
+	// decode AttnMerge: In[1] is that extent, and split s covers the
+	// positions from Chunk·(its chunk), so it merges the splits below it only.
 	HasExtent bool
-	// Interleave > 1, on a decode Attention with an extent: its splits are
-	// that many groups of interleaved chunks (SplitGroups), a task per group
-	// and head, so a short live length spreads over every task.
+	// Interleave > 1, on a decode Attention with an extent (and its
+	// AttnMerge): its splits are that many groups of interleaved chunks
+	// (SplitGroups), a task per group and head, so a short live length
+	// spreads over every task.
 	Interleave int64
+	Chunk      int64 // AttnMerge with HasExtent: the positions a KV chunk covers
 	Residual   bool // Linear: In[2] is added to the product
 	HasWeight  bool // RMSNorm: In[1] is the weight
 	Dim        int  // Cat, KVWrite, Gather: the dimension

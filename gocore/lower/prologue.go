@@ -69,7 +69,10 @@ func fusePrologue(g *ir.Graph) {
 // while it stages x, and the merge's stage, with its synchronisation,
 // disappears. It runs after splitAttention made the merges. x must be the
 // whole merge output of one query per head read as [B, H·Dv], so that
-// x[m, h·Dv+d] is the merge of batch row m, head h, element d.
+// x[m, h·Dv+d] is the merge of batch row m, head h, element d; and B must be
+// 1: every task of the Linear merges all of x, so at B > 1 the merges of
+// its ~workers tasks cost more than one stage of merges (a warp per (row,
+// head) pair) and the o projection staging a plain x.
 func fuseMergePrologue(g *ir.Graph) {
 	u := analyze(g)
 	index := opIndex(g)
@@ -81,7 +84,7 @@ func fuseMergePrologue(g *ir.Graph) {
 		}
 		B, H, Sq, Dv := p.Out.Shape[0], p.Out.Shape[1], p.Out.Shape[2], p.Out.Shape[3]
 		readers := u.readers[p.Out.Buf.ID]
-		ok := Sq == 1 && len(readers) > 0
+		ok := Sq == 1 && B == 1 && len(readers) > 0
 		for _, l := range readers {
 			x := l.In[0]
 			if l.Kind != ir.Linear || l.Attr.Pro != nil || x.Buf != p.Out.Buf || !x.IsWhole() || x.Rank() != 2 ||

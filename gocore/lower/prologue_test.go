@@ -37,19 +37,19 @@ func TestThroughView(t *testing.T) {
 }
 
 // mergeGraph is decode attention split into chunks, its merge read as x by
-// an o projection ([1, 4, 1, 8] heads viewed as [1, 32]) and, with
+// an o projection ([B, 4, 1, 8] heads viewed as [B, 32]) and, with
 // alsoOutput, the merge output returned as well.
-func mergeGraph(alsoOutput bool) (*builder, *ir.Op) {
+func mergeGraph(alsoOutput bool, B int64) (*builder, *ir.Op) {
 	b := newBuilder()
-	q := b.input("q", ir.F32, 1, 4, 1, 8)
-	k := b.input("k", ir.F32, 1, 2, 64, 8)
-	v := b.input("v", ir.F32, 1, 2, 64, 8)
+	q := b.input("q", ir.F32, B, 4, 1, 8)
+	k := b.input("k", ir.F32, B, 2, 64, 8)
+	v := b.input("v", ir.F32, B, 2, 64, 8)
 	w := b.param("w", ir.F32, 16, 32)
-	att := b.temp("att", ir.F32, 1, 4, 1, 8)
+	att := b.temp("att", ir.F32, B, 4, 1, 8)
 	a := b.op(ir.Attention, att, q, k, v)
 	a.Attr.Scale, a.Attr.Groups = 1, 2
-	out := b.temp("out", ir.F32, 1, 16)
-	lin := b.op(ir.Linear, out, strided(att, 0, sh(1, 32), sh(32, 1)), w)
+	out := b.temp("out", ir.F32, B, 16)
+	lin := b.op(ir.Linear, out, strided(att, 0, sh(B, 32), sh(32, 1)), w)
 	lin.Label = "linear"
 	b.output(out)
 	if alsoOutput {
@@ -62,7 +62,7 @@ func mergeGraph(alsoOutput bool) (*builder, *ir.Op) {
 // o projection's prologue (it reads the partials), unless something else
 // needs the merged output.
 func TestMergeFoldsIntoTheLinear(t *testing.T) {
-	b, lin := mergeGraph(false)
+	b, lin := mergeGraph(false, 1)
 	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
 	run(t, b.g, fuseMergePrologue)
 	if got := kinds(b.g); got != "attention linear:attn_merge+linear" {
@@ -73,11 +73,19 @@ func TestMergeFoldsIntoTheLinear(t *testing.T) {
 		t.Fatalf("prologue %+v, x %v", p, lin.In[0])
 	}
 
-	b, _ = mergeGraph(true)
+	b, _ = mergeGraph(true, 1)
 	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
 	run(t, b.g, fuseMergePrologue)
 	if got := kinds(b.g); got != "attention attn_merge linear" {
 		t.Fatalf("a merge the caller reads was folded: %s", got)
+	}
+
+	// A batch stays one stage of merges: every task of the Linear would merge all its rows.
+	b, _ = mergeGraph(false, 2)
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
+	run(t, b.g, fuseMergePrologue)
+	if got := kinds(b.g); got != "attention attn_merge linear" {
+		t.Fatalf("a batch's merge was folded: %s", got)
 	}
 }
 
@@ -85,7 +93,7 @@ func TestMergeFoldsIntoTheLinear(t *testing.T) {
 // mask's extent, computed by a MaskExtent op just before the attention, and
 // knows the chunk each split covers.
 func TestMergeBoundByTheMaskExtent(t *testing.T) {
-	b, lin := mergeGraph(false)
+	b, lin := mergeGraph(false, 1)
 	a := b.g.Ops[0]
 	a.In = append(a.In, b.input("mask", ir.Bool, 1, 4, 1, 64))
 	a.Attr.HasMask = true
@@ -110,8 +118,25 @@ func TestMergeBoundByTheMaskExtent(t *testing.T) {
 		t.Fatalf("interleave: attention %d, merge %d, want %d (>1)", a.Attr.Interleave, p.Interleave, want)
 	}
 
+	// A batch's standalone merge reads the extent as In[1].
+	b, _ = mergeGraph(false, 2)
+	a = b.g.Ops[0]
+	a.In = append(a.In, b.input("mask", ir.Bool, 2, 4, 1, 64))
+	a.Attr.HasMask = true
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 8) })
+	run(t, b.g, fuseMergePrologue)
+	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 16) })
+	if got := kinds(b.g); got != "mask_extent attention attn_merge linear" {
+		t.Fatalf("batch 2: ops %s", got)
+	}
+	ext, m := b.g.Ops[0], b.g.Ops[2]
+	if len(m.In) != 2 || m.In[1].Buf != ext.Out.Buf || !m.Attr.HasExtent || m.Attr.Chunk != 64/a.Attr.Splits ||
+		m.Attr.Interleave != a.Attr.Interleave || !a.Attr.HasExtent || a.Attr.Splits < 2 {
+		t.Fatalf("batch 2: merge %+v reading %v, attention %+v", m.Attr, m.In, a.Attr)
+	}
+
 	// Without a mask there is nothing to bound.
-	b, lin = mergeGraph(false)
+	b, lin = mergeGraph(false, 1)
 	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
 	run(t, b.g, fuseMergePrologue)
 	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 4) })

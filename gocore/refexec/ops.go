@@ -488,10 +488,17 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 
 // attnMerge combines the chunks' partials: out = Σ acc·e^(m-M) / Σ l·e^(m-M);
 // 0 where every chunk was masked out (as attention gives a hidden row).
+// With an extent (In[1]), only the chunks below it, whose splits the
+// attention wrote.
 func (x *exec) attnMerge(op *ir.Op, b tgraph.Box) error {
+	splits := op.In[0].Shape[1]
+	g := ir.SplitGroups{Splits: splits, R: op.Attr.Interleave}
 	return each(b, func(idx []int64) error {
-		splits := op.In[0].Shape[1]
-		x.store(op.Out, idx, x.merged(op.In[0], ir.SplitGroups{Splits: splits}, splits, idx[0], idx[1], idx[2], idx[3]))
+		chunks := splits
+		if op.Attr.HasExtent {
+			chunks = x.splitsBelowExtent(op.In[1], idx[0], op.Attr.Chunk, splits)
+		}
+		x.store(op.Out, idx, x.merged(op.In[0], g, chunks, idx[0], idx[1], idx[2], idx[3]))
 		return nil
 	})
 }

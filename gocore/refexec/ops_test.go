@@ -543,9 +543,9 @@ func TestMaskExtent(t *testing.T) {
 	}
 }
 
-// TestMergeBoundByExtent: a Linear's merge prologue with Chunk reads only
-// the splits below ⌈extent/Chunk⌉; a split past it may hold anything (a
-// stale step's partials).
+// TestMergeBoundByExtent: a Linear's merge prologue with Chunk, and a
+// standalone AttnMerge with an extent, read only the splits below
+// ⌈extent/Chunk⌉; a split past it may hold anything (a stale step's partials).
 func TestMergeBoundByExtent(t *testing.T) {
 	// partials [1 row, 3 splits, 1 head, 1, Dv 1 + 2]: (max, sum, output)
 	parts := []float64{0, 1, 2 /* split 1 */, 0, 1, 4 /* split 2: stale */, 5, 1, 100}
@@ -568,6 +568,14 @@ func TestMergeBoundByExtent(t *testing.T) {
 			t.Fatal(err)
 		}
 		expect(t, fmt.Sprintf("extent %g, %d groups", c.extent, c.R), r.read(out), []float64{c.want}, 1e-6)
+
+		merged := r.tensor("m", ir.F32, sh(1, 1, 1, 1))
+		op = &ir.Op{Kind: ir.AttnMerge, In: []ir.View{p, ext}, Out: merged,
+			Attr: ir.Attrs{HasExtent: true, Chunk: 2, Interleave: c.R}}
+		if err := r.run(op, nil); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, fmt.Sprintf("standalone merge: extent %g, %d groups", c.extent, c.R), r.read(merged), []float64{c.want}, 1e-6)
 	}
 }
 
