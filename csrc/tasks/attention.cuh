@@ -336,11 +336,12 @@ struct MaskRow {
   const char* base;
   int64_t row, stride;
   int32_t dtype;
-  __device__ __forceinline__ float add(int j) const {
+  // add(j, d): position j of the row d elements on (another head's row).
+  __device__ __forceinline__ float add(int j, int64_t d = 0) const {
     if constexpr (std::is_void<MT>::value) {
       return 0.f;
     } else {
-      return mask_add<MT>(base, dtype, row + j * stride);
+      return mask_add<MT>(base, dtype, row + d + j * stride);
     }
   }
 };
@@ -434,18 +435,20 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 }
 
 // attention_decode is attention_partial for one query per head (decode):
-// the task's units u in [lo, hi) are (query head u / Splits, split
-// u % Splits), split s covering the KV chunk SplitGroups<R>::chunk(s) (with
-// R > 1 groups, a task is one group of one head, so a short live length
-// spreads over all tasks), and a layer's attention is spread over every worker (a warp's chain of
+// the task's units u in [lo, hi) are (head group u / Splits, split
+// u % Splits), a head group being UG query heads of one KV head (UG = 1, or
+// the KV head's G: its heads share every K and V load), split s covering the
+// KV chunk SplitGroups<R>::chunk(s) (with R > 1 groups, a task is one group
+// of one head group, so a short live length spreads over all tasks), and a
+// layer's attention is spread over every worker (a warp's chain of
 // dependent instructions, not memory, is what a unit waits on). A unit takes
 // cp warps, one per 32 positions of its chunk (the next 32 after cp·32
 // positions), which merge their softmax states in shared memory. For q·k a lane owns a
-// position: it reads that K row and dots it with the query (in the warp's
+// position: it reads that K row and dots it with the queries (in the warp's
 // slice of shared memory, read as broadcasts), so a score costs no warp
 // reduction; the softmax reduces once per 32 positions; for p·V the lanes
 // own columns and the probabilities are broadcast by shuffles. A position
-// the mask hides (or past the cache) reads no K or V. With FLAG_EXTENT,
+// every head's mask hides (or past the cache) reads no K or V. With FLAG_EXTENT,
 // in[4] is the mask's extent per batch row and the chunks from it on are
 // skipped (their partials unwritten: the merge reads none past the extent),
 // so a long cache's empty chunks cost no rounds. Rows as decode_rows_ok
@@ -456,7 +459,7 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
 #ifndef MPK_DECODE_V_BYTES
 #define MPK_DECODE_V_BYTES 32
 #endif
-template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int N>
+template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
   constexpr int KV = 16 / (int)sizeof(T);  // K elements per 16-byte load
@@ -468,75 +471,100 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   constexpr int VB = MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) < 32 ? MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) : 32;
   using VRaw = typename DecodeV<T, PER, FAST>::type;
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
-  const int B = (int)q.shape[0], S = (int)k.shape[2], G = op.groups;
+  const int S = (int)k.shape[2], G = op.groups;
   const int splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
   const int S_live = op.flags & FLAG_CAUSAL ? min(S, 1) : S;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   // Row strides in elements: a cache row is far below 2^31 elements from the next.
   const int ks = (int)k.stride[2], vs = (int)v.stride[2];
-  float* qs = reinterpret_cast<float*>(smem) + warp * D;  // this warp's query, pre-scaled
-  float* part = reinterpret_cast<float*>(smem) + warps * D;  // [warps][D + 2]: states to merge
-  int* row_live = reinterpret_cast<int*>(part + warps * (D + 2));  // ROWS: [B], each batch row's live splits a head
+  float* qs = reinterpret_cast<float*>(smem) + warp * UG * D;        // this warp's queries [UG][D], pre-scaled
+  float* part = reinterpret_cast<float*>(smem) + warps * UG * D;     // [warps][UG][D + 2]: states to merge
+  int* row_live = reinterpret_cast<int*>(part + warps * UG * (D + 2));  // ROWS: [rows], each row's live splits a group
   const int cp = min(warps, (chunk + 31) / 32), units = warps / cp;  // warps a unit, units a round
   const int sub = warp % cp;
-  // The task's live units of batch row b: splits [sp0, sp0 + live) of each
-  // of its heads (a task is some splits of one group of one head, or whole
-  // heads), the first ones of its group (SplitGroups), where the chunks
-  // [0, nlive) may hold visible positions.
+  // The task's units: whole batch rows [b_lo, b_hi), or within row b_lo
+  // the units [lo, hi) of its head groups (ir.Op.DecodeUnits).
+  const int rowsz = (int)q.shape[1] / UG * splits, b_lo = lo / rowsz;
+  const int b_hi = hi - lo >= rowsz ? hi / rowsz : b_lo + 1;
+  if (hi - lo < rowsz) lo -= b_lo * rowsz, hi -= b_lo * rowsz;
+  else lo = 0, hi = rowsz;
+  // The live units of batch row b: splits [sp0, sp0 + live) of each of the
+  // task's head groups (a task is some splits of one group of one head
+  // group, or whole head groups), the first ones of its group
+  // (SplitGroups), where the chunks [0, nlive) may hold visible positions.
   const SplitGroups<R> g(splits);
   const int sp0 = lo % splits, grp = g.group(sp0), heads = max(1, (hi - lo) / splits);
   auto live_of = [&](int b) {
     const int nlive = op.flags & FLAG_EXTENT ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
     return max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
   };
-  // The live units of all rows, taken rows first: a batch's rows share
-  // rounds (row by row, most of a round's warps idled at batch 4).
+  // The live units of all the task's rows, taken rows first: a batch's rows
+  // share rounds (row by row, most of a round's warps idled at batch 4).
   int n = 0, live0 = 0;
   if constexpr (ROWS) {
-    for (int b = threadIdx.x; b < B; b += MPK_THREADS) row_live[b] = live_of(b);
+    for (int b = b_lo + (int)threadIdx.x; b < b_hi; b += MPK_THREADS) row_live[b - b_lo] = live_of(b);
     consumer_sync();
-    for (int b = 0; b < B; ++b) n += heads * row_live[b];
+    for (int b = b_lo; b < b_hi; ++b) n += heads * row_live[b - b_lo];
   } else {
-    live0 = live_of(0);
+    live0 = live_of(b_lo);
     n = heads * live0;
   }
   // Every warp takes part in every round (the merge's barriers).
   for (int i0 = 0; i0 < n; i0 += units) {
-    int nth = i0 + warp / cp, b = 0;  // the unit's place among the live ones, then within its row's
+    int nth = i0 + warp / cp, b = b_lo;  // the unit's place among the live ones, then within its row's
     if constexpr (ROWS)
-      while (b < B - 1 && nth >= heads * row_live[b]) nth -= heads * row_live[b++];
-    const int per_head = max(1, ROWS ? row_live[b] : live0);
+      while (b < b_hi - 1 && nth >= heads * row_live[b - b_lo]) nth -= heads * row_live[(b++) - b_lo];
+    const int per_head = max(1, ROWS ? row_live[b - b_lo] : live0);
     const bool active = warp / cp < units && i0 + warp / cp < n;
-    const int sp = sp0 + nth % per_head, h = lo / splits + nth / per_head, kvh = h / G;
+    const int sp = sp0 + nth % per_head, h0 = (lo / splits + nth / per_head) * UG, kvh = h0 / G;
     const int j_lo = min(g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
-    float m = -INFINITY, l = 0.f, acc[PER];
+    float m[UG], l[UG], acc[UG][PER];
 #pragma unroll
-    for (int e = 0; e < PER; ++e) acc[e] = 0.f;
+    for (int u = 0; u < UG; ++u) {
+      m[u] = -INFINITY, l[u] = 0.f;
+#pragma unroll
+      for (int e = 0; e < PER; ++e) acc[u][e] = 0.f;
+    }
     if (active) {
       const T* krows = reinterpret_cast<const T*>(base(s, k)) + k.offset + b * k.stride[0] + kvh * k.stride[1];
       const T* vrows = reinterpret_cast<const T*>(base(s, v)) + v.offset + b * v.stride[0] + kvh * v.stride[1];
-      // [B, H, 1, S]: head h's row of the mask
-      const MaskRow<MT> mask = mask_row<MT>(op, s, b, h);
-      // The query, its loads issued together (clamped, not branched).
+      // [B, H, 1, S]: the first head's row of the mask; the others' are
+      // mask_hs elements on (0: one row broadcast over the heads, read once)
+      const MaskRow<MT> mask = mask_row<MT>(op, s, b, h0);
+      int64_t mask_hs = 0;
+      if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
+      // The queries, their loads issued together (clamped, not branched).
       {
-        const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0] + h * q.stride[1];
-        float qv[PER];
+        float qv[UG][PER];
 #pragma unroll
-        for (int e = 0; e < PER; ++e) qv[e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
+        for (int u = 0; u < UG; ++u) {
+          const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0] + (h0 + u) * q.stride[1];
+#pragma unroll
+          for (int e = 0; e < PER; ++e) qv[u][e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
+        }
         __syncwarp();  // the previous unit's reads of qs are done
 #pragma unroll
-        for (int e = 0; e < PER; ++e)
-          if (lane + 32 * e < D) qs[lane + 32 * e] = qv[e] * op.scale;
+        for (int u = 0; u < UG; ++u)
+#pragma unroll
+          for (int e = 0; e < PER; ++e)
+            if (lane + 32 * e < D) qs[u * D + lane + 32 * e] = qv[u][e] * op.scale;
         __syncwarp();
       }
       for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
-        const float sc = j < j_hi ? mask.add(j) : -INFINITY;
-        const bool live = sc != -INFINITY;
+        float sc[UG];
+        bool live = false;
+#pragma unroll
+        for (int u = 0; u < UG; ++u) {
+          sc[u] = j >= j_hi ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : sc[0];
+          live = live || sc[u] != -INFINITY;
+        }
         const unsigned live_rows = __ballot_sync(0xffffffffu, live);
-        // q·k for this lane's position.
-        float dot = 0.f;
+        // q·k of each head for this lane's position.
+        float dot[UG];
+#pragma unroll
+        for (int u = 0; u < UG; ++u) dot[u] = 0.f;
         const T* krow = krows + min(j, S - 1) * ks;
         if constexpr (FAST) {
 #pragma unroll
@@ -548,10 +576,16 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
               if (live) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
             }
 #pragma unroll
-            for (int i = 0; i < KB; ++i) dot += dot_q<T>(raw[i], qs + d0 + i * KV);
+            for (int i = 0; i < KB; ++i)
+#pragma unroll
+              for (int u = 0; u < UG; ++u) dot[u] += dot_q<T>(raw[i], qs + u * D + d0 + i * KV);
           }
         } else if (live) {
-          for (int d = 0; d < D; ++d) dot += qs[d] * to_float(__ldcg(krow + d * k.stride[3]));
+          for (int d = 0; d < D; ++d) {
+            const float kd = to_float(__ldcg(krow + d * k.stride[3]));
+#pragma unroll
+            for (int u = 0; u < UG; ++u) dot[u] += qs[u * D + d] * kd;
+          }
         }
         // The live rows' V for the lane's columns, VB rows a batch.
         auto load_v = [&](VRaw (&vr)[VB], int r0) {
@@ -569,15 +603,19 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         };
         VRaw vr[VB];
         load_v(vr, 0);  // in flight during the softmax
-        // Online softmax over the 32 positions.
-        const float x = live ? sc + dot : -INFINITY;
-        const float mnew = fmaxf(m, warp_max(x));
-        const float corr = mnew == -INFINITY ? 1.f : __expf(m - mnew);
-        const float pr = live ? __expf(x - mnew) : 0.f;
-        l = l * corr + warp_sum(pr);
+        // Online softmax of each head over the 32 positions.
+        float pr[UG];
 #pragma unroll
-        for (int e = 0; e < PER; ++e) acc[e] *= corr;
-        m = mnew;
+        for (int u = 0; u < UG; ++u) {
+          const float x = sc[u] != -INFINITY ? sc[u] + dot[u] : -INFINITY;
+          const float mnew = fmaxf(m[u], warp_max(x));
+          const float corr = mnew == -INFINITY ? 1.f : __expf(m[u] - mnew);
+          pr[u] = x != -INFINITY ? __expf(x - mnew) : 0.f;
+          l[u] = l[u] * corr + warp_sum(pr[u]);
+#pragma unroll
+          for (int e = 0; e < PER; ++e) acc[u][e] *= corr;
+          m[u] = mnew;
+        }
         // p·V, batch by batch.
 #pragma unroll 1
         for (int r0 = 0; r0 < 32; r0 += VB) {
@@ -585,22 +623,30 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
 #pragma unroll
           for (int r = 0; r < VB; ++r) {
             const T* e = reinterpret_cast<const T*>(&vr[r]);
-            const float pj = __shfl_sync(0xffffffffu, pr, r0 + r);
 #pragma unroll
-            for (int c = 0; c < PER; ++c) acc[c] = fmaf(pj, to_float(e[c]), acc[c]);
+            for (int u = 0; u < UG; ++u) {
+              const float pj = __shfl_sync(0xffffffffu, pr[u], r0 + r);
+#pragma unroll
+              for (int c = 0; c < PER; ++c) acc[u][c] = fmaf(pj, to_float(e[c]), acc[u][c]);
+            }
           }
         }
       }
     }
     if (cp > 1) {  // the unit's warps merge into its first
-      store_partial<D>(part + warp * (D + 2), 1, m, l, acc, lane);
+#pragma unroll
+      for (int u = 0; u < UG; ++u) store_partial<D>(part + (warp * UG + u) * (D + 2), 1, m[u], l[u], acc[u], lane);
       consumer_sync();
-      if (active && sub == 0) merge_states<D, 1>(part, warp, cp, 0, lane, acc, m, l);
+      if (active && sub == 0)
+#pragma unroll
+        for (int u = 0; u < UG; ++u) merge_states<D, UG>(part, warp, cp, u, lane, acc[u], m[u], l[u]);
     }
     if (active && sub == 0)
-      store_partial<D>(reinterpret_cast<float*>(base(s, p)) + p.offset + b * p.stride[0] + sp * p.stride[1] +
-                           h * p.stride[2],
-                       p.stride[4], m, l, acc, lane);
+#pragma unroll
+      for (int u = 0; u < UG; ++u)
+        store_partial<D>(reinterpret_cast<float*>(base(s, p)) + p.offset + b * p.stride[0] + sp * p.stride[1] +
+                             (h0 + u) * p.stride[2],
+                         p.stride[4], m[u], l[u], acc[u], lane);
     if (cp > 1) consumer_sync();  // part is reused by the next round
   }
   if constexpr (ROWS) consumer_sync();  // row_live is read until the last round
@@ -609,7 +655,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int N>
+template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -618,14 +664,14 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t B = q.shape[0], H = q.shape[1], Sq = q.shape[2], S = op.in[1].shape[2];
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
-  if (Sq == 1) {  // [lo, hi) are flat (chunk, head) units (ir.Op.DecodeUnits)
+  if (Sq == 1) {  // [lo, hi) are flat (head group, chunk) units (ir.Op.DecodeUnits)
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
-        attention_decode<T, QT, MT, D, R, ROWS, true>(op, lo, hi, s, smem);
+        attention_decode<T, QT, MT, D, R, ROWS, true, UG>(op, lo, hi, s, smem);
         return;
       }
     }
-    attention_decode<T, QT, MT, D, R, ROWS, false>(op, lo, hi, s, smem);
+    attention_decode<T, QT, MT, D, R, ROWS, false, UG>(op, lo, hi, s, smem);
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;

@@ -180,31 +180,31 @@ __device__ __forceinline__ void stage_rows(ExprPro<E>, const Op& op, X xs, const
   }
 }
 
-// RMSNorm: the batch's sums reduced with one pair of barriers. Without a
-// weight the loads read x twice rather than branch: a branch between the
-// rows' loads kept them from issuing together.
+// RMSNorm: the batch's sums reduced with one pair of barriers. The weight
+// (one row, broadcast over x's rows) is loaded once, with the first batch;
+// without a weight that load reads x's first row rather than branch: a
+// branch between the loads kept them from issuing together.
 template <int K, int M, int PITCH, int N, typename X>
 __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Slots<N>& s) {
   const View& x = op.in[0];
   const bool has_w = op.flags & FLAG_WEIGHT;
   const View& w = has_w ? op.in[op.pro_first] : x;
-  if (!rows4_ok<K>(x, s) || !rows4_ok<K>(w, s)) {
+  if (!rows4_ok<K>(x, s) || !rows4_ok<K>(w, s) || has_w && w.stride[0] != 0) {
 #pragma unroll 1
     for (int m = 0; m < M; ++m) stage_x<K>(NormPro{}, op, m, xs + m * PITCH, s);
     return;
   }
-  constexpr int Q = per_thread4(K), B = 4 / Q < 1 ? 1 : 4 / Q < M ? 4 / Q : M;  // 32 registers of raw words
+  constexpr int Q = per_thread4(K), B = 8 / Q < 1 ? 1 : 8 / Q < M ? 8 / Q : M;  // 32 registers of raw words
   __shared__ float sums[kConsumerWarps * B];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint4 rw[Q];
+  load_row4<K>(base(s, w), w, 0, rw);
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
-    uint4 rx[B][Q], rw[B][Q];
+    uint4 rx[B][Q];
     float ss[B];
 #pragma unroll
-    for (int b = 0; b < B; ++b) {
-      load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
-      load_row4<K>(base(s, w), w, min(m0 + b, M - 1), rw[b]);
-    }
+    for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
 #pragma unroll
     for (int b = 0; b < B; ++b) {
       ss[b] = 0.f;
@@ -230,7 +230,7 @@ __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Sl
       for (int i = 0; i < Q; ++i) {
         const int k = 4 * ((int)threadIdx.x + i * MPK_THREADS);
         if (m0 + b >= M || k >= K) continue;
-        const float4 f = cvt_row4(rx[b][i], x.dtype), gw = cvt_row4(rw[b][i], w.dtype);
+        const float4 f = cvt_row4(rx[b][i], x.dtype), gw = cvt_row4(rw[i], w.dtype);
         const float v[4] = {f.x, f.y, f.z, f.w}, gv[4] = {gw.x, gw.y, gw.z, gw.w};
 #pragma unroll
         for (int e = 0; e < 4; ++e) {

@@ -82,14 +82,30 @@ func splitDim(op *ir.Op, b tgraph.Box) int {
 }
 
 // taskRange is the [lo, hi) a task's kernel reads: the box along the split
-// dim, or for decode attention the flat units head·Splits + chunk it covers
-// (whole heads, or chunks of one head: decompose cuts no other boxes).
+// dim, or for decode attention the flat units (row·groups + group)·Splits +
+// chunk it covers, a group being HeadsPerUnit heads (whole rows, whole
+// groups of one row, or chunks of one group: decompose cuts no other boxes).
 func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
 	if op.DecodeUnits() {
-		splits := op.Out.Shape[1]
-		return b.Lo[2]*splits + b.Lo[1], (b.Hi[2]-1)*splits + b.Hi[1]
+		splits, H, ug := op.Out.Shape[1], op.Out.Shape[2], op.HeadsPerUnit()
+		row := H / ug * splits
+		if b.Lo[1] == 0 && b.Hi[1] == splits && b.Lo[2] == 0 && b.Hi[2] == H {
+			return b.Lo[0] * row, b.Hi[0] * row
+		}
+		return b.Lo[0]*row + b.Lo[2]/ug*splits + b.Lo[1], b.Lo[0]*row + (b.Hi[2]/ug-1)*splits + b.Hi[1]
 	}
 	return b.Lo[d], b.Hi[d]
+}
+
+// decodeBoxOK says whether a decode attention box is a flat range of units
+// (taskRange): whole rows, or in one row whole head groups, or chunks of one.
+func decodeBoxOK(op *ir.Op, b tgraph.Box) bool {
+	splits, H, ug := op.Out.Shape[1], op.Out.Shape[2], op.HeadsPerUnit()
+	if b.Lo[1] == 0 && b.Hi[1] == splits && b.Lo[2] == 0 && b.Hi[2] == H {
+		return true
+	}
+	return b.Hi[0]-b.Lo[0] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]%ug == 0 &&
+		(b.Hi[2]-b.Lo[2] == ug || b.Lo[1] == 0 && b.Hi[1] == splits)
 }
 
 // Generate emits module.cu for the task graph; trace makes the kernel record
@@ -112,8 +128,9 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 			split[t.Op] = d
 		}
 		if op.DecodeUnits() {
-			if splits := op.Out.Shape[1]; t.Box.Hi[2]-t.Box.Lo[2] > 1 && (t.Box.Lo[1] != 0 || t.Box.Hi[1] != splits) {
-				return nil, fmt.Errorf("codegen: decode attention op %d has a task of several heads and some chunks", t.Op)
+			if !decodeBoxOK(op, t.Box) {
+				return nil, fmt.Errorf("codegen: decode attention op %d has a task %v-%v that is not whole rows, whole head groups of one row or chunks of one group",
+					t.Op, t.Box.Lo, t.Box.Hi)
 			}
 		} else if d != split[t.Op] && len(op.IterShape()) > 0 {
 			return nil, fmt.Errorf("codegen: op %d is tiled along two dims (%d and %d)", t.Op, d, split[t.Op])
@@ -424,11 +441,12 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		code = fmt.Sprintf("mpk::attention<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()], maskType(op), D, G)
 		if op.Attr.Splits > 1 {
 			// ROWS: a decode batch's rows share the task's rounds.
-			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
-				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1)
+			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
+				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit())
 		}
-		// Per-warp softmax states (decode: each warp's query and state, and each batch row's live splits).
-		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*(2*int(D)+2)*4+4*int(op.In[0].Shape[0]))
+		// Per-warp softmax states (decode: each warp's queries and states, and each batch row's live splits).
+		ug := int(op.HeadsPerUnit())
+		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*ug*(2*int(D)+2)*4+4*int(op.In[0].Shape[0]))
 	case ir.MaskExtent:
 		code = fmt.Sprintf("mpk::mask_extent<%s>(op, lo, hi, s, c.smem)", maskCType(op.In[0].DType()))
 		gen.smem = max(gen.smem, 4*(1+Threads/32)) // the extent and a warp's largest add

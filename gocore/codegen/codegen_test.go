@@ -55,7 +55,7 @@ func TestSplitDimOfAWholeOp(t *testing.T) {
 }
 
 // TestTaskRangeOfDecodeAttention: a decode attention task's kernel gets the
-// flat units head·Splits + chunk its box covers.
+// flat units (row·groups + group)·Splits + chunk its box covers.
 func TestTaskRangeOfDecodeAttention(t *testing.T) {
 	q := ir.View{Shape: []int64{1, 8, 1, 16}}
 	op := &ir.Op{Kind: ir.Attention, In: []ir.View{q}, Out: ir.View{Shape: []int64{1, 4, 8, 1, 18}}, Attr: ir.Attrs{Splits: 4}}
@@ -68,6 +68,21 @@ func TestTaskRangeOfDecodeAttention(t *testing.T) {
 	}{{b(1, 3, 5, 6), 21, 23}, {b(0, 4, 2, 5), 8, 20}, {b(3, 4, 0, 1), 3, 4}} {
 		if lo, hi := taskRange(op, c.box, 1); lo != c.lo || hi != c.hi {
 			t.Errorf("box %v-%v: units [%d, %d), want [%d, %d)", c.box.Lo, c.box.Hi, lo, hi, c.lo, c.hi)
+		}
+	}
+	// A batch of 3 rows, 2 heads a unit: units (row·4 + group)·4 + chunk.
+	bq := ir.View{Shape: []int64{3, 8, 1, 16}}
+	bop := &ir.Op{Kind: ir.Attention, In: []ir.View{bq}, Out: ir.View{Shape: []int64{3, 4, 8, 1, 18}},
+		Attr: ir.Attrs{Splits: 4, UnitHeads: 2}}
+	rb := func(r0, r1, s0, s1, h0, h1 int64) tgraph.Box {
+		return tgraph.Box{Lo: []int64{r0, s0, h0, 0, 0}, Hi: []int64{r1, s1, h1, 1, 18}}
+	}
+	for _, c := range []struct {
+		box    tgraph.Box
+		lo, hi int64
+	}{{rb(1, 3, 0, 4, 0, 8), 16, 48}, {rb(2, 3, 0, 4, 2, 6), 36, 44}, {rb(1, 2, 1, 3, 6, 8), 29, 31}} {
+		if lo, hi := taskRange(bop, c.box, 1); lo != c.lo || hi != c.hi {
+			t.Errorf("batch box %v-%v: units [%d, %d), want [%d, %d)", c.box.Lo, c.box.Hi, lo, hi, c.lo, c.hi)
 		}
 	}
 	q.Shape[2] = 4 // a prefill chunk: the range is the box's chunks

@@ -31,53 +31,73 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 }
 
 // decodeAttentionTiles cuts decode attention's partials [B, Splits, H, 1,
-// Dv+2] into tasks of (query head, chunk) units. A decode attention task
-// waits on its warps' chains of dependent instructions, not on memory, so
-// the units are spread over every worker, a few per task: a task takes some
-// chunks of one head, or whole heads when there are more units than
-// workers have warps for chunks. A head's chunks in order go to the same
-// few tasks, so the live chunks of a partly filled cache (the first ones)
-// land on as many tasks as there are heads. perRound > 0 (an attention that
-// skips the chunks past its mask's extent) caps a task at the units its
-// warps take in one round: a long cache's few live chunks of a head then
-// spread over several tasks, each one round, and the empty tasks cost
-// almost nothing, so the step costs what a short cache's does.
-func decodeAttentionTiles(out []int64, workers, perRound int64) []tgraph.Box {
-	splits, H := out[1], out[2]
-	perTask := max(1, ceilDiv(splits*H, workers)) // units
+// Dv+2] into tasks of (batch row, head group, chunk) units, a head group
+// being ug query heads (ir.Op.HeadsPerUnit). A decode attention task waits
+// on its warps' chains of dependent instructions, not on memory, so the
+// units are spread over every worker, a few per task: a task takes some
+// chunks of one group, whole groups of one row, or whole rows, when there
+// are more units than workers have warps for chunks (codegen gives the
+// kernel a flat range of units: ir.Op.DecodeUnits). A group's chunks in
+// order go to the same few tasks, so the live chunks of a partly filled
+// cache (the first ones) land on as many tasks as there are groups.
+// perRound > 0 (an attention that skips the chunks past its mask's extent)
+// caps a task at the units its warps take in one round: a long cache's few
+// live chunks of a group then spread over several tasks, each one round, and
+// the empty tasks cost almost nothing, so the step costs what a short
+// cache's does.
+func decodeAttentionTiles(out []int64, ug, workers, perRound int64) []tgraph.Box {
+	B, splits, ng := out[0], out[1], out[2]/ug
+	perTask := max(1, ceilDiv(B*ng*splits, workers)) // units
 	if perRound > 0 {
 		perTask = min(perTask, perRound)
 	}
-	if perTask >= splits {
-		return split(out, 2, min(workers, H), 1)
-	}
-	chunks := split(out, 1, ceilDiv(splits, perTask), 1)
-	var boxes []tgraph.Box
-	for h := int64(0); h < H; h++ {
-		for _, c := range chunks {
-			b := tgraph.Box{Lo: append([]int64(nil), c.Lo...), Hi: append([]int64(nil), c.Hi...)}
-			b.Lo[2], b.Hi[2] = h, h+1
-			boxes = append(boxes, b)
+	if perTask >= splits { // whole groups
+		if B >= workers {
+			return split(out, 0, workers, 1)
 		}
+		var boxes []tgraph.Box
+		for _, row := range split(out, 0, B, 1) {
+			for _, b := range split(out, 2, min(ng, workers/B), ug) {
+				b.Lo[0], b.Hi[0] = row.Lo[0], row.Hi[0]
+				boxes = append(boxes, b)
+			}
+		}
+		return boxes
 	}
-	return boxes
+	return cellTiles(out, ug, func() []tgraph.Box { return split(out, 1, ceilDiv(splits, perTask), 1) })
 }
 
-// groupTiles is a task per head and split group (ir.SplitGroups) of decode
-// attention's partials [B, Splits, H, 1, Dv+2]: a worker each when there
-// are H·R ≤ workers, and whatever prefix of the chunks is live, each task
-// gets an even share of it (a 512-long live length in a 4,096 cache: 5
-// chunks of 128, on 128 tasks no more than 2 each, where contiguous chunks
-// put 4 on one task and none on 6 others of each head).
-func groupTiles(out []int64, R int64) []tgraph.Box {
+// groupTiles is a task per batch row, head group and split group
+// (ir.SplitGroups) of decode attention's partials [B, Splits, H, 1, Dv+2]:
+// a worker each when there are B·(H/ug)·R ≤ workers, and whatever prefix of
+// the chunks is live, each task gets an even share of it (a 512-long live
+// length in a 4,096 cache: 5 chunks of 128, on 128 tasks no more than 2
+// each, where contiguous chunks put 4 on one task and none on 6 others of
+// each head).
+func groupTiles(out []int64, ug, R int64) []tgraph.Box {
 	g := ir.SplitGroups{Splits: out[1], R: R}
-	var boxes []tgraph.Box
-	for h := int64(0); h < out[2]; h++ {
+	return cellTiles(out, ug, func() []tgraph.Box {
+		var boxes []tgraph.Box
 		for r := int64(0); r < R && g.Start(r) < out[1]; r++ {
 			b := fullBox(ir.View{Shape: out})
 			b.Lo[1], b.Hi[1] = g.Start(r), g.Start(r+1)
-			b.Lo[2], b.Hi[2] = h, h+1
 			boxes = append(boxes, b)
+		}
+		return boxes
+	})
+}
+
+// cellTiles is the boxes of chunks() (each some splits of all rows and
+// heads) for each batch row and head group of ug heads.
+func cellTiles(out []int64, ug int64, chunks func() []tgraph.Box) []tgraph.Box {
+	var boxes []tgraph.Box
+	for row := int64(0); row < out[0]; row++ {
+		for h := int64(0); h < out[2]; h += ug {
+			for _, c := range chunks() {
+				c.Lo[0], c.Hi[0] = row, row+1
+				c.Lo[2], c.Hi[2] = h, h+ug
+				boxes = append(boxes, c)
+			}
 		}
 	}
 	return boxes
@@ -171,13 +191,13 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
 		if op.DecodeUnits() {
 			if op.Attr.Interleave > 1 {
-				return groupTiles(out, op.Attr.Interleave)
+				return groupTiles(out, op.HeadsPerUnit(), op.Attr.Interleave)
 			}
 			perRound := int64(0) // no cap: a unit past the cache's end still costs its round
 			if op.Attr.HasExtent {
 				perRound = decodeUnitsPerRound(ir.SplitChunk(op.In[1].Shape[2], op.Attr.Splits))
 			}
-			return decodeAttentionTiles(out, W, perRound)
+			return decodeAttentionTiles(out, op.HeadsPerUnit(), W, perRound)
 		}
 		if op.Attr.Splits > 1 { // partials [B, Splits, H, Sq, Dv+2]: KV chunks per task
 			return split(out, 1, min(W, out[1]), 1)

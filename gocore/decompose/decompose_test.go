@@ -494,48 +494,65 @@ func TestDecomposeGraph(t *testing.T) {
 	}
 }
 
-// TestDecodeAttentionTiles: decode attention's (head, chunk) units are
-// covered once each, by at most one task per worker while there are
-// workers, and every task is whole heads or chunks of one head (codegen
-// gives the kernel a flat range of units).
+// TestDecodeAttentionTiles: decode attention's (row, head group, chunk)
+// units are covered once each, by at most one task per worker while there
+// are workers, and every task is whole rows, whole groups of one row or
+// chunks of one group (codegen gives the kernel a flat range of units).
 func TestDecodeAttentionTiles(t *testing.T) {
 	for _, c := range []struct {
-		splits, H, workers, perRound int64
-		wantTasks                    int
+		B, splits, H, ug, workers, perRound int64
+		wantTasks                           int
 	}{
-		{18, 32, 132, 0, 128}, // 18 chunks of 32 heads: 4 or 5 chunks a task
-		{18, 16, 132, 0, 96},  // 18 chunks of 16 heads: 3 chunks a task
-		{4, 8, 132, 0, 32},    // fewer units than workers: one a task
-		{5, 32, 132, 0, 96},   // llama-3.2-1b at 552 positions (chunks of 128): 1 or 2 chunks a task
-		{5, 32, 132, 4, 96},   // the same, bounded by its extent: within a round already
-		{32, 32, 132, 0, 128}, // llama-3.2-1b at 4,096 positions: 8 chunks a task
-		{32, 32, 132, 4, 256}, // bounded by its extent: one round (4 chunks) a task
-		{18, 32, 8, 0, 8},     // few workers: whole heads, four a task
-		{18, 32, 8, 4, 160},   // bounded: a head's chunks in tasks of four
+		{1, 18, 32, 1, 132, 0, 128},  // 18 chunks of 32 heads: 4 or 5 chunks a task
+		{1, 18, 16, 1, 132, 0, 96},   // 18 chunks of 16 heads: 3 chunks a task
+		{1, 4, 8, 1, 132, 0, 32},     // fewer units than workers: one a task
+		{1, 5, 32, 1, 132, 0, 96},    // llama-3.2-1b at 552 positions (chunks of 128): 1 or 2 chunks a task
+		{1, 5, 32, 1, 132, 4, 96},    // the same, bounded by its extent: within a round already
+		{1, 32, 32, 1, 132, 0, 128},  // llama-3.2-1b at 4,096 positions: 8 chunks a task
+		{1, 32, 32, 1, 132, 4, 256},  // bounded by its extent: one round (4 chunks) a task
+		{1, 18, 32, 1, 8, 0, 8},      // few workers: whole heads, four a task
+		{1, 18, 32, 1, 8, 4, 160},    // bounded: a head's chunks in tasks of four
+		{16, 5, 32, 4, 132, 0, 128},  // batch 16, 4 heads a unit: a (row, group) a task
+		{4, 5, 32, 4, 132, 0, 96},    // batch 4: 1 or 2 chunks of a group a task
+		{200, 5, 32, 4, 132, 0, 132}, // more rows than workers: whole rows
+		{8, 2, 32, 4, 16, 0, 16},     // 64 groups on 16 workers: 4 groups of a row a task
 	} {
-		out := sh(1, c.splits, c.H, 1, 66)
-		boxes := decodeAttentionTiles(out, c.workers, c.perRound)
+		out := sh(c.B, c.splits, c.H, 1, 66)
+		boxes := decodeAttentionTiles(out, c.ug, c.workers, c.perRound)
 		if len(boxes) != c.wantTasks || c.perRound == 0 && int64(len(boxes)) > c.workers {
 			t.Errorf("%v: %d tasks, want %d", c, len(boxes), c.wantTasks)
 		}
-		seen := make([]int, c.splits*c.H)
-		for _, b := range boxes {
-			if b.Hi[2]-b.Lo[2] > 1 && (b.Lo[1] != 0 || b.Hi[1] != c.splits) {
-				t.Errorf("%v: box %v-%v has several heads and some chunks", c, b.Lo, b.Hi)
-			}
-			if b.Lo[0] != 0 || b.Hi[0] != 1 || b.Lo[3] != 0 || b.Hi[3] != 1 || b.Lo[4] != 0 || b.Hi[4] != 66 {
-				t.Errorf("%v: box %v-%v cuts a dim other than chunks and heads", c, b.Lo, b.Hi)
-			}
+		checkDecodeBoxes(t, fmt.Sprint(c), boxes, c.B, c.splits, c.H, c.ug)
+	}
+}
+
+// checkDecodeBoxes: every (row, chunk, head) unit covered once, each box
+// whole rows, whole groups of one row, or chunks of one group, groups of ug
+// heads aligned.
+func checkDecodeBoxes(t *testing.T, name string, boxes []tgraph.Box, B, splits, H, ug int64) {
+	t.Helper()
+	seen := make([]int, B*splits*H)
+	for _, b := range boxes {
+		wholeRows := b.Lo[1] == 0 && b.Hi[1] == splits && b.Lo[2] == 0 && b.Hi[2] == H
+		oneRow := b.Hi[0]-b.Lo[0] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]%ug == 0 &&
+			(b.Hi[2]-b.Lo[2] == ug || b.Lo[1] == 0 && b.Hi[1] == splits)
+		if !wholeRows && !oneRow {
+			t.Errorf("%s: box %v-%v is not whole rows, groups of one row or chunks of one group", name, b.Lo, b.Hi)
+		}
+		if b.Lo[3] != 0 || b.Hi[3] != 1 || b.Lo[4] != 0 || b.Hi[4] != 66 {
+			t.Errorf("%s: box %v-%v cuts a dim other than rows, chunks and heads", name, b.Lo, b.Hi)
+		}
+		for r := b.Lo[0]; r < b.Hi[0]; r++ {
 			for s := b.Lo[1]; s < b.Hi[1]; s++ {
 				for h := b.Lo[2]; h < b.Hi[2]; h++ {
-					seen[s*c.H+h]++
+					seen[(r*splits+s)*H+h]++
 				}
 			}
 		}
-		for u, n := range seen {
-			if n != 1 {
-				t.Errorf("%v: unit %d covered %d times", c, u, n)
-			}
+	}
+	for u, n := range seen {
+		if n != 1 {
+			t.Errorf("%s: unit %d covered %d times", name, u, n)
 		}
 	}
 }
@@ -554,21 +571,19 @@ func TestDecodeUnitsPerRound(t *testing.T) {
 // each unit covered once; a live prefix of the chunks (what a mask's extent
 // leaves) is spread evenly: no task holds more than ⌈live/R⌉ live chunks.
 func TestGroupTiles(t *testing.T) {
-	for _, c := range []struct{ splits, H, R int64 }{{32, 32, 4}, {5, 32, 4}, {33, 16, 8}, {3, 8, 16}} {
-		out := sh(1, c.splits, c.H, 1, 66)
-		boxes := groupTiles(out, c.R)
+	for _, c := range []struct{ B, splits, H, ug, R int64 }{{1, 32, 32, 1, 4}, {1, 5, 32, 1, 4}, {1, 33, 16, 1, 8},
+		{1, 3, 8, 1, 16}, {4, 5, 32, 4, 4}, {16, 5, 32, 4, 1}} {
+		out := sh(c.B, c.splits, c.H, 1, 66)
+		boxes := groupTiles(out, c.ug, c.R)
 		R := min(c.R, c.splits)
-		if int64(len(boxes)) != c.H*R {
-			t.Errorf("%v: %d tasks, want %d", c, len(boxes), c.H*R)
+		if int64(len(boxes)) != c.B*c.H/c.ug*R {
+			t.Errorf("%v: %d tasks, want %d", c, len(boxes), c.B*c.H/c.ug*R)
 		}
+		checkDecodeBoxes(t, fmt.Sprint(c), boxes, c.B, c.splits, c.H, c.ug)
 		g := ir.SplitGroups{Splits: c.splits, R: c.R}
-		seen := make([]int, c.splits*c.H)
 		for _, b := range boxes {
-			if b.Hi[2]-b.Lo[2] != 1 || g.Group(b.Lo[1]) != g.Group(b.Hi[1]-1) {
-				t.Errorf("%v: box %v-%v is not one group of one head", c, b.Lo, b.Hi)
-			}
-			for s := b.Lo[1]; s < b.Hi[1]; s++ {
-				seen[s*c.H+b.Lo[2]]++
+			if b.Hi[0]-b.Lo[0] != 1 || b.Hi[2]-b.Lo[2] != c.ug || g.Group(b.Lo[1]) != g.Group(b.Hi[1]-1) {
+				t.Errorf("%v: box %v-%v is not one split group of one head group of one row", c, b.Lo, b.Hi)
 			}
 			for live := int64(1); live <= c.splits; live++ {
 				n := int64(0)
@@ -580,11 +595,6 @@ func TestGroupTiles(t *testing.T) {
 				if n > (live+R-1)/R {
 					t.Errorf("%v: box %v-%v holds %d of %d live chunks", c, b.Lo, b.Hi, n, live)
 				}
-			}
-		}
-		for u, n := range seen {
-			if n != 1 {
-				t.Errorf("%v: unit %d covered %d times", c, u, n)
 			}
 		}
 	}

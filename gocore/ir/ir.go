@@ -227,9 +227,12 @@ type Attrs struct {
 	// spreads over every task.
 	Interleave int64
 	Chunk      int64 // AttnMerge with HasExtent: the positions a KV chunk covers
-	Residual   bool // Linear: In[2] is added to the product
-	HasWeight  bool // RMSNorm: In[1] is the weight
-	Dim        int  // Cat, KVWrite, Gather: the dimension
+	// UnitHeads > 1, on a decode Attention: a unit (DecodeUnits) takes that
+	// many query heads, all of one KV head, which share each K and V load.
+	UnitHeads int64
+	Residual  bool // Linear: In[2] is added to the product
+	HasWeight bool // RMSNorm: In[1] is the weight
+	Dim       int  // Cat, KVWrite, Gather: the dimension
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:
 	// the norm or elementwise op that produced x, folded into every reader.
 	Pro *Prologue
@@ -323,13 +326,17 @@ func (op *Op) IterShape() []int64 {
 }
 
 // DecodeUnits says whether a split-KV attention's tasks take flat units
-// u = head·Splits + chunk (one query per head, decode): a task covers the
-// units [lo, hi), either whole heads or chunks of one head, so its box stays
-// a box. Head-major, so that when only the first chunks hold live positions
-// (a long cache, partly filled) every head's live chunks go to a different task.
+// u = group·Splits + chunk (one query per head, decode; a group is
+// HeadsPerUnit query heads): a task covers the units [lo, hi), either whole
+// groups or chunks of one group, so its box stays a box. Group-major, so that
+// when only the first chunks hold live positions (a long cache, partly
+// filled) every group's live chunks go to a different task.
 func (op *Op) DecodeUnits() bool {
 	return op.Kind == Attention && op.Attr.Splits > 1 && op.In[0].Shape[2] == 1
 }
+
+// HeadsPerUnit is how many query heads a decode attention's unit takes.
+func (op *Op) HeadsPerUnit() int64 { return max(1, op.Attr.UnitHeads) }
 
 // SplitChunk is how many of S KV positions each chunk of a split-KV
 // attention with splits chunks covers (the last may cover fewer).

@@ -42,7 +42,8 @@ func boundMergeByExtent(g *ir.Graph, workers int) {
 		// empty chunks cost no task time.
 		a.In = append(a.In, ext.Out)
 		a.Attr.HasExtent = true
-		a.Attr.Interleave = max(1, min(a.Attr.Splits, int64(workers)/a.In[0].Shape[1]))
+		cells := a.In[0].Shape[0] * (a.In[0].Shape[1] / a.HeadsPerUnit()) // (batch row, head group) pairs
+		a.Attr.Interleave = max(1, min(a.Attr.Splits, int64(workers)/cells))
 		chunk := ir.SplitChunk(S, a.Attr.Splits)
 		for _, r := range readers {
 			if r.Kind == ir.AttnMerge {

@@ -15,6 +15,26 @@ const decodePositionsPerSplit = 4 * 32
 // maxSplits is the most partials the CUDA merge combines (32 per warp).
 const maxSplits = 512
 
+// maxUnitOutputs bounds the outputs a lane of a decode attention unit
+// accumulates (heads × ⌈Dv/32⌉): more and its registers spill.
+const maxUnitOutputs = 8
+
+// unitHeads is how many of a KV head's G query heads a decode attention
+// unit takes: G, halved while their outputs exceed maxUnitOutputs. They
+// share a unit only when the units still cover every worker (the caller's
+// test): a unit of several heads costs more than one of a head, and at batch
+// 1 there are few units.
+func unitHeads(G, Dv int64) int64 {
+	ug := max(G, 1)
+	for ug > 1 && ug%2 == 0 && ug*((Dv+31)/32) > maxUnitOutputs {
+		ug /= 2
+	}
+	if ug*((Dv+31)/32) > maxUnitOutputs {
+		return 1
+	}
+	return ug
+}
+
 // splitAttention spreads attention over the workers: decode has one query per
 // head, so one task per KV head would leave most SMs idle while a few stream
 // the whole cache. The KV positions are cut into chunks; each chunk's task
@@ -46,6 +66,9 @@ func splitAttention(g *ir.Graph, workers int) {
 		ops = append(ops, &ir.Op{Kind: ir.AttnMerge, Label: "attn_merge", Node: op.Node, Target: op.Target, Source: op.Source,
 			In: []ir.View{partial}, Out: op.Out})
 		op.Out, op.Attr.Splits = partial, splits
+		if ug := unitHeads(op.Attr.Groups, Dv); Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
+			op.Attr.UnitHeads = ug
+		}
 	}
 	g.Ops = ops
 }
