@@ -89,17 +89,25 @@ func TestMergeFoldsIntoTheLinear(t *testing.T) {
 	}
 }
 
+// maskedMergeGraph is mergeGraph with a mask on its attention, split over
+// splitWorkers, merges folded and bounded by the extent (16 workers); it
+// returns the Linear and the attention.
+func maskedMergeGraph(t *testing.T, B int64, splitWorkers int) (*builder, *ir.Op, *ir.Op) {
+	b, lin := mergeGraph(false, B)
+	a := b.g.Ops[0]
+	a.In = append(a.In, b.input("mask", ir.Bool, B, 4, 1, 64))
+	a.Attr.HasMask = true
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, splitWorkers) })
+	run(t, b.g, fuseMergePrologue)
+	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 16) })
+	return b, lin, a
+}
+
 // TestMergeBoundByTheMaskExtent: with a mask, the folded merge reads the
 // mask's extent, computed by a MaskExtent op just before the attention, and
 // knows the chunk each split covers.
 func TestMergeBoundByTheMaskExtent(t *testing.T) {
-	b, lin := mergeGraph(false, 1)
-	a := b.g.Ops[0]
-	a.In = append(a.In, b.input("mask", ir.Bool, 1, 4, 1, 64))
-	a.Attr.HasMask = true
-	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4) })
-	run(t, b.g, fuseMergePrologue)
-	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 16) })
+	b, lin, a := maskedMergeGraph(t, 1, 4)
 	if got := kinds(b.g); got != "mask_extent attention linear:attn_merge+linear" {
 		t.Fatalf("ops %s", got)
 	}
@@ -119,13 +127,7 @@ func TestMergeBoundByTheMaskExtent(t *testing.T) {
 	}
 
 	// A batch's standalone merge reads the extent as In[1].
-	b, _ = mergeGraph(false, 2)
-	a = b.g.Ops[0]
-	a.In = append(a.In, b.input("mask", ir.Bool, 2, 4, 1, 64))
-	a.Attr.HasMask = true
-	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 8) })
-	run(t, b.g, fuseMergePrologue)
-	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 16) })
+	b, _, a = maskedMergeGraph(t, 2, 8)
 	if got := kinds(b.g); got != "mask_extent attention attn_merge linear" {
 		t.Fatalf("batch 2: ops %s", got)
 	}
