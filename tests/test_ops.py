@@ -170,3 +170,45 @@ def test_baddbmm(core_lib, fresh_dynamo):
 def test_gather_rejects_a_negative_index(core_lib, fresh_dynamo):
     with pytest.raises(Exception, match="out of range"):
         _compiled(lambda x, i: torch.gather(x, 1, i) + 1)(torch.randn(2, 3), torch.tensor([[0], [-1]]))
+
+
+def _repeat_kv(x, n_rep):
+    """Hugging Face's repeat_kv: each KV head serves n_rep query heads."""
+    b, kv, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)
+
+
+@pytest.mark.parametrize("mask", ["per_head", "broadcast"])
+@pytest.mark.parametrize("target", ["reference", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_decode_attention_gqa_batch(core_lib, fresh_dynamo, target, mask):
+    """Decode attention of a batch on 16 workers: 4 rows, 8 query heads over
+    2 KV heads, 256 positions in 2 chunks, so a KV head's 4 query heads share
+    each unit (ir.Attrs.UnitHeads) and tasks cut the batch. A per-head float
+    mask hides different positions from each head of a unit (the kernel reads
+    each head's row); a broadcast bool mask is read once for them all."""
+    check.ensure_backend_registered()
+    gen = torch.Generator().manual_seed(0)
+    B, H, KV, S, D = 4, 8, 2, 256, 64
+    q = torch.randn(B, H, 1, D, generator=gen)
+    k, v = torch.randn(B, KV, S, D, generator=gen), torch.randn(B, KV, S, D, generator=gen)
+    if mask == "per_head":  # each head and row sees a different prefix, and some holes
+        live = torch.randint(1, S + 1, (B, H, 1, 1), generator=gen)
+        holes = torch.rand(B, H, 1, S, generator=gen) < 0.2
+        hidden = (torch.arange(S).view(1, 1, 1, S) >= live) | holes
+        m = torch.zeros(B, H, 1, S).masked_fill(hidden, torch.finfo(torch.float32).min)
+    else:
+        live = torch.randint(1, S + 1, (B, 1, 1, 1), generator=gen)
+        m = torch.arange(S).view(1, 1, 1, S) < live
+
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, _repeat_kv(k, H // KV), _repeat_kv(v, H // KV), attn_mask=m) * 2
+
+    dev = "cuda" if target == "cuda" else "cpu"
+    args = [t.to(dev) for t in (q, k, v, m)]
+    compiled = []
+    fn = torch.compile(f, backend="mpk", options={"target": target, "num_workers": 16, "on_compile": compiled.append},
+                       fullgraph=True, dynamic=False)
+    got = fn(*args).cpu()
+    torch.testing.assert_close(got, f(q, k, v, m), atol=1e-3 if target == "cuda" else 1e-5, rtol=1e-3 if target == "cuda" else 1e-5)
+    if target == "cuda":  # the units took the KV head's 4 query heads
+        assert compiled and ", 4>(op, lo, hi, s, c.smem)" in compiled[-1].sources["module.cu"]
