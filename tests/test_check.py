@@ -56,6 +56,20 @@ def test_check_split_rows(core_lib, fresh_dynamo, batch, prefill, split):
     assert len(downs) == 2 + 2 * blocks, f"want 2 o projections and 2 down projections in {blocks} row block(s): {downs}"
 
 
+@pytest.mark.parametrize("mask", [False, True])
+def test_check_prefill_rows(core_lib, fresh_dynamo, mask):
+    """prefill_rows: a 24-token prompt chunk over 40 cached tokens runs its
+    attention as decode over the 24 queries (each bounded by its causal
+    mask's extent), with and without left padding; the reference target runs
+    the same op graph the cuda target would."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=24, cache_tokens=40,
+                          steps=2, seed=0, workers=16, log=lines.append, mask=mask, options={"prefill_rows": True})
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    assert labels.count("mask_extent") == 2, f"want a mask extent per layer's attention: {labels}"
+
+
 def test_float32_judge_is_a_copy_of_the_bf16_model():
     """The bf16 rule's judge holds the bf16 model's own weights, upcast (not a
     fresh float32 draw, whose weights the bf16 model never had)."""

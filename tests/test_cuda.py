@@ -57,6 +57,18 @@ def test_cuda_split_rows(core_lib, fresh_dynamo, batch, prefill):
     assert res.compiled.sources["module.cu"].count("mpk::linear_tiles<") >= 2
 
 
+@pytest.mark.parametrize("mask", [False, True])
+def test_cuda_prefill_rows(core_lib, fresh_dynamo, mask):
+    """prefill_rows on the GPU: a 24-token prompt chunk's attention as decode
+    over its queries (K and V broadcast over the rows, q and the output
+    through permuted views), with and without left padding."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", prefill=24, cache_tokens=40, steps=2, seed=0,
+                          workers=16, log=lines.append, mask=mask, options={"prefill_rows": True})
+    assert res.ok, "\n".join(lines)
+    assert "mpk::attn_merge_decode<" in res.compiled.sources["module.cu"]
+
+
 def _compiled_tiny_llama(options=None):
     check.ensure_backend_registered()
     m = models.build("tiny-llama", dtype=torch.bfloat16, device="cuda", seed=0)

@@ -23,8 +23,7 @@ type pass struct {
 // normalization, linearization); validate guards every launch.
 var passes = []pass{
 	{"lower", func(c *Compiled, req *wire.Request) *wire.Error {
-		g, err := lower.LowerWith(&req.Graph, lower.Config{Workers: c.Options.NumWorkers,
-			RoundIntermediates: c.Options.RoundIntermediates, SplitRows: c.Options.SplitRows})
+		g, err := lower.LowerWith(&req.Graph, lower.ConfigFor(c.Options))
 		c.Ops = g
 		return err
 	}},

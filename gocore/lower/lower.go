@@ -35,9 +35,18 @@ type Config struct {
 	// dtype, rounding after each op as eager does (see widenTemps).
 	RoundIntermediates bool
 	// SplitRows cuts Linears whose x has too many rows to stream into
-	// blocks of rows that do (splitLinearRows). Off by default until its
-	// GPU path is measured.
+	// blocks of rows that do (splitLinearRows).
 	SplitRows bool
+	// PrefillRows runs a sequence's masked prompt chunk as decode attention
+	// over its queries (queriesAsRows). Off by default until its GPU path is
+	// measured.
+	PrefillRows bool
+}
+
+// ConfigFor is the lowering a request's options ask for.
+func ConfigFor(o wire.Options) Config {
+	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
+		PrefillRows: o.PrefillRows}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -14,7 +14,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		widenTemps(g)
 	}
 	if cfg.Workers > 0 {
-		splitAttention(g, cfg.Workers)
+		splitAttention(g, cfg.Workers, cfg.PrefillRows)
 		g.Renumber()
 		fuseMergePrologue(g)
 		g.Renumber()

@@ -15,6 +15,43 @@ const decodePositionsPerSplit = 4 * 32
 // maxSplits is the most partials the CUDA merge combines (32 per warp).
 const maxSplits = 512
 
+// queriesAsRows rewrites the attention of one sequence's prompt chunk (B =
+// 1, Sq queries, an explicit mask: a prefill over a cache) as decode over
+// Sq batch rows of one query each: q, the mask and the output are viewed
+// [Sq, H, 1, ·] and K and V broadcast over the rows (stride 0), so the
+// decode kernel's units, per-row mask extents and shared GQA loads serve a
+// prompt too (its generic path ran the queries one after another). Each
+// query's extent (its causal mask's last visible position) bounds the
+// chunks it computes. It reports whether it rewrote op.
+func queriesAsRows(op *ir.Op) bool {
+	if !op.Attr.HasMask || op.Attr.Causal || len(op.In) != 4 {
+		return false
+	}
+	q, k, v, m := op.In[0], op.In[1], op.In[2], op.In[3]
+	Sq := q.Shape[2]
+	if q.Rank() != 4 || m.Rank() != 4 || op.Out.Rank() != 4 || q.Shape[0] != 1 || Sq < 2 || m.Shape[0] != 1 ||
+		m.Shape[2] != 1 && m.Shape[2] != Sq {
+		return false
+	}
+	// rows views x [1, A, Sq, C] as [Sq, A, 1, C]: the query dim leads.
+	rows := func(x ir.View) ir.View {
+		st := x.Strides[2]
+		if x.Shape[2] == 1 {
+			st = 0
+		}
+		return ir.View{Buf: x.Buf, Offset: x.Offset, Shape: []int64{Sq, x.Shape[1], 1, x.Shape[3]},
+			Strides: []int64{st, x.Strides[1], 0, x.Strides[3]}}
+	}
+	// every row reads the one sequence's K and V
+	bcast := func(x ir.View) ir.View {
+		return ir.View{Buf: x.Buf, Offset: x.Offset, Shape: []int64{Sq, x.Shape[1], x.Shape[2], x.Shape[3]},
+			Strides: []int64{0, x.Strides[1], x.Strides[2], x.Strides[3]}}
+	}
+	op.In = []ir.View{rows(q), bcast(k), bcast(v), rows(m)}
+	op.Out = rows(op.Out)
+	return true
+}
+
 // maxUnitOutputs bounds the outputs a lane of a decode attention unit
 // accumulates (heads × ⌈Dv/32⌉): more and its registers spill.
 const maxUnitOutputs = 8
@@ -40,22 +77,28 @@ func unitHeads(G, Dv int64) int64 {
 // the whole cache. The KV positions are cut into chunks; each chunk's task
 // writes a partial softmax (max, sum, unnormalised output) for every head and
 // an AttnMerge op combines them (flash-decoding).
-func splitAttention(g *ir.Graph, workers int) {
+func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 	var ops []*ir.Op
 	for _, op := range g.Ops {
 		ops = append(ops, op)
 		if op.Kind != ir.Attention || op.Attr.Splits > 1 {
 			continue
 		}
+		// (a cache of more than one chunk's positions: the rows then take two chunks at least)
+		rows := prefillRows && op.In[1].Shape[2] > minPositionsPerSplit && queriesAsRows(op)
 		q, k, v := op.In[0], op.In[1], op.In[2]
 		B, H, Sq, Dv, S := q.Shape[0], q.Shape[1], q.Shape[2], v.Shape[3], k.Shape[2]
 		per := int64(minPositionsPerSplit)
 		if Sq == 1 {
 			per = decodePositionsPerSplit
 		}
-		splits := min(int64(workers)/max(B, 1), (S+per-1)/per, maxSplits)
+		perRow := int64(workers) / max(B, 1)
+		if rows { // a prompt's queries: the units past each query's extent cost little
+			perRow = max(perRow, 2)
+		}
+		splits := min(perRow, (S+per-1)/per, maxSplits)
 		if Sq == 1 { // a short cache still takes two chunks: the decode kernel is the split one
-			splits = max(splits, min(2, int64(workers)/max(B, 1), (S+minPositionsPerSplit-1)/minPositionsPerSplit))
+			splits = max(splits, min(2, perRow, (S+minPositionsPerSplit-1)/minPositionsPerSplit))
 		}
 		if splits < 2 {
 			continue

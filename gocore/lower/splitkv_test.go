@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"slices"
 	"testing"
 
 	"mpk/gocore/ir"
@@ -21,7 +22,7 @@ func TestDecodeUnitHeads(t *testing.T) {
 		a := b.op(ir.Attention, att, q, k, v)
 		a.Attr.Scale, a.Attr.Groups = 1, 4
 		b.output(att)
-		splitAttention(b.g, 132)
+		splitAttention(b.g, 132, false)
 		if a.Attr.Splits != 5 || a.Attr.UnitHeads != c.want {
 			t.Errorf("batch %d: %d splits, %d heads a unit; want 5 splits, %d heads", c.B, a.Attr.Splits, a.Attr.UnitHeads, c.want)
 		}
@@ -30,6 +31,52 @@ func TestDecodeUnitHeads(t *testing.T) {
 	for _, c := range []struct{ G, Dv, want int64 }{{4, 128, 2}, {4, 64, 4}, {8, 64, 4}, {6, 256, 1}, {3, 64, 3}, {3, 128, 1}} {
 		if got := unitHeads(c.G, c.Dv); got != c.want {
 			t.Errorf("unitHeads(%d, %d) = %d, want %d", c.G, c.Dv, got, c.want)
+		}
+	}
+}
+
+// TestPromptQueriesAsRows: one sequence's masked prompt chunk runs as decode
+// over its queries: q, the mask and the output viewed [Sq, H, 1, D], K and V
+// broadcast over the rows; batches, causal and unmasked attention stay.
+func TestPromptQueriesAsRows(t *testing.T) {
+	build := func(B, Sq int64, mask bool) (*builder, *ir.Op) {
+		b := newBuilder()
+		q := b.input("q", ir.BF16, B, 8, Sq, 64)
+		k := b.input("k", ir.BF16, B, 2, 576, 64)
+		v := b.input("v", ir.BF16, B, 2, 576, 64)
+		att := b.temp("att", ir.F32, B, 8, Sq, 64)
+		a := b.op(ir.Attention, att, q, k, v)
+		a.Attr.Scale, a.Attr.Groups = 1, 4
+		if mask {
+			a.In = append(a.In, strided(b.input("mask", ir.F32, B, 1, Sq, 576), 0, sh(B, 8, Sq, 576), sh(Sq*576, 0, 576, 1)))
+			a.Attr.HasMask = true
+		}
+		b.output(att)
+		return b, a
+	}
+	b, a := build(1, 64, true)
+	q0, out0 := a.In[0], a.Out
+	splitAttention(b.g, 132, true)
+	q, k, m, out := a.In[0], a.In[1], a.In[3], b.g.Ops[1].Out
+	if !a.DecodeUnits() || a.Attr.UnitHeads != 4 || b.g.Ops[1].Kind != ir.AttnMerge {
+		t.Fatalf("prompt: decode units %v, %d heads a unit, ops %s", a.DecodeUnits(), a.Attr.UnitHeads, kinds(b.g))
+	}
+	if !slices.Equal(q.Shape, sh(64, 8, 1, 64)) || !slices.Equal(q.Strides, sh(q0.Strides[2], q0.Strides[1], 0, 1)) ||
+		!slices.Equal(k.Shape, sh(64, 2, 576, 64)) || k.Strides[0] != 0 ||
+		!slices.Equal(m.Shape, sh(64, 8, 1, 576)) || !slices.Equal(m.Strides, sh(576, 0, 0, 1)) ||
+		out.Buf != out0.Buf || !slices.Equal(out.Shape, sh(64, 8, 1, 64)) || out.Strides[0] != out0.Strides[2] {
+		t.Fatalf("views: q %v/%v, k %v/%v, mask %v/%v, out %v/%v", q.Shape, q.Strides, k.Shape, k.Strides,
+			m.Shape, m.Strides, out.Shape, out.Strides)
+	}
+	for _, c := range []struct {
+		B    int64
+		mask bool
+		on   bool
+	}{{2, true, true}, {1, false, true}, {1, true, false}} { // the last: the option off
+		b, a := build(c.B, 64, c.mask)
+		splitAttention(b.g, 132, c.on)
+		if a.DecodeUnits() || a.In[0].Shape[2] != 64 {
+			t.Errorf("%+v: rewritten as rows", c)
 		}
 	}
 }

@@ -83,6 +83,9 @@ type Options struct {
 	// SplitRows streams a Linear whose x has too many rows for one weight
 	// stream as blocks of rows, each reading the weights once (lower.Config).
 	SplitRows bool `json:"split_rows"`
+	// PrefillRows runs a sequence's masked prompt chunk as decode attention
+	// over its queries (lower.Config).
+	PrefillRows bool `json:"prefill_rows"`
 }
 
 type Graph struct {

@@ -25,7 +25,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	g, werr := lower.LowerWith(&req.Graph, lower.Config{Workers: req.Options.NumWorkers})
+	g, werr := lower.LowerWith(&req.Graph, lower.ConfigFor(req.Options))
 	if werr != nil {
 		fmt.Fprintln(os.Stderr, werr)
 		os.Exit(1)
