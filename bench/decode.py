@@ -168,7 +168,8 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
         "cuda-graphs": lambda: cuda_graph_step(model, cache, (B, P), device),
         "inductor-ro": lambda: torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False),
         "mpk": lambda: torch.compile(model, backend="mpk", fullgraph=True, dynamic=False,
-                                     options={"split_rows": args.split_rows, "prefill_rows": args.prefill_rows}),
+                                     options={"split_rows": args.split_rows, "prefill_rows": args.prefill_rows,
+                                              "split_k": args.split_k}),
     }
     rows = []
     for v in args.variants:
@@ -227,6 +228,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--prefill-rows", action="store_true",
                    help="mpk option prefill_rows: a masked prompt chunk's attention as decode over its queries")
+    p.add_argument("--split-k", action="store_true",
+                   help="mpk option split_k: a Linear too wide to stream with x's low part as slices of K and their sum")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="mpk option split_rows off: Linears too tall for one weight stream read their weights once per row")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip mpk's bf16-rule check")

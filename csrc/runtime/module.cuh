@@ -88,7 +88,7 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     }
     const int64_t rows = sd.bytes / sd.row_bytes;
     for (int64_t r = 0; r < rows; r += sd.tile_rows)
-      for (int64_t col = 0; col < sd.row_bytes; col += sd.page_bytes, ++seq) {
+      for (int64_t col = 0; col < sd.row_span; col += sd.page_bytes, ++seq) {
         if (!acquire(queue[q])) return;
         ring.fill_rows(seq, src + r * sd.row_bytes + col, (int)min((int64_t)sd.tile_rows, rows - r), sd.row_bytes,
                        (uint32_t)sd.page_bytes, policy);

@@ -79,7 +79,7 @@ var (
 		{"int64_t", "offset", "bytes from the slot's base to the task's first row"},
 		{"int64_t", "bytes", "the task's weights; 0: the task streams nothing"},
 		{"int32_t", "tile_rows", "0: pages of contiguous bytes; else tile pages of this many rows' segments"},
-		{"int32_t", "pad", ""},
+		{"int32_t", "row_span", "tile pages: bytes of each row the task reads (K of them), row_bytes apart"},
 		{"int64_t", "row_bytes", "tile pages: bytes from one weight row to the next"},
 	}
 	taskFields = []field{

@@ -235,13 +235,15 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 			continue
 		}
 		w := op.In[1]
-		first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes
-		bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.K * p.ElemBytes
-		if p.Tiles { // a page: TileRows segments of Cols
-			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, 0, %d},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
-				stream.TileRows, p.K*p.ElemBytes)
+		if p.Tiles { // a page: TileRows segments of Cols; the task's rows RowStride apart, K of each read
+			first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes
+			bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
+			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
+				stream.TileRows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes)
 			continue
 		}
+		first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes
+		bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.K * p.ElemBytes
 		fmt.Fprintf(src, "  {%d, %d, %d, %d, 0, 0, 0},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes)
 	}
 	src.WriteString("};\n\n")

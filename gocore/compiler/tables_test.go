@@ -169,7 +169,7 @@ func TestStreamTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := comp.Result.CUDA["module.cu"]
-		const F = 7 // slot, page bytes, offset, bytes, tile rows, pad, row bytes
+		const F = 7 // slot, page bytes, offset, bytes, tile rows, row span, row bytes
 		rows := table(t, src, "mpk::Stream streams")
 		if len(rows) != F*len(comp.Tasks.Tasks) {
 			t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", c.fixture, len(rows), F, len(comp.Tasks.Tasks))
@@ -190,15 +190,15 @@ func TestStreamTable(t *testing.T) {
 			w := op.In[1]
 			K := w.Shape[1]
 			esz := w.DType().Size()
-			n := task.Box.Hi[1] - task.Box.Lo[1]
-			if r[0] != w.Buf.Index || int64(r[3]) != n*K*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*K)*esz {
+			n, stride := task.Box.Hi[1]-task.Box.Lo[1], w.Strides[0] // rows K wide, stride apart
+			if r[0] != w.Buf.Index || int64(r[3]) != n*stride*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*stride)*esz {
 				t.Fatalf("%s: task %d (%s, rows %d of K %d): stream row %v", c.fixture, i, comp.Tasks.Name(i), n, K, r)
 			}
 			if !c.tiles {
-				if int64(r[1])%(K*esz) != 0 || r[1] > 16384 || r[4] != 0 {
+				if int64(r[1])%(K*esz) != 0 || r[1] > 16384 || r[4] != 0 || r[5] != 0 || stride != K {
 					t.Fatalf("%s: task %d (%s): want pages of whole rows, got %v", c.fixture, i, comp.Tasks.Name(i), r)
 				}
-			} else if r[4] != 8 || int64(r[6]) != K*esz || int64(r[1])*8 > 16384 || (K*esz)%int64(r[1]) != 0 ||
+			} else if r[4] != 8 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || int64(r[1])*8 > 16384 || (K*esz)%int64(r[1]) != 0 ||
 				(task.Box.Lo[1]%8 != 0) || (n%8 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
 				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want tile pages of 8 segments, got %v", c.fixture, i,
 					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)

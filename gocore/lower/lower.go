@@ -41,12 +41,16 @@ type Config struct {
 	// over its queries (queriesAsRows). Off by default until its GPU path is
 	// measured.
 	PrefillRows bool
+	// SplitK cuts Linears whose x is too wide to stream with its low part
+	// into Linears over slices of K and their sum (splitLinearK). Off by
+	// default until its GPU path is measured.
+	SplitK bool
 }
 
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows}
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

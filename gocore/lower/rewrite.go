@@ -21,6 +21,10 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		boundMergeByExtent(g, cfg.Workers)
 		g.Renumber()
 	}
+	if cfg.SplitK { // before split_rows: a Linear whose K slices stream needs no blocks of rows
+		splitLinearK(g)
+		g.Renumber()
+	}
 	if cfg.SplitRows { // last: it copies each Linear as the passes above left it
 		splitLinearRows(g)
 		g.Renumber()

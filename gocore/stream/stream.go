@@ -40,6 +40,7 @@ type Plan struct {
 	Tiles     bool
 	Cols      int64 // tiles: the columns of a page
 	XLow      bool  // tiles: x is staged as hi + lo (else rounded to the weights' dtype)
+	RowStride int64 // tiles: elements from one weight row to the next (K, or more for a slice of columns)
 }
 
 // tileCols mirrors mpk::tile_cols: the columns of a tile page of K-wide rows
@@ -119,11 +120,14 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		return Plan{}, false
 	}
 	M, K := op.Out.Shape[0], op.LinearK()
-	if w.Strides[1] != 1 || w.Strides[0] != K || w.Offset*esz%16 != 0 ||
+	// Rows of K weights, row_stride apart: K itself, or (tiles only: a row
+	// segment is a bulk copy of its own) wider rows of which the Linear reads
+	// K columns (lower.splitLinearK).
+	if w.Strides[1] != 1 || w.Strides[0] < K || w.Strides[0]*esz%16 != 0 || w.Offset*esz%16 != 0 ||
 		w.Buf.Kind != ir.Input || written(w.Buf) {
 		return Plan{}, false
 	}
-	if p, ok := regPlan(M, K, esz); ok {
+	if p, ok := regPlan(M, K, esz); ok && w.Strides[0] == K {
 		return p, true
 	}
 	xdt := op.LinearX()
@@ -134,7 +138,7 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	// x wider than the weights keeps its low part where that fits.
 	low := xdt.Size() > esz && TileXBytes(K, M, esz, true) <= MaxTileXBytes
 	return Plan{M: M, K: K, ElemBytes: esz, PageBytes: TileRows * cols * esz, Split: K / cols, Tiles: true, Cols: cols,
-		XLow: low}, true
+		XLow: low, RowStride: w.Strides[0]}, true
 }
 
 // MaxRows is how many rows of op's x (at most its own) a block of a Linear

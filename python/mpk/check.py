@@ -62,6 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=1, help="steps run back to back")
     p.add_argument("--prefill-rows", action="store_true",
                    help="option prefill_rows: a sequence's masked prompt chunk runs as decode attention over its queries")
+    p.add_argument("--split-k", action="store_true",
+                   help="option split_k: a Linear whose x is too wide to stream with its low part runs as slices of K and their sum")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
     p.add_argument("--batch", type=int, default=1, help="sequences per step")
@@ -375,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = run_check(a.config or a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype,
                         a.steps, exec_seed=a.exec_seed, batch=a.batch, mask=a.mask, capacity=a.capacity,
-                        options={"split_rows": a.split_rows, "prefill_rows": a.prefill_rows})
+                        options={"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k})
     except Exception as e:  # the last line must say FAIL, whatever broke
         import traceback
         traceback.print_exc()

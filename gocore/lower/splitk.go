@@ -1,0 +1,102 @@
+package lower
+
+import (
+	"mpk/gocore/ir"
+	"mpk/gocore/stream"
+)
+
+// maxKParts bounds the slices of K a Linear is cut into (splitLinearK).
+const maxKParts = 8
+
+// splitLinearK cuts a Linear whose x is too wide for a tile stream to stage
+// with its low part (M·K too large: llama-3.2-1b's down projection, 16 ×
+// 8,192 at batch 16) into Linears over slices of K that do, each streaming
+// its columns of the weight rows once, and an elementwise op that sums their
+// fp32 products in slice order and adds the residual as the Linear would:
+// the weights are read once, where blocks of rows (splitLinearRows) read
+// them once per block, and x keeps its low part, where rounding it flipped
+// near-tied argmaxes. Only plain Linears (no prologue or epilogue: a norm
+// needs whole rows) are cut.
+func splitLinearK(g *ir.Graph) {
+	written := stream.Writers(g)
+	var ops []*ir.Op
+	for _, op := range g.Ops {
+		parts := kParts(op, written)
+		if parts < 2 {
+			ops = append(ops, op)
+			continue
+		}
+		ops = append(ops, sliceK(g, op, parts)...)
+	}
+	g.Ops = ops
+}
+
+// kParts is how many slices of K op takes: the fewest (up to maxKParts)
+// whose Linears stream x with its low part, when op itself does not; 0 when
+// op is fine as it is or no cut helps.
+func kParts(op *ir.Op, written func(*ir.Buffer) bool) int64 {
+	if op.Kind != ir.Linear || op.Attr.Pro != nil || op.Attr.Epi != nil || op.In[0].Rank() != 2 || op.In[1].Rank() != 2 {
+		return 0
+	}
+	exact := func(p stream.Plan) bool { return !p.Tiles || p.XLow || op.LinearX().Size() <= p.ElemBytes }
+	if p, ok := stream.For(op, written); ok && exact(p) {
+		return 0
+	}
+	K := op.LinearK()
+	for parts := int64(2); parts <= maxKParts; parts *= 2 {
+		if K%parts != 0 {
+			continue
+		}
+		c := sliceKOp(op, 0, K/parts)
+		if p, ok := stream.For(c, written); ok && p.Tiles && exact(p) {
+			return parts
+		}
+	}
+	return 0
+}
+
+// sliceKOp is op's product over columns [k0, k0+n) of x and of the weight
+// rows, into a fresh fp32 output (set by the caller), with no residual.
+func sliceKOp(op *ir.Op, k0, n int64) *ir.Op {
+	cut := func(v ir.View) ir.View {
+		c := v.Clone()
+		c.Offset += k0 * v.Strides[1]
+		c.Shape[1] = n
+		return c
+	}
+	c := *op
+	c.In = []ir.View{cut(op.In[0]), cut(op.In[1])}
+	c.Attr.Residual = false
+	c.Label = "linear"
+	return &c
+}
+
+// sliceK is op as parts Linears over slices of K and the elementwise sum.
+func sliceK(g *ir.Graph, op *ir.Op, parts int64) []*ir.Op {
+	K, M, N := op.LinearK(), op.Out.Shape[0], op.Out.Shape[1]
+	n := K / parts
+	var out []*ir.Op
+	var sum *ir.Expr
+	in := make([]ir.View, 0, parts+1)
+	for p := int64(0); p < parts; p++ {
+		c := sliceKOp(op, p*n, n)
+		c.Out = g.NewTemp(op.Node+"_kslice", ir.F32, []int64{M, N})
+		out = append(out, c)
+		in = append(in, c.Out)
+		if sum == nil {
+			sum = ir.Load(int(p))
+		} else {
+			sum = ir.Cast(ir.F32, ir.Apply(ir.EAdd, sum, ir.Load(int(p))))
+		}
+	}
+	dt := op.Out.DType()
+	e := ir.Cast(dt, sum)
+	label := "linear_k_sum"
+	if op.Attr.Residual { // as the Linear stores it: the product rounded, plus the residual
+		in = append(in, op.In[2])
+		e = ir.Cast(dt, ir.Apply(ir.EAdd, e, ir.Load(int(parts))))
+		label = "linear_k_sum+residual"
+	}
+	return append(out, &ir.Op{Kind: ir.Elementwise, Label: label, Node: op.Node, Target: op.Target, Source: op.Source,
+		In: in, Out: op.Out, Attr: ir.Attrs{Expr: e}})
+}

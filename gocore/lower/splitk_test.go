@@ -1,0 +1,55 @@
+package lower
+
+import (
+	"testing"
+
+	"mpk/gocore/ir"
+)
+
+// TestSplitLinearK: the down projection of a batch of 16 (x 16 × 8,192 fp32:
+// with its low part too wide for a tile stream) becomes 4 Linears over
+// 2,048-column slices of x and of the weight rows, and a sum that adds the
+// residual; a Linear that streams as it is, or has a prologue, stays.
+func TestSplitLinearK(t *testing.T) {
+	build := func(M, K int64, norm bool) (*builder, *ir.Op) {
+		b := newBuilder()
+		x := b.input("x", ir.F32, M, K)
+		w := b.param("w", ir.BF16, 2048, K)
+		res := b.input("res", ir.F32, M, 2048)
+		out := b.temp("out", ir.F32, M, 2048)
+		l := b.op(ir.Linear, out, x, w, res)
+		l.Attr.Residual, l.Label = true, "linear+residual"
+		if norm {
+			l.Attr.Pro = &ir.Prologue{Kind: ir.RMSNorm, First: 3, DType: ir.F32}
+		}
+		b.output(out)
+		return b, l
+	}
+	b, l := build(16, 8192, false)
+	splitLinearK(b.g)
+	if got := kinds(b.g); got != "linear linear linear linear elementwise:linear_k_sum+residual" {
+		t.Fatalf("ops %s", got)
+	}
+	sum := b.g.Ops[4]
+	if sum.Out.Buf != l.Out.Buf || len(sum.In) != 5 || sum.In[4].Buf != l.In[2].Buf {
+		t.Fatalf("sum %v <- %v", sum.Out, sum.In)
+	}
+	for p, s := range b.g.Ops[:4] {
+		x, w := s.In[0], s.In[1]
+		if s.Attr.Residual || len(s.In) != 2 || s.Out.Buf != sum.In[p].Buf || s.Out.DType() != ir.F32 ||
+			x.Offset != int64(p)*2048 || x.Shape[1] != 2048 || w.Offset != int64(p)*2048 || w.Shape[1] != 2048 ||
+			w.Strides[0] != 8192 {
+			t.Fatalf("slice %d: x %v, w %v, out %v, residual %v", p, x, w, s.Out, s.Attr.Residual)
+		}
+	}
+	for _, c := range []struct {
+		M, K int64
+		norm bool
+	}{{4, 8192, false}, {16, 8192, true}} {
+		b, _ := build(c.M, c.K, c.norm)
+		splitLinearK(b.g)
+		if got := kinds(b.g); got != "linear:linear+residual" {
+			t.Errorf("%+v: ops %s", c, got)
+		}
+	}
+}
