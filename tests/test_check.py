@@ -74,14 +74,14 @@ def test_check_split_k(core_lib, fresh_dynamo):
     """split_k: at batch 16 the down projection's x (16 × 4,096 fp32) is too
     wide for one tile stream with its low part; it runs as two Linears over
     2,048-column slices of x and the weights and a sum that adds the
-    residual (the last layer's, whose residual add is an epilogue, is left to
-    split_rows)."""
+    residual (the last layer's residual add is an epilogue: the sum applies it)."""
     lines = []
     res = check.run_check(model="long-mlp-llama", target="reference", dtype="bfloat16", batch=16, cache_tokens=16,
                           steps=2, seed=0, workers=16, log=lines.append, options={"split_k": True})
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
-    assert labels.count("linear_k_sum+residual") == 1, f"want the first layer's down projection cut along K: {labels}"
+    assert labels.count("linear_k_sum+residual") == 1 and labels.count("linear_k_sum+epilogue") == 1, \
+        f"want both layers' down projections cut along K: {labels}"
 
 
 def test_float32_judge_is_a_copy_of_the_bf16_model():

@@ -12,11 +12,11 @@ const maxKParts = 8
 // with its low part (M·K too large: llama-3.2-1b's down projection, 16 ×
 // 8,192 at batch 16) into Linears over slices of K that do, each streaming
 // its columns of the weight rows once, and an elementwise op that sums their
-// fp32 products in slice order and adds the residual as the Linear would:
-// the weights are read once, where blocks of rows (splitLinearRows) read
-// them once per block, and x keeps its low part, where rounding it flipped
-// near-tied argmaxes. Only plain Linears (no prologue or epilogue: a norm
-// needs whole rows) are cut.
+// fp32 products in slice order and then stores what the Linear would (the
+// residual added, its epilogue applied): the weights are read once, where
+// blocks of rows (splitLinearRows) read them once per block, and x keeps its
+// low part, where rounding it flipped near-tied argmaxes. Linears with a
+// prologue (a norm needs whole rows) are not cut.
 func splitLinearK(g *ir.Graph) {
 	written := stream.Writers(g)
 	var ops []*ir.Op
@@ -35,7 +35,8 @@ func splitLinearK(g *ir.Graph) {
 // whose Linears stream x with its low part, when op itself does not; 0 when
 // op is fine as it is or no cut helps.
 func kParts(op *ir.Op, written func(*ir.Buffer) bool) int64 {
-	if op.Kind != ir.Linear || op.Attr.Pro != nil || op.Attr.Epi != nil || op.In[0].Rank() != 2 || op.In[1].Rank() != 2 {
+	if op.Kind != ir.Linear || op.Attr.Pro != nil || op.In[0].Rank() != 2 || op.In[1].Rank() != 2 ||
+		op.Attr.Epi != nil && hasIndex(op.Attr.Epi.Expr) {
 		return 0
 	}
 	exact := func(p stream.Plan) bool { return !p.Tiles || p.XLow || op.LinearX().Size() <= p.ElemBytes }
@@ -66,7 +67,7 @@ func sliceKOp(op *ir.Op, k0, n int64) *ir.Op {
 	}
 	c := *op
 	c.In = []ir.View{cut(op.In[0]), cut(op.In[1])}
-	c.Attr.Residual = false
+	c.Attr.Residual, c.Attr.Epi = false, nil
 	c.Label = "linear"
 	return &c
 }
@@ -89,14 +90,30 @@ func sliceK(g *ir.Graph, op *ir.Op, parts int64) []*ir.Op {
 			sum = ir.Cast(ir.F32, ir.Apply(ir.EAdd, sum, ir.Load(int(p))))
 		}
 	}
+	// What the Linear stores from its product (refexec's linear): the
+	// product rounded to the output's dtype plus the residual, then the
+	// epilogue of that rounded to the folded op's dtype.
 	dt := op.Out.DType()
-	e := ir.Cast(dt, sum)
-	label := "linear_k_sum"
-	if op.Attr.Residual { // as the Linear stores it: the product rounded, plus the residual
+	e, label := sum, "linear_k_sum"
+	if op.Attr.Residual {
 		in = append(in, op.In[2])
-		e = ir.Cast(dt, ir.Apply(ir.EAdd, e, ir.Load(int(parts))))
-		label = "linear_k_sum+residual"
+		e = ir.Apply(ir.EAdd, ir.Cast(dt, e), ir.Load(len(in)-1))
+		label += "+residual"
+	}
+	if epi := op.Attr.Epi; epi != nil {
+		product, base := ir.Cast(epi.DType, e), len(in)
+		in = append(in, op.EpiIn()...)
+		e = epi.Expr.Map(func(n *ir.Expr) *ir.Expr {
+			if n.Op != ir.ELoad {
+				return n
+			}
+			if n.Input == 0 {
+				return product
+			}
+			return ir.Load(base + n.Input - 1)
+		})
+		label += "+epilogue"
 	}
 	return append(out, &ir.Op{Kind: ir.Elementwise, Label: label, Node: op.Node, Target: op.Target, Source: op.Source,
-		In: in, Out: op.Out, Attr: ir.Attrs{Expr: e}})
+		In: in, Out: op.Out, Attr: ir.Attrs{Expr: ir.Cast(dt, e)}})
 }

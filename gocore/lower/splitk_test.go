@@ -9,7 +9,8 @@ import (
 // TestSplitLinearK: the down projection of a batch of 16 (x 16 × 8,192 fp32:
 // with its low part too wide for a tile stream) becomes 4 Linears over
 // 2,048-column slices of x and of the weight rows, and a sum that adds the
-// residual; a Linear that streams as it is, or has a prologue, stays.
+// residual; one with an epilogue, a sum that applies it; a Linear that
+// streams as it is, or has a prologue, stays.
 func TestSplitLinearK(t *testing.T) {
 	build := func(M, K int64, norm bool) (*builder, *ir.Op) {
 		b := newBuilder()
@@ -41,6 +42,18 @@ func TestSplitLinearK(t *testing.T) {
 			w.Strides[0] != 8192 {
 			t.Fatalf("slice %d: x %v, w %v, out %v, residual %v", p, x, w, s.Out, s.Attr.Residual)
 		}
+	}
+	// The residual add as an epilogue (the last layer's down projection): out = res + product.
+	b, l = build(16, 8192, false)
+	l.Attr.Residual, l.Label = false, "linear+residual_add"
+	l.Attr.Epi = &ir.Epilogue{First: 2, DType: ir.F32, Expr: ir.Cast(ir.F32, ir.Apply(ir.EAdd, ir.Load(1), ir.Load(0)))}
+	splitLinearK(b.g)
+	sum = b.g.Ops[4]
+	// the slices summed in order, rounded to fp32, then the epilogue (in4 the residual)
+	want := "float32(float32(add(in4,float32(float32(add(float32(add(float32(add(in0,in1)),in2)),in3))))))"
+	if got := kinds(b.g); got != "linear linear linear linear elementwise:linear_k_sum+epilogue" || len(sum.In) != 5 ||
+		sum.In[4].Buf != l.In[2].Buf || sum.Attr.Expr.String() != want {
+		t.Fatalf("epilogue: ops %s, sum %s reading %v", got, sum.Attr.Expr, sum.In)
 	}
 	for _, c := range []struct {
 		M, K int64
