@@ -168,8 +168,7 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
         "cuda-graphs": lambda: cuda_graph_step(model, cache, (B, P), device),
         "inductor-ro": lambda: torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False),
         "mpk": lambda: torch.compile(model, backend="mpk", fullgraph=True, dynamic=False,
-                                     options={"split_rows": args.split_rows, "prefill_rows": args.prefill_rows,
-                                              "split_k": args.split_k}),
+                                     options=check.lowering_options(args)),
     }
     rows = []
     for v in args.variants:
@@ -226,12 +225,7 @@ def main(argv=None) -> int:
     p.add_argument("--prefill", type=int, default=1, help="tokens of each sequence per step (a prompt chunk)")
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--prefill-rows", action="store_true",
-                   help="mpk option prefill_rows: a masked prompt chunk's attention as decode over its queries")
-    p.add_argument("--split-k", action="store_true",
-                   help="mpk option split_k: a Linear too wide to stream with x's low part as slices of K and their sum")
-    p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
-                   help="mpk option split_rows off: Linears too tall for one weight stream read their weights once per row")
+    check.add_lowering_flags(p)
     p.add_argument("--no-check", dest="check", action="store_false", help="skip mpk's bf16-rule check")
     p.add_argument("--json", help="write all rows here (default: bench/results/decode-<gpu>.json)")
     args = p.parse_args(argv)

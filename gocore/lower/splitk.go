@@ -59,14 +59,8 @@ func kParts(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 // sliceKOp is op's product over columns [k0, k0+n) of x and of the weight
 // rows, into a fresh fp32 output (set by the caller), with no residual.
 func sliceKOp(op *ir.Op, k0, n int64) *ir.Op {
-	cut := func(v ir.View) ir.View {
-		c := v.Clone()
-		c.Offset += k0 * v.Strides[1]
-		c.Shape[1] = n
-		return c
-	}
 	c := *op
-	c.In = []ir.View{cut(op.In[0]), cut(op.In[1])}
+	c.In = []ir.View{sliceView(op.In[0], 1, k0, n), sliceView(op.In[1], 1, k0, n)}
 	c.Attr.Residual, c.Attr.Epi = false, nil
 	c.Label = "linear"
 	return &c

@@ -63,12 +63,6 @@ func rowSliceable(op *ir.Op) bool {
 // sliceRows is op on rows [r0, r0+n) of x: every operand but the weight,
 // and the output, cut to those rows along dim 0.
 func sliceRows(op *ir.Op, r0, n int64) *ir.Op {
-	cut := func(v ir.View) ir.View {
-		c := v.Clone()
-		c.Offset += r0 * v.Strides[0]
-		c.Shape[0] = n
-		return c
-	}
 	c := *op
 	c.In = make([]ir.View, len(op.In))
 	for i, v := range op.In {
@@ -76,8 +70,16 @@ func sliceRows(op *ir.Op, r0, n int64) *ir.Op {
 			c.In[i] = v.Clone()
 			continue
 		}
-		c.In[i] = cut(v)
+		c.In[i] = sliceView(v, 0, r0, n)
 	}
-	c.Out = cut(op.Out)
+	c.Out = sliceView(op.Out, 0, r0, n)
 	return &c
+}
+
+// sliceView is v's indices [lo, lo+n) along dim d.
+func sliceView(v ir.View, d int, lo, n int64) ir.View {
+	c := v.Clone()
+	c.Offset += lo * v.Strides[d]
+	c.Shape[d] = n
+	return c
 }

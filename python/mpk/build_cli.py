@@ -56,9 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cache-tokens", type=int, default=64)
     p.add_argument("--batch", type=int, default=1, help="sequences per step")
     p.add_argument("--mask", action="store_true", help="a 2-D attention mask, as `mpk check --mask`")
-    p.add_argument("--no-split-rows", dest="split_rows", action="store_false", help="as `mpk check --no-split-rows`")
-    p.add_argument("--prefill-rows", action="store_true", help="as `mpk check --prefill-rows`")
-    p.add_argument("--split-k", action="store_true", help="as `mpk check --split-k`")
+    check.add_lowering_flags(p)
     p.add_argument("--arch", default=None, help="e.g. 90a (default: $MPK_CUDA_ARCH, the GPU, else 90a)")
     p.add_argument("--no-nvcc", action="store_true", help="write the sources only")
     a = p.parse_args(argv)
@@ -67,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     try:
         fn = export_for_cuda(a.config or a.model, a.dtype, a.workers, a.seed, a.cache_tokens, a.prefill,
-                             extra={"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k},
+                             extra=check.lowering_options(a),
                              batch=a.batch, mask=a.mask)
     except MpkError as e:
         print(f"mpk error ({e.kind}): {e}")

@@ -60,12 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=tuple(DTYPES),
                    help="model dtype (default: float32 for reference, bfloat16 for cuda)")
     p.add_argument("--steps", type=int, default=1, help="steps run back to back")
-    p.add_argument("--prefill-rows", action="store_true",
-                   help="option prefill_rows: a sequence's masked prompt chunk runs as decode attention over its queries")
-    p.add_argument("--split-k", action="store_true",
-                   help="option split_k: a Linear whose x is too wide to stream with its low part runs as slices of K and their sum")
-    p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
-                   help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
+    add_lowering_flags(p)
     p.add_argument("--batch", type=int, default=1, help="sequences per step")
     p.add_argument("--mask", action="store_true",
                    help="pass a 2-D attention_mask over the whole cache (left-padded rows when --batch > 1)")
@@ -370,6 +365,21 @@ def _bf16_rule(m, name, fill, state, token_steps, max_len, eager, got, log=print
     return problems
 
 
+def add_lowering_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the lowering options (README, Options); lowering_options
+    reads them back as torch.compile options."""
+    p.add_argument("--prefill-rows", action="store_true",
+                   help="option prefill_rows: a sequence's masked prompt chunk runs as decode attention over its queries")
+    p.add_argument("--split-k", action="store_true",
+                   help="option split_k: a Linear whose x is too wide to stream with its low part runs as slices of K and their sum")
+    p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
+                   help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
+
+
+def lowering_options(a: argparse.Namespace) -> dict:
+    return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mpk check", description=__doc__)
     add_arguments(p)
@@ -377,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = run_check(a.config or a.model, a.target, a.prefill, a.seed, a.workers, a.cache_tokens, a.dtype,
                         a.steps, exec_seed=a.exec_seed, batch=a.batch, mask=a.mask, capacity=a.capacity,
-                        options={"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k})
+                        options=lowering_options(a))
     except Exception as e:  # the last line must say FAIL, whatever broke
         import traceback
         traceback.print_exc()
