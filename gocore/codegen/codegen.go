@@ -89,7 +89,7 @@ func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
 	if op.DecodeUnits() {
 		splits, H, ug := op.Out.Shape[1], op.Out.Shape[2], op.HeadsPerUnit()
 		row := H / ug * splits
-		if b.Lo[1] == 0 && b.Hi[1] == splits && b.Lo[2] == 0 && b.Hi[2] == H {
+		if wholeDecodeRows(op, b) {
 			return b.Lo[0] * row, b.Hi[0] * row
 		}
 		return b.Lo[0]*row + b.Lo[2]/ug*splits + b.Lo[1], b.Lo[0]*row + (b.Hi[2]/ug-1)*splits + b.Hi[1]
@@ -100,12 +100,15 @@ func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
 // decodeBoxOK says whether a decode attention box is a flat range of units
 // (taskRange): whole rows, or in one row whole head groups, or chunks of one.
 func decodeBoxOK(op *ir.Op, b tgraph.Box) bool {
-	splits, H, ug := op.Out.Shape[1], op.Out.Shape[2], op.HeadsPerUnit()
-	if b.Lo[1] == 0 && b.Hi[1] == splits && b.Lo[2] == 0 && b.Hi[2] == H {
-		return true
-	}
-	return b.Hi[0]-b.Lo[0] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]%ug == 0 &&
+	splits, ug := op.Out.Shape[1], op.HeadsPerUnit()
+	return wholeDecodeRows(op, b) || b.Hi[0]-b.Lo[0] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]%ug == 0 &&
 		(b.Hi[2]-b.Lo[2] == ug || b.Lo[1] == 0 && b.Hi[1] == splits)
+}
+
+// wholeDecodeRows says whether a decode attention box covers every split
+// and head of its batch rows.
+func wholeDecodeRows(op *ir.Op, b tgraph.Box) bool {
+	return b.Lo[1] == 0 && b.Hi[1] == op.Out.Shape[1] && b.Lo[2] == 0 && b.Hi[2] == op.Out.Shape[2]
 }
 
 // Generate emits module.cu for the task graph; trace makes the kernel record

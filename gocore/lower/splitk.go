@@ -39,8 +39,7 @@ func kParts(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 		op.Attr.Epi != nil && hasIndex(op.Attr.Epi.Expr) {
 		return 0
 	}
-	exact := func(p stream.Plan) bool { return !p.Tiles || p.XLow || op.LinearX().Size() <= p.ElemBytes }
-	if p, ok := stream.For(op, written); ok && exact(p) {
+	if p, ok := stream.For(op, written); ok && p.KeepsX(op) {
 		return 0
 	}
 	K := op.LinearK()
@@ -49,7 +48,7 @@ func kParts(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 			continue
 		}
 		c := sliceKOp(op, 0, K/parts)
-		if p, ok := stream.For(c, written); ok && p.Tiles && exact(p) {
+		if p, ok := stream.For(c, written); ok && p.Tiles && p.KeepsX(c) {
 			return parts
 		}
 	}

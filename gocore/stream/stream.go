@@ -141,6 +141,12 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		XLow: low, RowStride: w.Strides[0]}, true
 }
 
+// KeepsX says whether plan p for op streams x as it is: fp32 rows, x in the
+// weights' dtype, or tiles that keep a wider x's low part (not rounded).
+func (p Plan) KeepsX(op *ir.Op) bool {
+	return !p.Tiles || p.XLow || op.LinearX().Size() <= p.ElemBytes
+}
+
 // MaxRows is how many rows of op's x (at most its own) a block of a Linear
 // too tall for For takes (lower.splitLinearRows): the most that stream with
 // op's other shapes and dtypes and keep an fp32 x's low part (rounding x
@@ -149,7 +155,6 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 func MaxRows(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 	c := *op
 	c.Out = op.Out.Clone()
-	exact := func(p Plan) bool { return !p.Tiles || p.XLow || op.LinearX().Size() <= p.ElemBytes }
 	var mExact, mAny int64
 	for m := op.Out.Shape[0]; m > 0 && mExact == 0; m-- {
 		c.Out.Shape[0] = m
@@ -157,7 +162,7 @@ func MaxRows(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 		if !ok {
 			continue
 		}
-		if exact(p) {
+		if p.KeepsX(op) {
 			mExact = m
 		}
 		if mAny == 0 {
