@@ -160,6 +160,17 @@ func allDims(n int) []int {
 	return d
 }
 
+// dimsBut is the dims [0, n) but skip.
+func dimsBut(n, skip int) []int {
+	var d []int
+	for i := 0; i < n; i++ {
+		if i != skip {
+			d = append(d, i)
+		}
+	}
+	return d
+}
+
 // Elements per task below which splitting an elementwise-like op costs more
 // in synchronisation than it saves: one a thread. The generic task body
 // reads an element's inputs one dependent round trip after another, so a
@@ -178,6 +189,11 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	n := ir.Numel(out)
 	small := func(d int) int64 { // parts for a cheap op split along d
 		return min(W, out[d], max(1, n/minElemsPerTask))
+	}
+	// Tasks along d of at most one of elems elements (or pairs) a thread, so
+	// a task's loads go out in one batch.
+	perThread := func(d int, elems int64) []tgraph.Box {
+		return split(out, d, min(W, out[d], max(small(d), ceilDiv(elems, stream.Threads))), 1)
 	}
 	switch op.Kind {
 	case ir.Linear: // [M, N]: every task reads N/parts weight rows
@@ -214,12 +230,7 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		if op.Kind == ir.RoPE && op.Attr.IndexIn > 0 {
 			// Rows land at run-time positions along Attr.Dim: tiles split
 			// another dim, so what they write stays disjoint.
-			dims = dims[:0]
-			for dd := 0; dd < len(out)-1; dd++ {
-				if dd != op.Attr.Dim {
-					dims = append(dims, dd)
-				}
-			}
+			dims = dimsBut(len(out)-1, op.Attr.Dim)
 			if len(dims) == 0 {
 				return split(out, 0, 1, 1)
 			}
@@ -228,34 +239,21 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		if op.Kind == ir.RMSNorm { // a warp per row: a task takes rowsPerNormTask rows
 			return split(out, d, min(W, ceilDiv(out[d], rowsPerNormTask)), 1)
 		}
-		// A thread per rotated pair: at most one pair a thread per task, so
-		// a task's loads go out in one batch (RoPE is on the path to attention).
-		return split(out, d, min(W, out[d], max(small(d), ceilDiv(n/2, stream.Threads))), 1)
+		// A thread per rotated pair (RoPE is on the path to attention).
+		return perThread(d, n/2)
 	case ir.Embedding: // a thread per element: the step's first op, on everyone's path
-		d := largestDim(out, allDims(len(out)))
-		return split(out, d, min(W, out[d], max(small(d), ceilDiv(n, stream.Threads))), 1)
+		return perThread(largestDim(out, allDims(len(out))), n)
 	case ir.KVWrite: // over the source, an element a thread, cut along its batch or heads: not along
 		// the run-time positions' dim, nor the last (a tile's cache rows stay one interval a row)
-		var dims []int
-		for d := range out[:len(out)-1] {
-			if d != op.Attr.Dim {
-				dims = append(dims, d)
-			}
-		}
+		dims := dimsBut(len(out)-1, op.Attr.Dim)
 		if len(dims) == 0 {
 			return split(out, 0, 1, 1)
 		}
-		d := largestDim(out, dims)
-		return split(out, d, min(W, out[d], max(small(d), ceilDiv(n, stream.Threads))), 1)
+		return perThread(largestDim(out, dims), n)
 	case ir.MaskExtent: // [B]: a task per batch row (each reads its whole mask row)
 		return split(out, 0, min(W, out[0]), 1)
 	case ir.Cat:
-		var dims []int
-		for d := range out {
-			if d != op.Attr.Dim {
-				dims = append(dims, d)
-			}
-		}
+		dims := dimsBut(len(out), op.Attr.Dim)
 		if len(dims) == 0 {
 			return split(out, 0, 1, 1)
 		}
