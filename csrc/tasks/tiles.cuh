@@ -90,6 +90,13 @@ constexpr int stage_batch(int M, int operands) {
 // raw words are converted only once every load of a batch is out.
 constexpr int per_thread4(int k) { return (k / 4 + MPK_THREADS - 1) / MPK_THREADS; }
 
+// batch4 is the rows a batch of 4-wide row loads takes: 32 registers of raw
+// words (8 loads a thread), at most M.
+constexpr int batch4(int k, int m) {
+  const int b = 8 / per_thread4(k);
+  return b < 1 ? 1 : b < m ? b : m;
+}
+
 template <int K, int N>
 __device__ __forceinline__ bool rows4_ok(const View& v, const Slots<N>& s) {
   const int64_t esz = v.dtype == DT_FLOAT32 ? 4 : 2;
@@ -125,7 +132,7 @@ __device__ __forceinline__ float4 cvt_row4(const uint4& r, int32_t dt) {
 template <int XD, int K, int M, int PITCH, int N, typename X>
 __device__ __forceinline__ void plain_rows(const View& x, X xs, const Slots<N>& s) {
   const int32_t xd = XD < 0 ? x.dtype : XD;
-  constexpr int Q = per_thread4(K), B = 8 / Q < 1 ? 1 : 8 / Q < M ? 8 / Q : M;  // 32 registers of raw words
+  constexpr int Q = per_thread4(K), B = batch4(K, M);
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
     uint4 raw[B][Q];
@@ -201,7 +208,7 @@ template <int XD, int WD, int PD, int K, int M, int PITCH, int N, typename X>
 __device__ __forceinline__ void norm_rows(const Op& op, const View& x, const View& w, bool has_w, X xs,
                                           const Slots<N>& s) {
   const int32_t xd = XD < 0 ? x.dtype : XD, wd = WD < 0 ? w.dtype : WD, pd = PD < 0 ? op.pro_dtype : PD;
-  constexpr int Q = per_thread4(K), B = 8 / Q < 1 ? 1 : 8 / Q < M ? 8 / Q : M;  // 32 registers of raw words
+  constexpr int Q = per_thread4(K), B = batch4(K, M);
   __shared__ float sums[kConsumerWarps * B];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   uint4 rw[Q];
