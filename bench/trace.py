@@ -22,19 +22,21 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-0.6b")
     p.add_argument("--cache-tokens", type=int, default=512)
-    p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + 16)")
+    p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + 4·prefill + 12)")
     p.add_argument("--batch", type=int, default=1, help="sequences a step")
+    p.add_argument("--prefill", type=int, default=1, help="tokens of each sequence a step (a prompt chunk)")
     p.add_argument("--json", help="write the step's task records here")
+    check.add_lowering_flags(p)
     a = p.parse_args()
     check.ensure_backend_registered()
-    extra = a.capacity - a.cache_tokens if a.capacity else 16
-    if extra < 4:
+    extra = a.capacity - a.cache_tokens if a.capacity else 4 * a.prefill + 12
+    if extra < 4 * a.prefill:
         raise SystemExit("--capacity must leave room for the 4 traced steps")
     m, cache = check.decode_setup(a.model, a.cache_tokens, extra=extra, batch=a.batch)
     compiled = []
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
-                         options={"trace": True, "on_compile": compiled.append})
-    tok = torch.randint(0, m.config.vocab_size, (a.batch, 1), device="cuda")
+                         options={"trace": True, "on_compile": compiled.append, **check.lowering_options(a)})
+    tok = torch.randint(0, m.config.vocab_size, (a.batch, a.prefill), device="cuda")
     with torch.no_grad():
         for _ in range(4):
             step(input_ids=tok, past_key_values=cache, use_cache=True)

@@ -198,7 +198,10 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	switch op.Kind {
 	case ir.Linear: // [M, N]: every task reads N/parts weight rows
 		if p, ok := stream.For(op, written); ok {
-			return split(out, 1, p.Tasks(out[1], workers), p.Unit())
+			// A slice of K shares the workers with its sibling slices: each
+			// worker then stages x's columns of one slice (x is read from L2
+			// once per task, and at batch 16 that costs as much as the weights).
+			return split(out, 1, p.Tasks(out[1], max(1, workers/int(max(1, op.Attr.KParts)))), p.Unit())
 		}
 		return split(out, 1, min(W, ceilDiv(out[1], 8)), 1)
 	case ir.Matmul: // [B, M, N]

@@ -206,6 +206,15 @@ func TestStreamedLinearTiles(t *testing.T) {
 	if n := len(tiles(op, 132, func(b *ir.Buffer) bool { return b == w.Buf })); n != 132 {
 		t.Errorf("a weight the graph writes does not stream: %d tiles, want the register Linear's 132", n)
 	}
+	// One of 4 slices of K (lower's splitLinearK) takes a quarter of the
+	// workers: 2,048 rows of 2,048 in 33 tasks of 62 or 63 rows.
+	ws := b.buf("ws", 2048, 2048)
+	ws.Buf.Kind, ws.Buf.DType = ir.Input, ir.BF16
+	slice := b.op(ir.Linear, b.buf("os", 1, 2048), x, ws)
+	slice.Attr.KParts = 4
+	if n := len(tiles(slice, 132, never)); n != 33 {
+		t.Errorf("a quarter slice of K: %d tiles, want 33 (a quarter of the workers)", n)
+	}
 }
 
 func TestRegion(t *testing.T) {

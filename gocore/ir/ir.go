@@ -231,6 +231,10 @@ type Attrs struct {
 	// many query heads, all of one KV head, which share each K and V load.
 	UnitHeads int64
 	Residual  bool // Linear: In[2] is added to the product
+	// KParts > 1, on a Linear: it is one of KParts slices of a Linear's K
+	// (lower's splitLinearK), which run side by side, each on 1/KParts of
+	// the workers, so each worker stages one slice of x, not all of them.
+	KParts int64
 	HasWeight bool // RMSNorm: In[1] is the weight
 	Dim       int  // Cat, KVWrite, Gather: the dimension
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:

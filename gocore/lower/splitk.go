@@ -74,6 +74,7 @@ func sliceK(g *ir.Graph, op *ir.Op, parts int64) []*ir.Op {
 	in := make([]ir.View, 0, parts+1)
 	for p := int64(0); p < parts; p++ {
 		c := sliceKOp(op, p*n, n)
+		c.Attr.KParts = parts
 		c.Out = g.NewTemp(op.Node+"_kslice", ir.F32, []int64{M, N})
 		out = append(out, c)
 		in = append(in, c.Out)

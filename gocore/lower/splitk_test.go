@@ -37,7 +37,7 @@ func TestSplitLinearK(t *testing.T) {
 	}
 	for p, s := range b.g.Ops[:4] {
 		x, w := s.In[0], s.In[1]
-		if s.Attr.Residual || len(s.In) != 2 || s.Out.Buf != sum.In[p].Buf || s.Out.DType() != ir.F32 ||
+		if s.Attr.Residual || s.Attr.KParts != 4 || len(s.In) != 2 || s.Out.Buf != sum.In[p].Buf || s.Out.DType() != ir.F32 ||
 			x.Offset != int64(p)*2048 || x.Shape[1] != 2048 || w.Offset != int64(p)*2048 || w.Shape[1] != 2048 ||
 			w.Strides[0] != 8192 {
 			t.Fatalf("slice %d: x %v, w %v, out %v, residual %v", p, x, w, s.Out, s.Attr.Residual)

@@ -368,8 +368,8 @@ def _bf16_rule(m, name, fill, state, token_steps, max_len, eager, got, log=print
 def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     """The flags of the lowering options (README, Options); lowering_options
     reads them back as torch.compile options."""
-    p.add_argument("--prefill-rows", action="store_true",
-                   help="option prefill_rows: a sequence's masked prompt chunk runs as decode attention over its queries")
+    p.add_argument("--no-prefill-rows", dest="prefill_rows", action="store_false",
+                   help="turn off option prefill_rows: a sequence's masked prompt chunk then runs the prompt attention")
     p.add_argument("--split-k", action="store_true",
                    help="option split_k: a Linear whose x is too wide to stream with its low part runs as slices of K and their sum")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
