@@ -73,7 +73,7 @@ def test_cuda_split_k(core_lib, fresh_dynamo):
     """split_k on the GPU: tile streams over a slice of each weight row
     (row_span < row_bytes) and the sum of their fp32 products."""
     lines = []
-    res = check.run_check(model="long-mlp-llama", target="cuda", batch=16, cache_tokens=16, steps=2, seed=0,
+    res = check.run_check(model="long-mlp-llama", target="cuda", batch=32, cache_tokens=16, steps=2, seed=0,
                           workers=16, log=lines.append, options={"split_k": True})
     assert res.ok, "\n".join(lines)
     assert "linear_k_sum+residual" in res.summary.get("op_labels", [])

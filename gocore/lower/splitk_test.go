@@ -58,7 +58,7 @@ func TestSplitLinearK(t *testing.T) {
 	for _, c := range []struct {
 		M, K int64
 		norm bool
-	}{{4, 8192, false}, {16, 8192, true}} {
+	}{{4, 8192, false}, {8, 8192, false}, {16, 8192, true}} {
 		b, _ := build(c.M, c.K, c.norm)
 		splitLinearK(b.g)
 		if got := kinds(b.g); got != "linear:linear+residual" {

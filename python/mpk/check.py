@@ -370,8 +370,8 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     reads them back as torch.compile options."""
     p.add_argument("--no-prefill-rows", dest="prefill_rows", action="store_false",
                    help="turn off option prefill_rows: a sequence's masked prompt chunk then runs the prompt attention")
-    p.add_argument("--split-k", action="store_true",
-                   help="option split_k: a Linear whose x is too wide to stream with its low part runs as slices of K and their sum")
+    p.add_argument("--no-split-k", dest="split_k", action="store_false",
+                   help="turn off option split_k: a Linear whose x is too large for one weight stream then runs as blocks of rows")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
 
