@@ -42,13 +42,15 @@ def test_check_long_cache_mostly_empty(core_lib, fresh_dynamo, mask):
 def test_check_split_rows(core_lib, fresh_dynamo, batch, prefill, split):
     """split_rows (on by default): wide-llama's down projection (x 48 x 1,536,
     too tall for one tensor-core stream) runs as 3 Linears over blocks of rows,
-    on a decode batch and on a prompt chunk with a mask; the reference target
-    runs the same op graph the cuda target would. Turned off, it stays one
-    Linear that reads its weights once per row."""
+    on a decode batch and on a prompt chunk with a mask, when split_k (which
+    would cut it along K first) is off; the reference target runs the same op
+    graph the cuda target would. Turned off, it stays one Linear that reads
+    its weights once per row."""
     lines = []
+    options = {"split_k": False} if split is None else {"split_k": False, "split_rows": split}
     res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", batch=batch, prefill=prefill,
                           cache_tokens=16, steps=2, seed=0, workers=16, log=lines.append, mask=prefill > 1,
-                          options=None if split is None else {"split_rows": split})
+                          options=options)
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
     downs = [l for l in labels if "linear+residual" in l]
@@ -70,19 +72,22 @@ def test_check_prefill_rows(core_lib, fresh_dynamo, mask):
     assert labels.count("mask_extent") == 2, f"want a mask extent per layer's attention: {labels}"
 
 
-def test_check_split_k(core_lib, fresh_dynamo):
-    """split_k: at batch 32 the down projection's x (32 × 4,096) is too large
-    for one tile stream even rounded; it runs as four Linears over 1,024-column
-    slices of x and the weights (each with x's low part) and a sum that adds
-    the residual (the last layer's residual add is an epilogue: the sum
-    applies it)."""
+@pytest.mark.parametrize("model,batch,parts", [("long-mlp-llama", 32, 4), ("wide-llama", 48, 3)])
+def test_check_split_k(core_lib, fresh_dynamo, model, batch, parts):
+    """split_k (on by default): the down projection's x (long-mlp-llama at
+    batch 32: 32 × 4,096; wide-llama at batch 48: 48 × 1,536) is too large
+    for one tile stream even rounded; it runs as Linears over slices of K
+    (1,024 or 512 columns, each with x's low part) on shares of the workers,
+    and a sum that adds the residual (the last layer's residual add is an
+    epilogue: the sum applies it)."""
     lines = []
-    res = check.run_check(model="long-mlp-llama", target="reference", dtype="bfloat16", batch=32, cache_tokens=16,
-                          steps=2, seed=0, workers=16, log=lines.append, options={"split_k": True})
+    res = check.run_check(model=model, target="reference", dtype="bfloat16", batch=batch, cache_tokens=16,
+                          steps=2, seed=0, workers=16, log=lines.append)
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
     assert labels.count("linear_k_sum+residual") == 1 and labels.count("linear_k_sum+epilogue") == 1, \
         f"want both layers' down projections cut along K: {labels}"
+    assert labels.count("linear") == 2 * parts, f"want {parts} slices a layer: {labels}"
 
 
 def test_float32_judge_is_a_copy_of_the_bf16_model():

@@ -49,10 +49,11 @@ def test_cuda_batch_on_tensor_cores(core_lib, fresh_dynamo, batch, workers, mask
 @pytest.mark.parametrize("batch,prefill", [(48, 1), (1, 48)])
 def test_cuda_split_rows(core_lib, fresh_dynamo, batch, prefill):
     """split_rows (on by default) on the GPU: wide-llama's down projection (x 48 x 1,536) as
-    blocks of rows through mpk::linear_tiles, on views that start past row 0."""
+    blocks of rows through mpk::linear_tiles, on views that start past row 0 (split_k off:
+    it would cut this Linear along K first)."""
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
-                          seed=0, workers=16, log=lines.append, mask=prefill > 1)
+                          seed=0, workers=16, log=lines.append, mask=prefill > 1, options={"split_k": False})
     assert res.ok, "\n".join(lines)
     assert res.compiled.sources["module.cu"].count("mpk::linear_tiles<") >= 2
 
@@ -69,12 +70,13 @@ def test_cuda_prefill_rows(core_lib, fresh_dynamo, mask):
     assert "mpk::attn_merge_decode<" in res.compiled.sources["module.cu"]
 
 
-def test_cuda_split_k(core_lib, fresh_dynamo):
-    """split_k on the GPU: tile streams over a slice of each weight row
-    (row_span < row_bytes) and the sum of their fp32 products."""
+@pytest.mark.parametrize("model,batch", [("long-mlp-llama", 32), ("wide-llama", 48)])
+def test_cuda_split_k(core_lib, fresh_dynamo, model, batch):
+    """split_k (on by default) on the GPU: tile streams over a slice of each weight row
+    (row_span < row_bytes), 4 or 3 slices side by side, and the sum of their fp32 products."""
     lines = []
-    res = check.run_check(model="long-mlp-llama", target="cuda", batch=32, cache_tokens=16, steps=2, seed=0,
-                          workers=16, log=lines.append, options={"split_k": True})
+    res = check.run_check(model=model, target="cuda", batch=batch, cache_tokens=16, steps=2, seed=0,
+                          workers=16, log=lines.append)
     assert res.ok, "\n".join(lines)
     assert "linear_k_sum+residual" in res.summary.get("op_labels", [])
 

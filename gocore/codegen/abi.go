@@ -16,8 +16,8 @@ import (
 // written into csrc/runtime/abi_gen.cuh by ABIHeader; a test fails when the
 // committed header drifts from this definition.
 const (
-	MaxRank   = 6 // dims of a view
-	MaxInputs = 8 // input views of one op
+	MaxRank   = 6            // dims of a view
+	MaxInputs = ir.MaxInputs // input views of one op
 	// Threads is a worker's consumer threads; a loader and a signaller warp
 	// run beside them (csrc/runtime/roles.cuh).
 	Threads = stream.Threads

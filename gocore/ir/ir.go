@@ -234,7 +234,7 @@ type Attrs struct {
 	// KParts > 1, on a Linear: it is one of KParts slices of a Linear's K
 	// (lower's splitLinearK), which run side by side, each on 1/KParts of
 	// the workers, so each worker stages one slice of x, not all of them.
-	KParts int64
+	KParts    int64
 	HasWeight bool // RMSNorm: In[1] is the weight
 	Dim       int  // Cat, KVWrite, Gather: the dimension
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:
@@ -272,6 +272,10 @@ type Prologue struct {
 	// finds the split that covers each live chunk.
 	Interleave int64
 }
+
+// MaxInputs is the most input views one op may have (the task ABI's
+// MPK_MAX_INPUTS): a pass that builds an op of many inputs stays within it.
+const MaxInputs = 8
 
 // MaxEpilogueInputs bounds an epilogue's inputs besides the product: the
 // CUDA store loads them into registers before the weights stream

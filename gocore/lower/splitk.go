@@ -44,8 +44,11 @@ func kParts(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 	if _, ok := stream.For(op, written); ok {
 		return 0
 	}
-	K := op.LinearK()
-	for parts := int64(2); parts <= maxKParts; parts *= 2 {
+	// The sum reads every slice's product and the residual and epilogue
+	// inputs: at most ir.MaxInputs (qwen3-8b's down projection at batch 16,
+	// K = 12,288, takes 6 slices of 2,048, not 8 of 1,536).
+	K, extra := op.LinearK(), int64(len(sumInputs(op)))
+	for parts := int64(2); parts <= maxKParts && parts+extra <= ir.MaxInputs; parts++ {
 		if K%parts != 0 {
 			continue
 		}
@@ -92,13 +95,15 @@ func sliceK(g *ir.Graph, op *ir.Op, parts int64) []*ir.Op {
 	dt := op.Out.DType()
 	e, label := sum, "linear_k_sum"
 	if op.Attr.Residual {
-		in = append(in, op.In[2])
-		e = ir.Apply(ir.EAdd, ir.Cast(dt, e), ir.Load(len(in)-1))
+		e = ir.Apply(ir.EAdd, ir.Cast(dt, e), ir.Load(len(in)))
 		label += "+residual"
 	}
 	if epi := op.Attr.Epi; epi != nil {
-		product, base := ir.Cast(epi.DType, e), len(in)
-		in = append(in, op.EpiIn()...)
+		base := len(in)
+		if op.Attr.Residual {
+			base++
+		}
+		product := ir.Cast(epi.DType, e)
 		e = epi.Expr.Map(func(n *ir.Expr) *ir.Expr {
 			if n.Op != ir.ELoad {
 				return n
@@ -110,6 +115,20 @@ func sliceK(g *ir.Graph, op *ir.Op, parts int64) []*ir.Op {
 		})
 		label += "+epilogue"
 	}
+	in = append(in, sumInputs(op)...)
 	return append(out, &ir.Op{Kind: ir.Elementwise, Label: label, Node: op.Node, Target: op.Target, Source: op.Source,
 		In: in, Out: op.Out, Attr: ir.Attrs{Expr: ir.Cast(dt, e)}})
+}
+
+// sumInputs is what the sum of op's slices reads besides their products:
+// the residual, then the epilogue's inputs.
+func sumInputs(op *ir.Op) []ir.View {
+	var in []ir.View
+	if op.Attr.Residual {
+		in = append(in, op.In[2])
+	}
+	if op.Attr.Epi != nil {
+		in = append(in, op.EpiIn()...)
+	}
+	return in
 }

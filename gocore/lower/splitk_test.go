@@ -55,6 +55,15 @@ func TestSplitLinearK(t *testing.T) {
 		sum.In[4].Buf != l.In[2].Buf || sum.Attr.Expr.String() != want {
 		t.Fatalf("epilogue: ops %s, sum %s reading %v", got, sum.Attr.Expr, sum.In)
 	}
+	// qwen3-8b's down projection at batch 16 (K = 12,288): 8 slices of
+	// 1,536 stream, but their sum would read 9 inputs with the residual;
+	// 6 slices of 2,048 stream too and keep it within ir.MaxInputs.
+	b, _ = build(16, 12288, false)
+	splitLinearK(b.g)
+	if got := kinds(b.g); got != "linear linear linear linear linear linear elementwise:linear_k_sum+residual" ||
+		len(b.g.Ops[6].In) != 7 || b.g.Ops[0].In[0].Shape[1] != 2048 || b.g.Ops[0].Attr.KParts != 6 {
+		t.Fatalf("K = 12,288: ops %s", got)
+	}
 	for _, c := range []struct {
 		M, K int64
 		norm bool
