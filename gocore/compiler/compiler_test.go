@@ -64,3 +64,34 @@ func TestGenerateCUDA(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultOptionsAtScale compiles real models' batched steps for cuda
+// with the default lowering options (split_rows, prefill_rows, split_k on):
+// each must lower, validate and generate code within the task ABI (qwen3-8b
+// at batch 16 once cut its down projection into 8 slices whose sum read 9
+// inputs, which codegen refused), its down projections cut along K into
+// the slices named.
+func TestDefaultOptionsAtScale(t *testing.T) {
+	for _, c := range []struct {
+		file           string
+		layers, slices int
+	}{
+		{"llama-3.2-1b-batch16-decode.json.zst", 16, 4},
+		{"qwen3-8b-batch16-decode.json.zst", 36, 6},
+	} {
+		req := loadRequest(t, c.file)
+		req.Options.Target, req.Options.NumWorkers = "cuda", 132
+		req.Options.SplitRows, req.Options.PrefillRows, req.Options.SplitK = true, true, true
+		comp, err := Compile(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.file, err)
+		}
+		s := comp.Result.Summary
+		if got := s.OpsByKind["linear"]; got != c.layers*c.slices {
+			t.Errorf("%s: %d slices of K, want %d a layer over %d layers", c.file, got, c.slices, c.layers)
+		}
+		if len(comp.Result.CUDA["module.cu"]) == 0 {
+			t.Errorf("%s: no module.cu", c.file)
+		}
+	}
+}
