@@ -65,7 +65,7 @@ func TestGenerateCUDA(t *testing.T) {
 	}
 }
 
-// TestDefaultOptionsAtScale compiles real models' batched steps for cuda
+// TestDefaultOptionsAtScale compiles real models' batched and prompt-chunk steps for cuda
 // with the default lowering options (split_rows, prefill_rows, split_k on):
 // each must lower, validate and generate code within the task ABI (qwen3-8b
 // at batch 16 once cut its down projection into 8 slices whose sum read 9
@@ -78,6 +78,9 @@ func TestDefaultOptionsAtScale(t *testing.T) {
 	}{
 		{"llama-3.2-1b-batch16-decode.json.zst", 16, 4},
 		{"qwen3-8b-batch16-decode.json.zst", 36, 6},
+		// A 64-token chunk: no slice of K fits x's 64 rows (blocks of rows
+		// instead), and its attention runs as decode over the queries.
+		{"llama-3.2-1b-prefill64.json.zst", 16, 0},
 	} {
 		req := loadRequest(t, c.file)
 		req.Options.Target, req.Options.NumWorkers = "cuda", 132
