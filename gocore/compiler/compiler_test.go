@@ -70,17 +70,18 @@ func TestGenerateCUDA(t *testing.T) {
 // each must lower, validate and generate code within the task ABI (qwen3-8b
 // at batch 16 once cut its down projection into 8 slices whose sum read 9
 // inputs, which codegen refused), its down projections cut along K into
-// the slices named.
+// the slices named. Their graphs sit in testdata/scale, apart from the
+// fixtures the reference executor runs (these models are too large to run).
 func TestDefaultOptionsAtScale(t *testing.T) {
 	for _, c := range []struct {
 		file           string
 		layers, slices int
 	}{
-		{"llama-3.2-1b-batch16-decode.json.zst", 16, 4},
-		{"qwen3-8b-batch16-decode.json.zst", 36, 6},
+		{"scale/llama-3.2-1b-batch16-decode.json.zst", 16, 4},
+		{"scale/qwen3-8b-batch16-decode.json.zst", 36, 6},
 		// A 64-token chunk: no slice of K fits x's 64 rows (blocks of rows
 		// instead), and its attention runs as decode over the queries.
-		{"llama-3.2-1b-prefill64.json.zst", 16, 0},
+		{"scale/llama-3.2-1b-prefill64.json.zst", 16, 0},
 	} {
 		req := loadRequest(t, c.file)
 		req.Options.Target, req.Options.NumWorkers = "cuda", 132
