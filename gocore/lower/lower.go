@@ -38,12 +38,10 @@ type Config struct {
 	// blocks of rows that do (splitLinearRows).
 	SplitRows bool
 	// PrefillRows runs a sequence's masked prompt chunk as decode attention
-	// over its queries (queriesAsRows). Off by default until its GPU path is
-	// measured.
+	// over its queries (queriesAsRows).
 	PrefillRows bool
-	// SplitK cuts Linears whose x is too wide to stream with its low part
-	// into Linears over slices of K and their sum (splitLinearK). Off by
-	// default until its GPU path is measured.
+	// SplitK cuts Linears whose x is too large to stream into Linears over
+	// slices of K and their sum (splitLinearK), before SplitRows.
 	SplitK bool
 }
 

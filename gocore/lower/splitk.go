@@ -76,7 +76,7 @@ func sliceK(g *ir.Graph, op *ir.Op, parts int64) []*ir.Op {
 	n := K / parts
 	var out []*ir.Op
 	var sum *ir.Expr
-	in := make([]ir.View, 0, parts+1)
+	var in []ir.View // the slices' products, then sumInputs
 	for p := int64(0); p < parts; p++ {
 		c := sliceKOp(op, p*n, n)
 		c.Attr.KParts = parts
@@ -93,16 +93,14 @@ func sliceK(g *ir.Graph, op *ir.Op, parts int64) []*ir.Op {
 	// product rounded to the output's dtype plus the residual, then the
 	// epilogue of that rounded to the folded op's dtype.
 	dt := op.Out.DType()
-	e, label := sum, "linear_k_sum"
+	e, label, next := sum, "linear_k_sum", len(in) // next: the first of sumInputs not yet loaded
+	in = append(in, sumInputs(op)...)
 	if op.Attr.Residual {
-		e = ir.Apply(ir.EAdd, ir.Cast(dt, e), ir.Load(len(in)))
+		e = ir.Apply(ir.EAdd, ir.Cast(dt, e), ir.Load(next))
 		label += "+residual"
+		next++
 	}
 	if epi := op.Attr.Epi; epi != nil {
-		base := len(in)
-		if op.Attr.Residual {
-			base++
-		}
 		product := ir.Cast(epi.DType, e)
 		e = epi.Expr.Map(func(n *ir.Expr) *ir.Expr {
 			if n.Op != ir.ELoad {
@@ -111,11 +109,10 @@ func sliceK(g *ir.Graph, op *ir.Op, parts int64) []*ir.Op {
 			if n.Input == 0 {
 				return product
 			}
-			return ir.Load(base + n.Input - 1)
+			return ir.Load(next + n.Input - 1)
 		})
 		label += "+epilogue"
 	}
-	in = append(in, sumInputs(op)...)
 	return append(out, &ir.Op{Kind: ir.Elementwise, Label: label, Node: op.Node, Target: op.Target, Source: op.Source,
 		In: in, Out: op.Out, Attr: ir.Attrs{Expr: ir.Cast(dt, e)}})
 }

@@ -86,8 +86,8 @@ type Options struct {
 	// PrefillRows runs a sequence's masked prompt chunk as decode attention
 	// over its queries (lower.Config).
 	PrefillRows bool `json:"prefill_rows"`
-	// SplitK streams a Linear whose x is too wide for one weight stream
-	// with its low part as slices of K and their sum (lower.Config).
+	// SplitK streams a Linear whose x is too large for one weight stream as
+	// slices of K and their sum (lower.Config).
 	SplitK bool `json:"split_k"`
 }
 

@@ -56,8 +56,8 @@ CONFIGS: dict[str, Callable] = {
     "wide-llama": lambda: _llama(vocab_size=2048, hidden_size=1024, intermediate_size=1536,
                                  num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
                                  max_position_embeddings=1024),
-    # an MLP 8 times as wide as the model: its down projection's x (batch 16 × 4,096) is too
-    # wide for one tile stream with its low part (option split_k)
+    # an MLP 8 times as wide as the model: its down projection's x (batch 32 × 4,096) is too
+    # large for one tile stream even rounded (option split_k)
     "long-mlp-llama": lambda: _llama(vocab_size=2048, hidden_size=512, intermediate_size=4096,
                                      num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
                                      max_position_embeddings=1024),
