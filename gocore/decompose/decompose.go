@@ -182,6 +182,10 @@ const minElemsPerTask = stream.Threads
 // consumer warp.
 const rowsPerNormTask = stream.Threads / 32
 
+// maxNormRegRow is the longest row the rmsnorm task holds in a warp's
+// registers (kMaxPer elements a lane).
+const maxNormRegRow = 256
+
 // tiles chooses the output tiles of op.
 func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	W := int64(workers)
@@ -240,6 +244,12 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		}
 		d := largestDim(out, dims)
 		if op.Kind == ir.RMSNorm { // a warp per row: a task takes rowsPerNormTask rows
+			if out[len(out)-1] > maxNormRegRow {
+				// Long rows (a prompt chunk's norm ahead of a GEMM stream):
+				// each is two passes of loads, so a row a task, on as many
+				// workers as there are rows.
+				return split(out, d, min(W, out[d]), 1)
+			}
 			return split(out, d, min(W, ceilDiv(out[d], rowsPerNormTask)), 1)
 		}
 		// A thread per rotated pair (RoPE is on the path to attention).

@@ -108,8 +108,11 @@ func TestTiles(t *testing.T) {
 			return b.op(ir.Elementwise, b.buf("o", 16, 16), b.buf("x", 16, 16))
 		}, 132, 0, sh(0, 16)},
 		{"rmsnorm keeps rows whole, a warp per row", func(b *opBuilder) *ir.Op {
-			return b.op(ir.RMSNorm, b.buf("o", 32, 1024), b.buf("x", 32, 1024))
+			return b.op(ir.RMSNorm, b.buf("o", 32, 256), b.buf("x", 32, 256))
 		}, 4, 0, sh(0, 16, 32)},
+		{"rmsnorm of long rows takes a row a task", func(b *opBuilder) *ir.Op {
+			return b.op(ir.RMSNorm, b.buf("o", 32, 1024), b.buf("x", 32, 1024))
+		}, 4, 0, sh(0, 8, 16, 24, 32)},
 		{"rmsnorm task count capped by workers", func(b *opBuilder) *ir.Op {
 			return b.op(ir.RMSNorm, b.buf("o", 32, 1024), b.buf("x", 32, 1024))
 		}, 1, 0, sh(0, 32)},
