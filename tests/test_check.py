@@ -47,7 +47,9 @@ def test_check_split_rows(core_lib, fresh_dynamo, batch, prefill, split):
     graph the cuda target would. Turned off, it stays one Linear that reads
     its weights once per row."""
     lines = []
-    options = {"split_k": False} if split is None else {"split_k": False, "split_rows": split}
+    options = {"split_k": False, "gemm": False}
+    if split is not None:
+        options["split_rows"] = split
     res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", batch=batch, prefill=prefill,
                           cache_tokens=16, steps=2, seed=0, workers=16, log=lines.append, mask=prefill > 1,
                           options=options)
@@ -82,12 +84,29 @@ def test_check_split_k(core_lib, fresh_dynamo, model, batch, parts):
     epilogue: the sum applies it)."""
     lines = []
     res = check.run_check(model=model, target="reference", dtype="bfloat16", batch=batch, cache_tokens=16,
-                          steps=2, seed=0, workers=16, log=lines.append)
+                          steps=2, seed=0, workers=16, log=lines.append, options={"gemm": False})
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
     assert labels.count("linear_k_sum+residual") == 1 and labels.count("linear_k_sum+epilogue") == 1, \
         f"want both layers' down projections cut along K: {labels}"
     assert labels.count("linear") == 2 * parts, f"want {parts} slices a layer: {labels}"
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_check_gemm(core_lib, fresh_dynamo, mask):
+    """gemm (on by default): a 64-token chunk's x (64 × 1,024) is too large
+    for a tile stream, so every Linear is a GEMM stream: its RMSNorms stay
+    ops of their own (writing x in bf16), and the k and v projections (N =
+    512: 8 tasks of 64 rows) run as 2 slices of K on 16 workers, summed;
+    the reference target runs the same op graph the cuda target would."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
+                          steps=2, seed=0, workers=16, log=lines.append, mask=mask)
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    assert labels.count("rmsnorm") == 2 * 2 + 1, f"want the norms unfolded (2 a layer and the last): {labels}"
+    assert not any(l.startswith("rmsnorm+") for l in labels), labels
+    assert labels.count("linear_k_sum") == 2 * 2, f"want k and v cut along K in both layers: {labels}"
 
 
 def test_float32_judge_is_a_copy_of_the_bf16_model():

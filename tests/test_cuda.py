@@ -53,7 +53,8 @@ def test_cuda_split_rows(core_lib, fresh_dynamo, batch, prefill):
     it would cut this Linear along K first)."""
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
-                          seed=0, workers=16, log=lines.append, mask=prefill > 1, options={"split_k": False})
+                          seed=0, workers=16, log=lines.append, mask=prefill > 1,
+                          options={"split_k": False, "gemm": False})
     assert res.ok, "\n".join(lines)
     assert res.compiled.sources["module.cu"].count("mpk::linear_tiles<") >= 2
 
@@ -76,9 +77,25 @@ def test_cuda_split_k(core_lib, fresh_dynamo, model, batch):
     (row_span < row_bytes), 4 or 3 slices side by side, and the sum of their fp32 products."""
     lines = []
     res = check.run_check(model=model, target="cuda", batch=batch, cache_tokens=16, steps=2, seed=0,
-                          workers=16, log=lines.append)
+                          workers=16, log=lines.append, options={"gemm": False})
     assert res.ok, "\n".join(lines)
     assert "linear_k_sum+residual" in res.summary.get("op_labels", [])
+
+
+@pytest.mark.parametrize("model,batch,prefill,workers,mask", [
+    ("wide-llama", 1, 64, None, True), ("wide-llama", 1, 64, 16, False),
+    ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False)])
+def test_cuda_gemm(core_lib, fresh_dynamo, model, batch, prefill, workers, mask):
+    """gemm (on by default) on the GPU: Linears whose x is too large to stage
+    whole stream it a block of K at a time (mpk::linear_gemm): a 64-token
+    chunk (4 m-tiles, every Linear, k and v cut along K on 16 workers, q and o
+    too on 132), 48 rows (an m-tile past x's rows) and 32 (one warp row,
+    eight column warps), with and without a mask."""
+    lines = []
+    res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
+                          seed=0, workers=workers, log=lines.append, mask=mask)
+    assert res.ok, "\n".join(lines)
+    assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
 def _compiled_tiny_llama(options=None):

@@ -65,6 +65,7 @@ struct Stream {
   int32_t tile_rows;  // 0: pages of contiguous bytes; else tile pages of this many rows' segments
   int32_t row_span;  // tile pages: bytes of each row the task reads (K of them), row_bytes apart
   int64_t row_bytes;  // tile pages: bytes from one weight row to the next
+  int32_t col_major;  // tile pages: 1: each block of columns' row groups, block after block (gemm); 0: each row group's blocks
 };
 
 }  // namespace mpk

@@ -51,7 +51,9 @@ __device__ TraceRecord trace_records[kNumTasks];
 // task of worker w, in queue order, at most kInFlightPages in flight. A slot
 // that stays busy past the budget means the consumers stopped: it gives up.
 // A stream's pages are contiguous bytes, or tile pages (tasks/tiles.cuh):
-// row groups in order, each group's column blocks left to right.
+// row groups in order, each group's column blocks left to right; or, for a
+// GEMM stream (tasks/gemm.cuh), column blocks in order, each block's row
+// groups top to bottom.
 __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNumSlots>& slots, const mpk::State& st,
                                           int w) {
   const uint64_t policy = mpk::weight_policy();
@@ -87,6 +89,15 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
       continue;
     }
     const int64_t rows = sd.bytes / sd.row_bytes;
+    if (sd.col_major) {  // a GEMM stream (tasks/gemm.cuh): each block of columns' row groups, block after block
+      for (int64_t col = 0; col < sd.row_span; col += sd.page_bytes)
+        for (int64_t r = 0; r < rows; r += sd.tile_rows, ++seq) {
+          if (!acquire(queue[q])) return;
+          ring.fill_rows(seq, src + r * sd.row_bytes + col, (int)min((int64_t)sd.tile_rows, rows - r), sd.row_bytes,
+                         (uint32_t)sd.page_bytes, policy);
+        }
+      continue;
+    }
     for (int64_t r = 0; r < rows; r += sd.tile_rows)
       for (int64_t col = 0; col < sd.row_span; col += sd.page_bytes, ++seq) {
         if (!acquire(queue[q])) return;

@@ -192,7 +192,7 @@ func (gen *generator) planStreams(rows []int64, slots int) {
 			continue
 		}
 		scratch := int(p.XBytes() + p.PartialFloats(rows[op.ID])*4)
-		if p.Tiles && scratch > tileScratchBudget {
+		if (p.Tiles || p.Gemm) && scratch > tileScratchBudget {
 			continue // its x and partials would leave too small a ring: the plain Linear
 		}
 		gen.plans[op] = p
@@ -228,26 +228,33 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 	fmt.Fprintf(src, "__device__ const mpk::Stream streams[%d] = {\n", max(1, len(tg.Tasks)))
 	for _, t := range tg.Tasks {
 		if t.Op < 0 {
-			src.WriteString("  {0, 0, 0, 0, 0, 0, 0},\n")
+			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0},\n")
 			continue
 		}
 		op := gen.g.Ops[t.Op]
 		p, ok := gen.plans[op]
 		if !ok {
-			src.WriteString("  {0, 0, 0, 0, 0, 0, 0},\n")
+			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0},\n")
 			continue
 		}
 		w := op.In[1]
+		if p.Gemm { // a page: GemmPageRows segments of GemmCols; a block of columns' pages, then the next block
+			first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes
+			bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
+			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, 1},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes,
+				stream.GemmPageRows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes)
+			continue
+		}
 		if p.Tiles { // a page: TileRows segments of Cols; the task's rows RowStride apart, K of each read
 			first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes
 			bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
-			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
+			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, 0},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
 				stream.TileRows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes)
 			continue
 		}
 		first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes
 		bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.K * p.ElemBytes
-		fmt.Fprintf(src, "  {%d, %d, %d, %d, 0, 0, 0},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes)
+		fmt.Fprintf(src, "  {%d, %d, %d, %d, 0, 0, 0, 0},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes)
 	}
 	src.WriteString("};\n\n")
 }
@@ -405,7 +412,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			epiFirst, epiDType = e.First, int(e.DType)
 			epi = fmt.Sprintf("mpk::ExprEpi<Expr%d>", gen.expr(e.Expr, touchesF64(op)))
 		}
-		if p, ok := gen.plans[op]; ok && p.Tiles {
+		if p, ok := gen.plans[op]; ok && p.Gemm { // x staged a block at a time: never reused (no xkey)
+			code = fmt.Sprintf("mpk::linear_gemm<%s, %d, %d, %v, kRingSlots, %v, %s>(op, lo, hi, s, c)",
+				T, K, p.M, p.XLow, op.Attr.Residual, epi)
+			ret = true
+		} else if p, ok := gen.plans[op]; ok && p.Tiles {
 			code = fmt.Sprintf("mpk::linear_tiles<%s, %d, %d, %v, kRingSlots, %v, %s, %s>(op, lo, hi, s, c)",
 				T, K, p.M, p.XLow, op.Attr.Residual, pro, epi)
 			ret, xkey = true, gen.xkey(op)

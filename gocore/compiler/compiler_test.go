@@ -66,7 +66,7 @@ func TestGenerateCUDA(t *testing.T) {
 }
 
 // TestDefaultOptionsAtScale compiles real models' batched and prompt-chunk steps for cuda
-// with the default lowering options (split_rows, prefill_rows, split_k on):
+// with the default lowering options (split_rows, prefill_rows, split_k, gemm on):
 // each must lower, validate and generate code within the task ABI (qwen3-8b
 // at batch 16 once cut its down projection into 8 slices whose sum read 9
 // inputs, which codegen refused), its down projections cut along K into
@@ -76,26 +76,30 @@ func TestDefaultOptionsAtScale(t *testing.T) {
 	for _, c := range []struct {
 		file           string
 		layers, slices int
+		others         int // plain Linears besides the layers'
+		streams        string
 	}{
-		{"scale/llama-3.2-1b-batch16-decode.json.zst", 16, 4},
-		{"scale/qwen3-8b-batch16-decode.json.zst", 36, 6},
-		// A 64-token chunk: no slice of K fits x's 64 rows (blocks of rows
-		// instead), and its attention runs as decode over the queries.
-		{"scale/llama-3.2-1b-prefill64.json.zst", 16, 0},
+		{"scale/llama-3.2-1b-batch16-decode.json.zst", 16, 4, 0, "tiles"},
+		{"scale/qwen3-8b-batch16-decode.json.zst", 36, 6, 0, "tiles"},
+		// A 64-token chunk: every Linear a GEMM stream (x's 64 rows do not
+		// fit a tile stream), q and o cut into 4 slices of K, k and v into
+		// 8, the down projection into 4 (each of 32 tasks of 64 rows), the
+		// gate and up projections and the LM head whole; its attention runs
+		// as decode over the queries.
+		{"scale/llama-3.2-1b-prefill64.json.zst", 16, 4 + 8 + 8 + 4 + 1 + 4, 1, "gemm"},
 	} {
 		req := loadRequest(t, c.file)
 		req.Options.Target, req.Options.NumWorkers = "cuda", 132
-		req.Options.SplitRows, req.Options.PrefillRows, req.Options.SplitK = true, true, true
+		req.Options.SplitRows, req.Options.PrefillRows, req.Options.SplitK, req.Options.Gemm = true, true, true, true
 		comp, err := Compile(req)
 		if err != nil {
 			t.Fatalf("%s: %v", c.file, err)
 		}
 		s := comp.Result.Summary
-		if got := s.OpsByKind["linear"]; got != c.layers*c.slices {
-			t.Errorf("%s: %d slices of K, want %d a layer over %d layers", c.file, got, c.slices, c.layers)
+		if got := s.OpsByKind["linear"]; got != c.layers*c.slices+c.others {
+			t.Errorf("%s: %d plain Linears (slices of K), want %d a layer over %d layers and %d more", c.file, got,
+				c.slices, c.layers, c.others)
 		}
-		if len(comp.Result.CUDA["module.cu"]) == 0 {
-			t.Errorf("%s: no module.cu", c.file)
-		}
+		checkStreams(t, c.file, comp, c.streams, 0)
 	}
 }

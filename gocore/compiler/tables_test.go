@@ -151,16 +151,17 @@ func TestCompileRejectsOptions(t *testing.T) {
 // and every other task streams nothing. At decode (qwen3-0.6b, batch 1) the
 // pages hold whole rows; at batch 3 (wide-llama) they are tile pages of 8
 // rows' segments (tasks/tiles.cuh), and each task's rows are whole groups
-// of 8 but the op's last. The kernel's loader and the task's consumers walk
-// the same pages, so a mismatch here would hang or corrupt a launch.
+// of 8 but the op's last. (TestDefaultOptionsAtScale checks a GEMM stream's.)
+// The kernel's loader and the task's consumers walk the same pages, so a
+// mismatch here would hang or corrupt a launch.
 func TestStreamTable(t *testing.T) {
 	for _, c := range []struct {
 		fixture    string
-		tiles      bool
+		kind       string
 		minStreams int
 	}{
-		{"qwen3-0.6b-decode.json.zst", false, 132 * 7 * 28}, // one per worker for each of the 196 layer matrices
-		{"wide-llama-batch3-decode.json.zst", true, 2 * 7 * 8},
+		{"qwen3-0.6b-decode.json.zst", "rows", 132 * 7 * 28}, // one per worker for each of the 196 layer matrices
+		{"wide-llama-batch3-decode.json.zst", "tiles", 2 * 7 * 8},
 	} {
 		req := loadRequest(t, c.fixture)
 		req.Options.Target, req.Options.NumWorkers = "cuda", 132
@@ -168,48 +169,67 @@ func TestStreamTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		src := comp.Result.CUDA["module.cu"]
-		const F = 7 // slot, page bytes, offset, bytes, tile rows, row span, row bytes
-		rows := table(t, src, "mpk::Stream streams")
-		if len(rows) != F*len(comp.Tasks.Tasks) {
-			t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", c.fixture, len(rows), F, len(comp.Tasks.Tasks))
-		}
-		if constant(t, src, "kRingPages") < 4 {
-			t.Fatalf("%s: kRingPages %d: the ring is too small to stream", c.fixture, constant(t, src, "kRingPages"))
-		}
-		streamed := 0
-		for i, task := range comp.Tasks.Tasks {
-			r := rows[F*i : F*i+F]
-			if task.Op < 0 || comp.Ops.Ops[task.Op].Kind != ir.Linear {
-				if r[3] != 0 {
-					t.Fatalf("%s: task %d (%s) streams %d bytes", c.fixture, i, comp.Tasks.Name(i), r[3])
-				}
-				continue
+		checkStreams(t, c.fixture, comp, c.kind, c.minStreams)
+	}
+}
+
+// checkStreams checks comp's loader table (TestStreamTable): its Linears
+// stream pages of whole rows ("rows"), tile pages ("tiles") or GEMM pages
+// ("gemm": 32 rows' segments of 256 columns, a block of columns at a time).
+func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStreams int) {
+	t.Helper()
+	src := comp.Result.CUDA["module.cu"]
+	const F = 8 // slot, page bytes, offset, bytes, tile rows, row span, row bytes, column-major
+	rows := table(t, src, "mpk::Stream streams")
+	if len(rows) != F*len(comp.Tasks.Tasks) {
+		t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", name, len(rows), F, len(comp.Tasks.Tasks))
+	}
+	if constant(t, src, "kRingPages") < 4 {
+		t.Fatalf("%s: kRingPages %d: the ring is too small to stream", name, constant(t, src, "kRingPages"))
+	}
+	streamed := 0
+	for i, task := range comp.Tasks.Tasks {
+		r := rows[F*i : F*i+F]
+		if task.Op < 0 || comp.Ops.Ops[task.Op].Kind != ir.Linear {
+			if r[3] != 0 {
+				t.Fatalf("%s: task %d (%s) streams %d bytes", name, i, comp.Tasks.Name(i), r[3])
 			}
-			op := comp.Ops.Ops[task.Op]
-			w := op.In[1]
-			K := w.Shape[1]
-			esz := w.DType().Size()
-			n, stride := task.Box.Hi[1]-task.Box.Lo[1], w.Strides[0] // rows K wide, stride apart
-			if r[0] != w.Buf.Index || int64(r[3]) != n*stride*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*stride)*esz {
-				t.Fatalf("%s: task %d (%s, rows %d of K %d): stream row %v", c.fixture, i, comp.Tasks.Name(i), n, K, r)
+			continue
+		}
+		op := comp.Ops.Ops[task.Op]
+		w := op.In[1]
+		K := w.Shape[1]
+		esz := w.DType().Size()
+		n, stride := task.Box.Hi[1]-task.Box.Lo[1], w.Strides[0] // rows K wide, stride apart
+		if r[0] != w.Buf.Index || int64(r[3]) != n*stride*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*stride)*esz {
+			t.Fatalf("%s: task %d (%s, rows %d of K %d): stream row %v", name, i, comp.Tasks.Name(i), n, K, r)
+		}
+		switch kind {
+		case "rows":
+			if int64(r[1])%(K*esz) != 0 || r[1] > 16384 || r[4] != 0 || r[5] != 0 || r[7] != 0 || stride != K {
+				t.Fatalf("%s: task %d (%s): want pages of whole rows, got %v", name, i, comp.Tasks.Name(i), r)
 			}
-			if !c.tiles {
-				if int64(r[1])%(K*esz) != 0 || r[1] > 16384 || r[4] != 0 || r[5] != 0 || stride != K {
-					t.Fatalf("%s: task %d (%s): want pages of whole rows, got %v", c.fixture, i, comp.Tasks.Name(i), r)
-				}
-			} else if r[4] != 8 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || int64(r[1])*8 > 16384 || (K*esz)%int64(r[1]) != 0 ||
-				(task.Box.Lo[1]%8 != 0) || (n%8 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
-				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want tile pages of 8 segments, got %v", c.fixture, i,
+		case "tiles":
+			if r[4] != 8 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || int64(r[1])*8 > 16384 || (K*esz)%int64(r[1]) != 0 ||
+				r[7] != 0 || (task.Box.Lo[1]%8 != 0) || (n%8 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
+				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want tile pages of 8 segments, got %v", name, i,
 					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
 			}
-			streamed++
+		case "gemm":
+			if r[4] != 32 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || r[1] != 256*int(esz) || r[7] != 1 ||
+				task.Box.Lo[1]%32 != 0 || n > 64 || (n%32 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
+				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want GEMM pages of 32 segments, got %v", name, i,
+					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
+			}
 		}
-		if streamed < c.minStreams {
-			t.Errorf("%s: %d streamed tasks, want at least %d", c.fixture, streamed, c.minStreams)
-		}
-		if c.tiles != strings.Contains(src, "mpk::linear_tiles<") {
-			t.Errorf("%s: tile streams %v, want %v", c.fixture, !c.tiles, c.tiles)
+		streamed++
+	}
+	if streamed < minStreams {
+		t.Errorf("%s: %d streamed tasks, want at least %d", name, streamed, minStreams)
+	}
+	for k, template := range map[string]string{"tiles": "mpk::linear_tiles<", "gemm": "mpk::linear_gemm<"} {
+		if (kind == k) != strings.Contains(src, template) {
+			t.Errorf("%s: %s streams %v, want %v", name, k, !(kind == k), kind == k)
 		}
 	}
 }

@@ -234,7 +234,12 @@ type Attrs struct {
 	// KParts > 1, on a Linear: it is one of KParts slices of a Linear's K
 	// (lower's splitLinearK), which run side by side, each on 1/KParts of
 	// the workers, so each worker stages one slice of x, not all of them.
-	KParts    int64
+	KParts int64
+	// Gemm, on a Linear: its x (too many rows to stage whole) streams a
+	// block of K at a time, as a plain input (lower's markGemm keeps the
+	// norm that makes it out of its prologue, and its buffer in the
+	// weights' dtype).
+	Gemm      bool
 	HasWeight bool // RMSNorm: In[1] is the weight
 	Dim       int  // Cat, KVWrite, Gather: the dimension
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:

@@ -43,12 +43,15 @@ type Config struct {
 	// SplitK cuts Linears whose x is too large to stream into Linears over
 	// slices of K and their sum (splitLinearK), before SplitRows.
 	SplitK bool
+	// Gemm streams Linears whose x has too many rows to stage whole a block
+	// of K at a time (markGemm), before SplitK.
+	Gemm bool
 }
 
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK}
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

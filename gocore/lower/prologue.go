@@ -24,7 +24,7 @@ func fusePrologue(g *ir.Graph) {
 			if !ok {
 				break
 			}
-			if l.Kind != ir.Linear || l.Attr.Pro != nil || l.In[0].Buf != p.Out.Buf || !l.In[0].IsWhole() || l.In[1].Buf == p.Out.Buf ||
+			if l.Kind != ir.Linear || l.Attr.Pro != nil || l.Attr.Gemm || l.In[0].Buf != p.Out.Buf || !l.In[0].IsWhole() || l.In[1].Buf == p.Out.Buf ||
 				l.Attr.Residual && l.In[2].Buf == p.Out.Buf || l.Attr.Epi != nil && readsBuf(l.EpiIn(), p.Out.Buf) ||
 				writtenBetween(g, index[p], index[l], p.In) {
 				ok = false

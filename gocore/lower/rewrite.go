@@ -7,6 +7,9 @@ import (
 // Rewrite runs the op-graph rewrite passes in order. Each pass is one file.
 func Rewrite(g *ir.Graph, cfg Config) {
 	for _, p := range rewrites {
+		if p.name == "fuse_prologue" && cfg.Gemm && cfg.Workers > 0 {
+			markGemm(g) // before the prologues fold: a GEMM stream's x is a plain input
+		}
 		p.fn(g)
 		g.Renumber()
 	}
@@ -21,8 +24,8 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		boundMergeByExtent(g, cfg.Workers)
 		g.Renumber()
 	}
-	if cfg.SplitK { // before split_rows: a Linear whose K slices stream needs no blocks of rows
-		splitLinearK(g)
+	if cfg.SplitK || cfg.Gemm { // before split_rows: a Linear whose K slices stream needs no blocks of rows
+		splitLinearK(g, cfg.Workers, cfg.SplitK)
 		g.Renumber()
 	}
 	if cfg.SplitRows { // last: it copies each Linear as the passes above left it

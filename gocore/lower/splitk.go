@@ -17,11 +17,19 @@ const maxKParts = 8
 // applied): the weights are read once, where blocks of rows
 // (splitLinearRows) read them once per block. Linears with a prologue (a
 // norm needs whole rows) are not cut.
-func splitLinearK(g *ir.Graph) {
+//
+// A GEMM stream (markGemm) is cut where its tasks of GemmRows weight rows
+// would not cover the workers (gemmKParts); others only with splitK.
+func splitLinearK(g *ir.Graph, workers int, splitK bool) {
 	written := stream.Writers(g)
 	var ops []*ir.Op
 	for _, op := range g.Ops {
-		parts := kParts(op, written)
+		var parts int64
+		if op.Attr.Gemm {
+			parts = gemmKParts(op, workers, int64(len(sumInputs(op))))
+		} else if splitK {
+			parts = kParts(op, written)
+		}
 		if parts < 2 {
 			ops = append(ops, op)
 			continue

@@ -26,6 +26,21 @@ const (
 	MaxTileXBytes = 132 << 10
 	// consumerWarps is MPK_THREADS / 32.
 	consumerWarps = Threads / 32
+	// GemmCols is the columns of K a GEMM stream's page and x block span
+	// (mpk::kGemmCols); GemmPageRows the weight rows of its page, GemmRows
+	// those of its task (two pages of each block of K).
+	GemmCols     = 256
+	GemmPageRows = 32
+	GemmRows     = 64
+	// GemmMaxRows bounds x's rows in a GEMM stream (its accumulators sit in
+	// the consumers' registers); GemmMinRows is where lower picks it.
+	GemmMaxRows = 64
+	GemmMinRows = 32
+	// gemmPitch is a staged row of an x block in the weights' 2-byte type,
+	// gemmPitchF one in fp32 (x with its low part), in elements
+	// (mpk::kGemmPitch, mpk::kGemmPitchF).
+	gemmPitch  = GemmCols + 32
+	gemmPitchF = GemmCols + 4
 )
 
 // Plan is how one Linear streams. With Tiles, x's M rows meet the weights on
@@ -40,7 +55,12 @@ type Plan struct {
 	Tiles     bool
 	Cols      int64 // tiles: the columns of a page
 	XLow      bool  // tiles: x is staged as hi + lo (else rounded to the weights' dtype)
-	RowStride int64 // tiles: elements from one weight row to the next (K, or more for a slice of columns)
+	RowStride int64 // tiles, gemm: elements from one weight row to the next (K, or more for a slice of columns)
+	// Gemm: x's M rows are staged a block of GemmCols columns at a time (as
+	// fp32 with XLow) and the task's GemmRows weight rows arrive block by
+	// block (pages of GemmPageRows rows, column-block-major), the products
+	// accumulating in registers across K (mpk::linear_gemm).
+	Gemm bool
 }
 
 // tileCols mirrors mpk::tile_cols: the columns of a tile page of K-wide rows
@@ -65,8 +85,30 @@ func TileXBytes(K, M, esz int64, low bool) int64 {
 	return (parts*M*(K+32)*esz + 15) / 16 * 16
 }
 
+// GemmWarpsK mirrors mpk::gemm_warps_k: the consumer warps that split a
+// block of K in a GEMM stream of M rows (the rest split the rows of x and
+// the two pages).
+func GemmWarpsK(M int64) int64 {
+	mt := (M + 15) / 16
+	return consumerWarps / (2 * ((mt + 1) / 2))
+}
+
+// GemmScratch mirrors mpk::gemm_scratch_bytes: x's double-buffered block
+// (fp32 with low, else in the weights' 2-byte type), or (after the last
+// block) every K warp's partials of the task's outputs.
+func GemmScratch(M int64, low bool) int64 {
+	x := 2 * M * gemmPitch * 2
+	if low {
+		x = 2 * M * gemmPitchF * 4
+	}
+	return max(x, GemmWarpsK(M)*M*GemmRows*4)
+}
+
 // XBytes is the shared memory x takes while the plan's tasks run.
 func (p Plan) XBytes() int64 {
+	if p.Gemm {
+		return GemmScratch(p.M, p.XLow)
+	}
 	if p.Tiles {
 		return TileXBytes(p.K, p.M, p.ElemBytes, p.XLow)
 	}
@@ -75,6 +117,9 @@ func (p Plan) XBytes() int64 {
 
 // Unit is the weight rows a task's tile is a multiple of (but the last).
 func (p Plan) Unit() int64 {
+	if p.Gemm {
+		return GemmPageRows
+	}
 	if p.Tiles {
 		return TileRows
 	}
@@ -127,6 +172,16 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		w.Buf.Kind != ir.Input || written(w.Buf) {
 		return Plan{}, false
 	}
+	if op.Attr.Gemm {
+		if !Gemmable(op) {
+			return Plan{}, false
+		}
+		// An fp32 x (every intermediate) keeps its low part: x = hi + lo,
+		// each on the tensor cores (rounded, a 64-token chunk's argmax
+		// left both fp32's and eager's at a near tie).
+		return Plan{M: M, K: K, ElemBytes: esz, PageBytes: GemmCols * esz, Split: K / GemmCols, Gemm: true,
+			Cols: GemmCols, XLow: op.LinearX().Size() > esz, RowStride: w.Strides[0]}, true
+	}
 	if p, ok := regPlan(M, K, esz); ok && w.Strides[0] == K {
 		return p, true
 	}
@@ -139,6 +194,18 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	low := xdt.Size() > esz && TileXBytes(K, M, esz, true) <= MaxTileXBytes
 	return Plan{M: M, K: K, ElemBytes: esz, PageBytes: TileRows * cols * esz, Split: K / cols, Tiles: true, Cols: cols,
 		XLow: low, RowStride: w.Strides[0]}, true
+}
+
+// Gemmable says whether op's shapes and dtypes fit a GEMM stream (its
+// weight's layout aside, which For checks): 2-byte weights, K a multiple of
+// GemmCols, at most GemmMaxRows rows of a plain x (no prologue: x is staged
+// a block of K at a time, and a norm needs whole rows).
+func Gemmable(op *ir.Op) bool {
+	if op.Kind != ir.Linear || op.Attr.Pro != nil || op.In[1].Rank() != 2 || op.In[0].Rank() != 2 {
+		return false
+	}
+	M, K := op.Out.Shape[0], op.LinearK()
+	return op.In[1].DType().Size() == 2 && op.LinearX().IsFloat() && K%GemmCols == 0 && M >= 1 && M <= GemmMaxRows
 }
 
 // KeepsX says whether plan p for op streams x as it is: fp32 rows, x in the
@@ -199,6 +266,9 @@ func regPlan(M, K, esz int64) (Plan, bool) {
 // on `workers` workers: every worker streams a part of every matrix (the LM
 // head included), each task at most TaskBytes.
 func (p Plan) Tasks(N int64, workers int) int64 {
+	if p.Gemm { // GemmRows a task: lower's splitLinearK spreads a short N over the workers
+		return (N + GemmRows - 1) / GemmRows
+	}
 	bytes := N * p.K * p.ElemBytes
 	parts := (bytes + TaskBytes - 1) / TaskBytes
 	W := int64(workers)
@@ -210,6 +280,9 @@ func (p Plan) Tasks(N int64, workers int) int64 {
 // `rows` weight rows take: a chunk's per row, or, with tiles, every warp's
 // for two row groups and the dots of every row.
 func (p Plan) PartialFloats(rows int64) int64 {
+	if p.Gemm {
+		return 0 // in GemmScratch
+	}
 	if p.Tiles {
 		return (2*consumerWarps*TileRows + rows) * p.M
 	}

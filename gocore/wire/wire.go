@@ -89,6 +89,9 @@ type Options struct {
 	// SplitK streams a Linear whose x is too large for one weight stream as
 	// slices of K and their sum (lower.Config).
 	SplitK bool `json:"split_k"`
+	// Gemm streams a Linear whose x has too many rows to stage whole (a
+	// prompt chunk) a block of K at a time, its weights read once (lower.Config).
+	Gemm bool `json:"gemm"`
 }
 
 type Graph struct {

@@ -372,12 +372,15 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
                    help="turn off option prefill_rows: a sequence's masked prompt chunk then runs the prompt attention")
     p.add_argument("--no-split-k", dest="split_k", action="store_false",
                    help="turn off option split_k: a Linear whose x is too large for one weight stream then runs as blocks of rows")
+    p.add_argument("--no-gemm", dest="gemm", action="store_false",
+                   help="turn off option gemm: a Linear whose x has too many rows to stage whole (a prompt chunk) then "
+                        "runs as slices of K or blocks of rows")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
 
 
 def lowering_options(a: argparse.Namespace) -> dict:
-    return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k}
+    return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,288 @@
+// linear_gemm: a streamed Linear for an x with too many rows to stage whole
+// (a prompt chunk: 64 rows of 2,048 columns), reading every weight once, as
+// a decode step does. linear_tiles stages all of x and applies each 8-row
+// page of weights to it; here x and the weights meet a block of kGemmCols
+// columns of K at a time and the products accumulate in registers across K
+// (gocore/stream: Plan.Gemm).
+//
+// A task takes up to kGemmRows weight rows [lo, hi) and all M rows of x.
+// Its pages hold kGemmPageRows rows × kGemmCols columns (each row one bulk
+// copy), column-block-major: the loader (runtime/module.cuh) sends block
+// 0's pages (rows 0-31, then 32-63), then block 1's, ... The consumers stage
+// x's block double-buffered (block kb + 1's copies in flight while block
+// kb's mmas run): an fp32 x (every intermediate) as it is, split into hi +
+// lo in the weights' 2-byte type as the mmas read it (x keeps ~16
+// significant bits, each part its own mma: rounded, a 64-token chunk's
+// argmax left both fp32's and eager's at a near tie); another x rounded to
+// that type.
+//
+// The consumer warps split a block three ways: by page (the task's rows
+// 0-31 or 32-63: wn), by x's 16-row m-tiles (two a warp: wm) and by columns
+// (wk, the rest). A warp's mma.sync m16n8k16 tiles take 16 contiguous bytes
+// of a row of x and of W a lane and feed them to two mmas as their k-pairs
+// (as linear_tiles does: a dot product does not care which k pairs with
+// which, as long as x and W use the same order). After the last block the
+// wk warps' partials are summed in a fixed order, so results do not depend
+// on timing.
+#pragma once
+#include "tasks/tiles.cuh"
+
+namespace mpk {
+
+constexpr int kGemmCols = 256;              // columns of a block of K: a page's width and an x block's
+constexpr int kGemmPageRows = 32;           // weight rows a page holds
+constexpr int kGemmRows = 64;               // weight rows a task takes (two pages a block)
+constexpr int kGemmPitch = kGemmCols + 32;  // a staged row of x (2-byte elements): the two rows of a load phase hit different banks
+constexpr int kGemmPitchF = kGemmCols + 4;  // the same in fp32 (x with its low part)
+
+// The warp split for M rows of x (mirrored by gocore/stream.GemmWarpsK):
+// m-tiles of 16 rows, two a warp, two pages; the rest of the warps split a
+// block's columns.
+__host__ __device__ constexpr int gemm_m_tiles(int M) { return (M + 15) / 16; }
+__host__ __device__ constexpr int gemm_warps_m(int M) { return (gemm_m_tiles(M) + 1) / 2; }
+__host__ __device__ constexpr int gemm_warps_k(int M) { return kConsumerWarps / (2 * gemm_warps_m(M)); }
+
+// The task's shared memory (stream.GemmScratch): x's two blocks, or, once
+// the last block is done, every column warp's partials of the outputs.
+__host__ __device__ constexpr int gemm_scratch_bytes(int M, bool lo) {
+  return (lo ? 2 * M * kGemmPitchF * 4 : 2 * M * kGemmPitch * 2) > gemm_warps_k(M) * M * kGemmRows * 4
+             ? (lo ? 2 * M * kGemmPitchF * 4 : 2 * M * kGemmPitch * 2)
+             : gemm_warps_k(M) * M * kGemmRows * 4;
+}
+
+// pack2 rounds two floats to T, a in the low half (the lower address).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
+// split_x8 reads 8 staged fp32 elements of x (32 bytes at addr) as the
+// k-pairs of two mmas, split x = hi + lo in T (as put_x(HiLo) does).
+template <typename T>
+__device__ __forceinline__ void split_x8(uint32_t addr, uint4& hi, uint4& lo) {
+  const uint4 p = ld_shared_16(addr), q = ld_shared_16(addr + 16);
+  const uint32_t w[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+  uint32_t h[4], l[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float a = __uint_as_float(w[2 * i]), b = __uint_as_float(w[2 * i + 1]);
+    h[i] = pack2<T>(a, b);
+    const float2 r = unpack2<T>(h[i]);
+    l[i] = pack2<T>(a - r.x, b - r.y);
+  }
+  hi = make_uint4(h[0], h[1], h[2], h[3]);
+  lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
+template <typename T>
+constexpr int32_t dtype_of();
+template <>
+constexpr int32_t dtype_of<__nv_bfloat16>() { return DT_BFLOAT16; }
+template <>
+constexpr int32_t dtype_of<__half>() { return DT_FLOAT16; }
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// stage_gemm_x stages block kb of x's M rows ([M][kGemmCols] of S, row m at
+// xb + m·PITCH): fp32 with its low part (S = float), else rounded to the
+// weights' 2-byte type (S = T). An x already of type S, rows 16-byte aligned
+// (the usual: every intermediate is fp32), is copied with cp.async, which
+// the caller waits for (cp_async_wait_all) before its barrier, so block
+// kb + 1 is in flight while block kb's mmas run and no register holds it
+// (with 32 accumulators held across the mmas, a register copy spilled).
+// Another x is converted here, 4 elements a load (rows4) or one (rare
+// layouts).
+template <typename S, int PITCH, int M, int N>
+__device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool copy, bool rows4, const Slots<N>& s) {
+  const char* p = base(s, x);
+  constexpr int E = (int)sizeof(S);
+  if (copy) {
+    // Thread i copies 16-byte chunk i % C of rows i / C, i / C + R, ...
+    constexpr int C = kGemmCols * E / 16, R = MPK_THREADS / C;
+    static_assert(MPK_THREADS % C == 0, "a thread copies one column of chunks");
+    const int m0 = threadIdx.x / C, j = threadIdx.x % C;
+    const char* src = p + (x.offset + m0 * x.stride[0] + kb * kGemmCols) * E + 16 * j;
+    const int64_t step = R * x.stride[0] * E;
+    const uint32_t dst = smem_u32(xb + m0 * PITCH) + 16 * j;
+#pragma unroll
+    for (int r = 0; r < (M + R - 1) / R; ++r)
+      if (m0 + r * R < M) cp_async_16(dst + r * R * PITCH * E, src + r * step);
+    return;
+  }
+  auto put = [&](S* row, int k, float v) {
+    if constexpr (sizeof(S) == 4) row[k] = v;
+    else put_x(row, k, v);
+  };
+  if (rows4) {
+    for (int i = threadIdx.x; i < M * kGemmCols / 4; i += MPK_THREADS) {
+      const int m = i / (kGemmCols / 4), k = i % (kGemmCols / 4) * 4;
+      const float4 f = ld_float4(p, x.dtype, x.offset + m * x.stride[0] + kb * kGemmCols + k);
+      S* r = xb + m * PITCH;
+      put(r, k, f.x), put(r, k + 1, f.y), put(r, k + 2, f.z), put(r, k + 3, f.w);
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < M * kGemmCols; i += MPK_THREADS) {
+    int64_t idx[2] = {i / kGemmCols, kb * kGemmCols + i % kGemmCols};
+    put(xb + idx[0] * PITCH, i % kGemmCols, (float)load_elem(p, x.dtype, offset_of(x, idx)));
+  }
+}
+
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
+__device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
+  static_assert(sizeof(T) == 2, "GEMM streams take 2-byte weights");
+  static_assert(K % kGemmCols == 0 && M >= 1 && M <= 64, "codegen and the task library disagree on a GEMM stream");
+  using S = typename std::conditional<LO, float, T>::type;  // x's staged type
+  constexpr int MT = gemm_m_tiles(M), WK = gemm_warps_k(M), MTW = MT < 2 ? MT : 2, KW = kGemmCols / WK;
+  constexpr int KB = K / kGemmCols, PITCH = LO ? kGemmPitchF : kGemmPitch, E = (int)sizeof(S);
+  static_assert(KW % 32 == 0, "a warp takes whole 32-column slices of a block");
+  S* xs = reinterpret_cast<S*>(c.smem);  // [2][M][PITCH]
+  const View& x = op.in[0];
+  const bool copy = x.dtype == (LO ? (int32_t)DT_FLOAT32 : dtype_of<T>()) && float_row2(x) && x.stride[0] % (16 / E) == 0 &&
+                    (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * E) % 16 == 0;
+  const bool rows4 = rows4_ok<K>(x, s);
+  stage_gemm_x<S, PITCH, M>(x, 0, xs, copy, rows4, s);
+  cp_async_wait_all();
+  consumer_sync();
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
+#endif
+  const Ring<P> ring = ring_at<P>(c.ring);
+  uint32_t seq = c.seq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  const int wk = warp % WK, wn = warp / WK % 2, wm = warp / (2 * WK);
+  const int rows = hi - lo, pages = (rows + kGemmPageRows - 1) / kGemmPageRows;  // pages a block: 1 or 2
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  float acc[MTW][4][4];
+#pragma unroll
+  for (int mi = 0; mi < MTW; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) acc[mi][nt][0] = acc[mi][nt][1] = acc[mi][nt][2] = acc[mi][nt][3] = 0.f;
+#pragma unroll 1
+  for (int kb = 0; kb < KB; ++kb) {
+    // The other buffer was last read in block kb - 1, before the barrier that ended it.
+    S* nb = xs + ((kb + 1) & 1) * M * PITCH;
+#if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_X)
+    // Probe (not for use; results wrong): every block reuses block 0's x, so
+    // the trace shows what staging x costs.
+    if (false)
+#endif
+    if (copy && kb + 1 < KB) stage_gemm_x<S, PITCH, M>(x, kb + 1, nb, true, rows4, s);  // in flight during the mmas
+#if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_X)
+    const uint32_t xb = smem_u32(xs);
+#else
+    const uint32_t xb = smem_u32(xs + (kb & 1) * M * PITCH);
+#endif
+#pragma unroll 1
+    for (int p = 0; p < pages; ++p, ++seq) {
+      if (p == wn) {
+        wait_page(ring, seq, c.abort);
+        const uint32_t wp = smem_u32(ring.page(seq));
+        // A slice of 32 columns at a time, few registers live beside the 32
+        // accumulators (more spilled).
+#pragma unroll 1
+        for (int j = 0; j < KW / 32; ++j) {
+          const int col = wk * KW + j * 32 + 8 * t;
+          if constexpr (LO) {
+            // An m-tile at a time: x's rows g and g + 8 split into hi and
+            // lo, each applied to every 8-row group of the page, the four
+            // groups' mmas side by side (each group's four in a chain).
+#pragma unroll
+            for (int mi = 0; mi < MTW; ++mi) {
+              const int m = (wm * MTW + mi) * 16 + g;
+              uint4 ah = zero, al = zero, a8h = zero, a8l = zero, b[4];
+              if (m < M) split_x8<T>(xb + (m * PITCH + col) * 4, ah, al);
+              if (m + 8 < M) split_x8<T>(xb + ((m + 8) * PITCH + col) * 4, a8h, a8l);
+#pragma unroll
+              for (int nt = 0; nt < 4; ++nt) b[nt] = ld_shared_16(wp + ((nt * 8 + g) * kGemmCols + col) * 2);
+#pragma unroll
+              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], ah.x, a8h.x, ah.y, a8h.y, b[nt].x, b[nt].y);
+#pragma unroll
+              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], ah.z, a8h.z, ah.w, a8h.w, b[nt].z, b[nt].w);
+#if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_LO)
+              // Probe (not for use; results rounded): no mmas of the low part.
+              continue;
+#endif
+#pragma unroll
+              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], al.x, a8l.x, al.y, a8l.y, b[nt].x, b[nt].y);
+#pragma unroll
+              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], al.z, a8l.z, al.w, a8l.w, b[nt].z, b[nt].w);
+            }
+          } else {
+            // x's fragments of both m-tiles, then each 8-row group of the page's.
+            uint4 a[MTW], a8[MTW];
+#pragma unroll
+            for (int mi = 0; mi < MTW; ++mi) {
+              const int m = (wm * MTW + mi) * 16 + g;  // the mma's rows g and g + 8
+              a[mi] = m < M ? ld_shared_16(xb + (m * PITCH + col) * 2) : zero;
+              a8[mi] = m + 8 < M ? ld_shared_16(xb + ((m + 8) * PITCH + col) * 2) : zero;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              const uint4 b = ld_shared_16(wp + ((nt * 8 + g) * kGemmCols + col) * 2);
+#pragma unroll
+              for (int mi = 0; mi < MTW; ++mi) {
+                mma_16816<T>(acc[mi][nt], a[mi].x, a8[mi].x, a[mi].y, a8[mi].y, b.x, b.y);
+                mma_16816<T>(acc[mi][nt], a[mi].z, a8[mi].z, a[mi].w, a8[mi].w, b.z, b.w);
+              }
+            }
+          }
+        }
+      }
+      ring.release(seq);
+    }
+    if (copy) cp_async_wait_all();
+    else if (kb + 1 < KB) stage_gemm_x<S, PITCH, M>(x, kb + 1, nb, false, rows4, s);
+    consumer_sync();
+  }
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_dots = (uint32_t)(globaltimer() - s_trace_start);
+#endif
+  // Lane (g, t) holds x's rows g and g + 8 of each m-tile times the page's
+  // rows nt·8 + 2t and 2t + 1; the partials go to red[wk][m][n] (x's blocks
+  // are no longer read: the last block ended with a barrier).
+  float* red = reinterpret_cast<float*>(c.smem);
+#pragma unroll
+  for (int mi = 0; mi < MTW; ++mi) {
+    const int m = (wm * MTW + mi) * 16 + g;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int n = wn * kGemmPageRows + nt * 8 + 2 * t;
+      float* r = red + (wk * M) * kGemmRows + n;
+      if (m < M) r[m * kGemmRows] = acc[mi][nt][0], r[m * kGemmRows + 1] = acc[mi][nt][1];
+      if (m + 8 < M) r[(m + 8) * kGemmRows] = acc[mi][nt][2], r[(m + 8) * kGemmRows + 1] = acc[mi][nt][3];
+    }
+  }
+  consumer_sync();
+  for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
+    const int m = i / rows, n = i % rows;
+    float v = 0.f;
+#pragma unroll
+    for (int w = 0; w < WK; ++w) v += red[(w * M + m) * kGemmRows + n];
+    store_out<RESID, EPI>(op, m, lo + n, v, s);
+  }
+  return seq;
+}
+
+}  // namespace mpk

@@ -1,0 +1,51 @@
+package lower
+
+import (
+	"mpk/gocore/ir"
+	"mpk/gocore/stream"
+)
+
+// markGemm marks the Linears whose x has GemmMinRows rows or more (a prompt
+// chunk, a large decode batch) as GEMM streams (stream.Plan.Gemm): x is
+// staged a block of K at a time and the weights are read once. A tile
+// stream stages x whole and applies each 8-row page of weights to all of
+// it, so it reads x from shared memory once per 8 weight rows (at 64 rows,
+// 8 times the weights' bytes), and x of 64 rows of 2,048 columns does not
+// fit at all (blocks of rows, splitLinearRows, then read the weights once
+// per block: a 64-token chunk's down projection 16 times).
+// It runs before fusePrologue, which then leaves the norm or elementwise op
+// that makes such an x as its own op (a norm needs whole rows: x is staged
+// a block of K at a time).
+func markGemm(g *ir.Graph) {
+	written := stream.Writers(g)
+	for _, op := range g.Ops {
+		if op.Kind != ir.Linear || op.Attr.Pro != nil || op.Out.Rank() != 2 {
+			continue
+		}
+		if op.Out.Shape[0] < stream.GemmMinRows {
+			continue
+		}
+		c := *op
+		c.Attr.Gemm = true
+		if _, ok := stream.For(&c, written); ok {
+			op.Attr.Gemm = true
+		}
+	}
+}
+
+// gemmKParts is how many slices of K a GEMM stream takes (splitLinearK):
+// its tasks take GemmRows weight rows each, so a short N (the q, k, v and o
+// projections) fills the workers only when K is cut too; the fewest slices
+// whose tasks cover the workers, each a whole number of GemmCols blocks,
+// within the sum's input limit (extra: its inputs besides the slices).
+func gemmKParts(op *ir.Op, workers int, extra int64) int64 {
+	K, N := op.LinearK(), op.Out.Shape[1]
+	tasks := (N + stream.GemmRows - 1) / stream.GemmRows
+	best := int64(1)
+	for parts := int64(2); parts <= maxKParts && parts+extra <= ir.MaxInputs && tasks*best < int64(workers)*9/10; parts++ {
+		if K%(parts*stream.GemmCols) == 0 {
+			best = parts
+		}
+	}
+	return best
+}

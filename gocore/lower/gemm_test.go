@@ -1,0 +1,60 @@
+package lower
+
+import (
+	"testing"
+
+	"mpk/gocore/ir"
+)
+
+// TestGemm: a 64-token chunk's q projection (x 64 × 2,048 after an
+// RMSNorm) is a GEMM stream: the norm stays its own op (writing x in fp32,
+// as every intermediate), and with N = 2,048 (32 tasks of 64 rows) K is cut into 4
+// slices of 512 so the tasks cover 132 workers. A gate projection (N =
+// 8,192: 128 tasks) keeps K whole; a batch of 16 rows, or K not a
+// multiple of 256, is no GEMM, nor is anything with the option off or no
+// workers (the reference target's default).
+func TestGemm(t *testing.T) {
+	build := func(M, K, N int64) (*builder, *ir.Op, *ir.Op) {
+		b := newBuilder()
+		h := b.input("h", ir.F32, M, K)
+		nw := b.param("norm_w", ir.BF16, K)
+		x := b.temp("x", ir.BF16, M, K)
+		norm := b.op(ir.RMSNorm, x, h, strided(nw, 0, sh(M, K), sh(0, 1)))
+		norm.Attr.HasWeight, norm.Attr.Eps = true, 1e-5
+		w := b.param("w", ir.BF16, N, K)
+		out := b.temp("out", ir.BF16, M, N)
+		l := b.op(ir.Linear, out, x, w)
+		b.output(out)
+		return b, norm, l
+	}
+	cfg := Config{Workers: 132, Gemm: true}
+	b, norm, l := build(64, 2048, 2048)
+	Rewrite(b.g, cfg)
+	if got := kinds(b.g); got != "rmsnorm linear linear linear linear elementwise:linear_k_sum" {
+		t.Fatalf("q projection: ops %s", got)
+	}
+	if b.g.Ops[0] != norm || norm.Out.DType() != ir.F32 {
+		t.Fatalf("the norm should stay, writing fp32: %v %s", b.g.Ops[0].Kind, norm.Out.DType())
+	}
+	for _, s := range b.g.Ops[1:5] {
+		if !s.Attr.Gemm || s.Attr.Pro != nil || s.Attr.KParts != 4 || s.In[0].Buf != norm.Out.Buf || s.In[0].Shape[1] != 512 {
+			t.Fatalf("slice: gemm %v, pro %v, parts %d, x %v", s.Attr.Gemm, s.Attr.Pro, s.Attr.KParts, s.In[0])
+		}
+	}
+	_ = l
+	b, _, l = build(64, 2048, 8192)
+	Rewrite(b.g, cfg)
+	if got := kinds(b.g); got != "rmsnorm linear" || !l.Attr.Gemm || l.Attr.KParts != 0 {
+		t.Fatalf("gate projection: ops %s, gemm %v, parts %d", got, l.Attr.Gemm, l.Attr.KParts)
+	}
+	for _, c := range []struct {
+		M, K int64
+		cfg  Config
+	}{{16, 2048, cfg}, {64, 1000, cfg}, {64, 2048, Config{Gemm: true}}, {64, 2048, Config{Workers: 132}}} {
+		b, _, l := build(c.M, c.K, 2048)
+		Rewrite(b.g, c.cfg)
+		if l.Attr.Gemm || l.Attr.Pro == nil {
+			t.Errorf("%d x %d, %+v: gemm %v, prologue %v: want the norm folded, no GEMM", c.M, c.K, c.cfg, l.Attr.Gemm, l.Attr.Pro)
+		}
+	}
+}
