@@ -511,6 +511,10 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	}
 	if ret {
 		code = "return " + code + ";"
+		if p, ok := gen.plans[op]; ok && p.Gemm { // the scratch stream.GemmScratch reserved is what the task takes
+			code = fmt.Sprintf("static_assert(mpk::gemm_scratch_bytes(%d, %v) <= kSharedBytes, \"codegen reserved too "+
+				"little shared memory for a GEMM stream\");\n  %s", p.M, p.XLow, code)
+		}
 	} else {
 		code += ";\n  return c.seq;"
 	}
