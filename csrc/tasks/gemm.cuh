@@ -165,9 +165,7 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
   stage_gemm_x<S, PITCH, M>(x, 0, xs, copy, rows4, s);
   cp_async_wait_all();
   consumer_sync();
-#ifdef MPK_TRACE
-  if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
-#endif
+  mark_staged();
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;

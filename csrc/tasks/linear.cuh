@@ -396,6 +396,13 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
   store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
 }
 
+// mark_staged records, in a trace build, when a streamed task had x staged.
+__device__ __forceinline__ void mark_staged() {
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
+#endif
+}
+
 // wait_page returns once page q of a weight ring has landed: lane 0 polls,
 // then every lane takes the barrier's acquire (no per-thread spin loop or
 // early exit before the warp's shuffles). Pages always land once issued;
@@ -479,9 +486,7 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
     for (int m = 0; m < M; ++m) stage_x<K>(PRO{}, op, m, xs + m * K, s);
     consumer_sync();
   }
-#ifdef MPK_TRACE
-  if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
-#endif
+  mark_staged();
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   auto wait = [&](uint32_t q) { wait_page(ring, q, c.abort); };

@@ -301,9 +301,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     else stage_rows<K, M, PITCH>(PRO{}, op, xs, s);
     consumer_sync();
   }
-#ifdef MPK_TRACE
-  if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
-#endif
+  mark_staged();
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
