@@ -652,6 +652,134 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   if constexpr (ROWS) consumer_sync();  // row_live is read until the last round
 }
 
+// attention_rows_bytes is attention_rows' shared memory (codegen's
+// sharedKVBytes): a chunk of C rows of K and of V, each padded by 8
+// elements, and every warp's G pre-scaled queries.
+__host__ __device__ constexpr int attention_rows_bytes(int C, int D, int G) {
+  return 2 * C * (D + 8) * 2 + kConsumerWarps * G * D * 4;
+}
+
+// attention_rows: split-KV attention over a prompt chunk's queries as rows
+// (ir.Attrs.SharedKV: K and V broadcast over the rows, lower's
+// queriesAsRows). A task is the rows [r0, r1) of one KV head's G query heads
+// and one chunk of at most C positions: [lo, hi) are flat units
+// (group·Splits + split)·B + row (codegen's taskRange). The chunk's K and V
+// rows are read once into shared memory for all the task's rows (as decode,
+// each query re-read them from L2, a round trip after another), each row
+// padded by 8 elements so a lane's 16-byte loads of consecutive rows hit
+// different banks. Then each warp takes a row, as attention_decode takes a
+// unit: its G queries pre-scaled in shared memory (read as broadcasts), a
+// lane owning a position for q·k and PER output columns for p·V, the
+// softmax reduced once per 32 positions. With FLAG_EXTENT a row whose
+// extent ends before the chunk writes no partials (the merge reads none).
+template <typename T, typename QT, typename MT, int D, int G, int C, int N>
+__device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  static_assert(sizeof(T) == 2 && D % 8 == 0, "2-byte K and V rows of whole 16-byte pieces");
+  constexpr int PER = (D + 31) / 32, KP = D + 8, V16 = 8;
+  const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
+  const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
+  const int gs = lo / B, r0 = lo % B, r1 = r0 + (hi - lo);
+  const int sp = gs % splits, h0 = gs / splits * G, kvh = h0 / op.groups;
+  const int j_lo = min(sp * chunk, S), n = min(min(j_lo + chunk, S) - j_lo, C);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T* ks = reinterpret_cast<T*>(smem);  // [C][KP]
+  T* vs = ks + C * KP;                 // [C][KP]
+  float* qs = reinterpret_cast<float*>(vs + C * KP) + warp * G * D;
+  // The chunk of KV head kvh (K and V broadcast over the rows: row 0's).
+  const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
+  const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
+  if (rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16)) {
+    for (int i = threadIdx.x; i < n * (D / V16); i += MPK_THREADS) {
+      const int j = i / (D / V16), c = i % (D / V16) * V16;
+      *reinterpret_cast<uint4*>(ks + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(kb + j * k.stride[2] + c));
+      *reinterpret_cast<uint4*>(vs + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(vb + j * v.stride[2] + c));
+    }
+  } else {
+    for (int i = threadIdx.x; i < n * D; i += MPK_THREADS) {
+      const int j = i / D, c = i % D;
+      ks[j * KP + c] = __ldcg(kb + j * k.stride[2] + c * k.stride[3]);
+      vs[j * KP + c] = __ldcg(vb + j * v.stride[2] + c * v.stride[3]);
+    }
+  }
+  consumer_sync();
+  float* pb = reinterpret_cast<float*>(base(s, p));
+  for (int r = r0 + warp; r < r1; r += kConsumerWarps) {
+    if ((op.flags & FLAG_EXTENT) && splits_below_extent(op.in[4], r, chunk, splits, s) <= sp) continue;
+    {  // the row's queries, their loads issued together
+      float qv[G][PER];
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + r * q.stride[0] + (h0 + u) * q.stride[1];
+#pragma unroll
+        for (int e = 0; e < PER; ++e) qv[u][e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
+      }
+      __syncwarp();  // the previous row's reads of qs are done
+#pragma unroll
+      for (int u = 0; u < G; ++u)
+#pragma unroll
+        for (int e = 0; e < PER; ++e)
+          if (lane + 32 * e < D) qs[u * D + lane + 32 * e] = qv[u][e] * op.scale;
+      __syncwarp();
+    }
+    const MaskRow<MT> mask = mask_row<MT>(op, s, r, h0);
+    int64_t mask_hs = 0;
+    if constexpr (G > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
+    float m[G], l[G], acc[G][PER];
+#pragma unroll
+    for (int u = 0; u < G; ++u) {
+      m[u] = -INFINITY, l[u] = 0.f;
+#pragma unroll
+      for (int e = 0; e < PER; ++e) acc[u][e] = 0.f;
+    }
+    for (int j0 = 0; j0 < n; j0 += 32) {
+      const int jl = j0 + lane;
+      float sc[G], dot[G];
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        sc[u] = jl >= n ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j_lo + jl, u * mask_hs) : sc[0];
+        dot[u] = 0.f;
+      }
+      const T* krow = ks + min(jl, n - 1) * KP;
+#pragma unroll
+      for (int d0 = 0; d0 < D; d0 += V16) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(krow + d0);
+#pragma unroll
+        for (int u = 0; u < G; ++u) dot[u] += dot_q<T>(raw, qs + u * D + d0);
+      }
+      float pr[G];
+#pragma unroll
+      for (int u = 0; u < G; ++u) {
+        const float x = sc[u] != -INFINITY ? sc[u] + dot[u] : -INFINITY;
+        const float mnew = fmaxf(m[u], warp_max(x));
+        const float corr = mnew == -INFINITY ? 1.f : __expf(m[u] - mnew);
+        pr[u] = x != -INFINITY ? __expf(x - mnew) : 0.f;
+        l[u] = l[u] * corr + warp_sum(pr[u]);
+#pragma unroll
+        for (int e = 0; e < PER; ++e) acc[u][e] *= corr;
+        m[u] = mnew;
+      }
+      const int rows_here = min(32, n - j0);
+      for (int rr = 0; rr < rows_here; ++rr) {
+        const T* vrow = vs + (j0 + rr) * KP;
+        float vv[PER];
+#pragma unroll
+        for (int e = 0; e < PER; ++e) vv[e] = to_float(vrow[min(lane * PER + e, D - 1)]);
+#pragma unroll
+        for (int u = 0; u < G; ++u) {
+          const float pj = __shfl_sync(0xffffffffu, pr[u], rr);
+#pragma unroll
+          for (int e = 0; e < PER; ++e) acc[u][e] = fmaf(pj, vv[e], acc[u][e]);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < G; ++u)
+      store_partial<D>(pb + p.offset + r * p.stride[0] + sp * p.stride[1] + (h0 + u) * p.stride[2], p.stride[4], m[u],
+                       l[u], acc[u], lane);
+  }
+  consumer_sync();  // ks and vs are read until the last row
+}
+
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.

@@ -86,6 +86,11 @@ func splitDim(op *ir.Op, b tgraph.Box) int {
 // chunk it covers, a group being HeadsPerUnit heads (whole rows, whole
 // groups of one row, or chunks of one group: decompose cuts no other boxes).
 func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
+	if op.Attr.SharedKV { // rows of one (head group, split): flat (group·Splits + split)·B + row
+		B, splits, ug := op.Out.Shape[0], op.Out.Shape[1], op.HeadsPerUnit()
+		first := (b.Lo[2]/ug*splits + b.Lo[1]) * B
+		return first + b.Lo[0], first + b.Hi[0]
+	}
 	if op.DecodeUnits() {
 		splits, H, ug := op.Out.Shape[1], op.Out.Shape[2], op.HeadsPerUnit()
 		row := H / ug * splits
@@ -97,10 +102,19 @@ func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
 	return b.Lo[d], b.Hi[d]
 }
 
+// sharedKVBytes mirrors mpk::attention_rows_bytes: a chunk of K and of V
+// (rows padded by 8 elements) and every warp's queries.
+func sharedKVBytes(C, D, G int) int {
+	return 2*C*(D+8)*2 + (Threads/32)*G*D*4
+}
+
 // decodeBoxOK says whether a decode attention box is a flat range of units
 // (taskRange): whole rows, or in one row whole head groups, or chunks of one.
 func decodeBoxOK(op *ir.Op, b tgraph.Box) bool {
 	splits, ug := op.Out.Shape[1], op.HeadsPerUnit()
+	if op.Attr.SharedKV { // rows of one head group and split (taskRange)
+		return b.Hi[1]-b.Lo[1] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]-b.Lo[2] == ug
+	}
 	return wholeDecodeRows(op, b) || b.Hi[0]-b.Lo[0] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]%ug == 0 &&
 		(b.Hi[2]-b.Lo[2] == ug || b.Lo[1] == 0 && b.Hi[1] == splits)
 }
@@ -463,6 +477,17 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		// Per-warp softmax states (decode: each warp's queries and states, and each batch row's live splits).
 		ug := int(op.HeadsPerUnit())
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*ug*(2*int(D)+2)*4+4*int(op.In[0].Shape[0]))
+		if op.Attr.SharedKV {
+			k, v := op.In[1], op.In[2]
+			C := ir.SplitChunk(k.Shape[2], op.Attr.Splits)
+			if _, two := map[ir.DType]bool{ir.BF16: true, ir.F16: true}[k.DType()]; !two || D%8 != 0 || k.Strides[3] != 1 ||
+				v.Strides[3] != 1 || k.Strides[0] != 0 || v.Strides[0] != 0 {
+				return "", fmt.Errorf("codegen: attention op %d with shared K and V wants 2-byte K and V rows (head dim a multiple of 8) broadcast over the rows", op.ID)
+			}
+			code = fmt.Sprintf("mpk::attention_rows<%s, %s, %s, %d, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
+				maskType(op), D, G, C)
+			gen.smem = max(gen.smem, sharedKVBytes(int(C), int(D), int(G)))
+		}
 	case ir.MaskExtent:
 		code = fmt.Sprintf("mpk::mask_extent<%s>(op, lo, hi, s, c.smem)", maskCType(op.In[0].DType()))
 		gen.smem = max(gen.smem, 4*(1+Threads/32)) // the extent and a warp's largest add

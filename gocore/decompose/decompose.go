@@ -67,6 +67,28 @@ func decodeAttentionTiles(out []int64, ug, workers, perRound int64) []tgraph.Box
 	return cellTiles(out, ug, func() []tgraph.Box { return split(out, 1, ceilDiv(splits, perTask), 1) })
 }
 
+// sharedKVTiles is a task per KV head (ug query heads), chunk and block of
+// sharedKVRows rows of the partials [B, Splits, H, 1, Dv+2] of a prompt
+// chunk's attention with shared K and V (ir.Attrs.SharedKV): the task reads
+// its KV head's chunk once for all its rows, a warp a row.
+func sharedKVTiles(out []int64, ug int64) []tgraph.Box {
+	var boxes []tgraph.Box
+	for h := int64(0); h < out[2]; h += ug {
+		for s := int64(0); s < out[1]; s++ {
+			for _, b := range split(out, 0, ceilDiv(out[0], sharedKVRows), 1) {
+				b.Lo[1], b.Hi[1] = s, s+1
+				b.Lo[2], b.Hi[2] = h, h+ug
+				boxes = append(boxes, b)
+			}
+		}
+	}
+	return boxes
+}
+
+// sharedKVRows is the rows a task of attention with shared K and V takes:
+// one a consumer warp.
+const sharedKVRows = stream.Threads / 32
+
 // groupTiles is a task per batch row, head group and split group
 // (ir.SplitGroups) of decode attention's partials [B, Splits, H, 1, Dv+2]:
 // a worker each when there are B·(H/ug)·R ≤ workers, and whatever prefix of
@@ -213,6 +235,9 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		return split(out, d, min(W, out[d]), 1)
 	case ir.Attention: // [B, H, Sq, D]: whole KV groups per task
 		if op.DecodeUnits() {
+			if op.Attr.SharedKV {
+				return sharedKVTiles(out, op.HeadsPerUnit())
+			}
 			if op.Attr.Interleave > 1 {
 				return groupTiles(out, op.HeadsPerUnit(), op.Attr.Interleave)
 			}

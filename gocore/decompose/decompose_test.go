@@ -612,6 +612,37 @@ func TestGroupTiles(t *testing.T) {
 	}
 }
 
+// TestSharedKVTiles: attention with shared K and V takes a task per head
+// group, split and block of up to 16 rows, each unit covered once (a
+// 64-token chunk: 8 KV heads x 9 chunks x 4 blocks; 24 rows: blocks of 16
+// and 8).
+func TestSharedKVTiles(t *testing.T) {
+	for _, c := range []struct{ B, splits, H, ug, want int64 }{{64, 9, 32, 4, 288}, {24, 2, 8, 2, 16}} {
+		out := sh(c.B, c.splits, c.H, 1, 66)
+		boxes := sharedKVTiles(out, c.ug)
+		if int64(len(boxes)) != c.want {
+			t.Errorf("%v: %d tasks, want %d", c, len(boxes), c.want)
+		}
+		seen := make([]int, c.B*c.splits*c.H)
+		for _, b := range boxes {
+			if b.Hi[1]-b.Lo[1] != 1 || b.Hi[2]-b.Lo[2] != c.ug || b.Lo[2]%c.ug != 0 || b.Hi[0]-b.Lo[0] > sharedKVRows ||
+				b.Lo[3] != 0 || b.Hi[3] != 1 || b.Lo[4] != 0 || b.Hi[4] != 66 {
+				t.Errorf("%v: box %v-%v is not one split of one head group, at most %d rows", c, b.Lo, b.Hi, sharedKVRows)
+			}
+			for r := b.Lo[0]; r < b.Hi[0]; r++ {
+				for h := b.Lo[2]; h < b.Hi[2]; h++ {
+					seen[(r*c.splits+b.Lo[1])*c.H+h]++
+				}
+			}
+		}
+		for i, n := range seen {
+			if n != 1 {
+				t.Errorf("%v: unit %d covered %d times", c, i, n)
+			}
+		}
+	}
+}
+
 // TestSplitSpan: the positions a box of interleaved splits reads cover
 // every chunk it computes.
 func TestSplitSpan(t *testing.T) {

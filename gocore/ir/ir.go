@@ -230,7 +230,13 @@ type Attrs struct {
 	// UnitHeads > 1, on a decode Attention: a unit (DecodeUnits) takes that
 	// many query heads, all of one KV head, which share each K and V load.
 	UnitHeads int64
-	Residual  bool // Linear: In[2] is added to the product
+	// SharedKV, on a decode Attention over a prompt chunk's queries as rows
+	// (lower's queriesAsRows: K and V broadcast over the rows), makes a task
+	// one KV head's chunk of positions for a block of rows, its K and V
+	// read once into shared memory for all of them (decompose's
+	// sharedKVTiles; taskRange's flat order (group·Splits + split)·B + row).
+	SharedKV bool
+	Residual bool // Linear: In[2] is added to the product
 	// KParts > 1, on a Linear: it is one of KParts slices of a Linear's K
 	// (lower's splitLinearK), which run side by side, each on 1/KParts of
 	// the workers, so each worker stages one slice of x, not all of them.

@@ -44,6 +44,9 @@ func boundMergeByExtent(g *ir.Graph, workers int) {
 		a.Attr.HasExtent = true
 		cells := a.In[0].Shape[0] * (a.In[0].Shape[1] / a.HeadsPerUnit()) // (batch row, head group) pairs
 		a.Attr.Interleave = max(1, min(a.Attr.Splits, int64(workers)/cells))
+		if a.Attr.SharedKV { // its tasks take a chunk for many rows: no interleaving
+			a.Attr.Interleave = 1
+		}
 		chunk := ir.SplitChunk(S, a.Attr.Splits)
 		for _, r := range readers {
 			if r.Kind == ir.AttnMerge {

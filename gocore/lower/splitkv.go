@@ -52,6 +52,18 @@ func queriesAsRows(op *ir.Op) bool {
 	return true
 }
 
+// A prompt chunk of at least sharedKVMinRows queries (rows) runs its
+// attention with K and V shared (ir.Attrs.SharedKV): chunks of
+// sharedKVPositions positions, a KV head's G query heads in a warp, at most
+// maxSharedKVOutputs outputs a lane. As decode over the rows, each query
+// re-read its KV head's K and V (a 64-token chunk: 1,024 tasks of 19.5 us a
+// layer on the H100).
+const (
+	sharedKVMinRows    = 16
+	sharedKVPositions  = 64
+	maxSharedKVOutputs = 16
+)
+
 // maxUnitOutputs bounds the outputs a lane of a decode attention unit
 // accumulates (heads × ⌈Dv/32⌉): more and its registers spill.
 const maxUnitOutputs = 8
@@ -100,6 +112,10 @@ func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 		if Sq == 1 { // a short cache still takes two chunks: the decode kernel is the split one
 			splits = max(splits, min(2, perRow, (S+minPositionsPerSplit-1)/minPositionsPerSplit))
 		}
+		sharedKV := rows && B >= sharedKVMinRows && op.Attr.Groups*((Dv+31)/32) <= maxSharedKVOutputs
+		if sharedKV { // chunks of sharedKVPositions, each read once for a block of rows
+			splits = max(2, min((S+sharedKVPositions-1)/sharedKVPositions, maxSplits))
+		}
 		if splits < 2 {
 			continue
 		}
@@ -109,7 +125,9 @@ func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 		ops = append(ops, &ir.Op{Kind: ir.AttnMerge, Label: "attn_merge", Node: op.Node, Target: op.Target, Source: op.Source,
 			In: []ir.View{partial}, Out: op.Out})
 		op.Out, op.Attr.Splits = partial, splits
-		if ug := unitHeads(op.Attr.Groups, Dv); Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
+		if sharedKV {
+			op.Attr.SharedKV, op.Attr.UnitHeads = true, max(1, op.Attr.Groups)
+		} else if ug := unitHeads(op.Attr.Groups, Dv); Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
 			op.Attr.UnitHeads = ug
 		}
 	}

@@ -37,7 +37,8 @@ func TestDecodeUnitHeads(t *testing.T) {
 
 // TestPromptQueriesAsRows: one sequence's masked prompt chunk runs as decode
 // over its queries: q, the mask and the output viewed [Sq, H, 1, D], K and V
-// broadcast over the rows; batches, causal and unmasked attention stay.
+// broadcast over the rows, and with 16 queries or more its tasks share each
+// chunk of K and V (SharedKV); batches, causal and unmasked attention stay.
 func TestPromptQueriesAsRows(t *testing.T) {
 	build := func(B, Sq int64, mask bool) (*builder, *ir.Op) {
 		b := newBuilder()
@@ -61,12 +62,22 @@ func TestPromptQueriesAsRows(t *testing.T) {
 	if !a.DecodeUnits() || a.Attr.UnitHeads != 4 || b.g.Ops[1].Kind != ir.AttnMerge {
 		t.Fatalf("prompt: decode units %v, %d heads a unit, ops %s", a.DecodeUnits(), a.Attr.UnitHeads, kinds(b.g))
 	}
+	// 64 rows share each chunk of 64 positions (9 of 576) of K and V.
+	if !a.Attr.SharedKV || a.Attr.Splits != 9 {
+		t.Fatalf("prompt: shared K and V %v, %d splits; want shared, 9", a.Attr.SharedKV, a.Attr.Splits)
+	}
 	if !slices.Equal(q.Shape, sh(64, 8, 1, 64)) || !slices.Equal(q.Strides, sh(q0.Strides[2], q0.Strides[1], 0, 1)) ||
 		!slices.Equal(k.Shape, sh(64, 2, 576, 64)) || k.Strides[0] != 0 ||
 		!slices.Equal(m.Shape, sh(64, 8, 1, 576)) || !slices.Equal(m.Strides, sh(576, 0, 0, 1)) ||
 		out.Buf != out0.Buf || !slices.Equal(out.Shape, sh(64, 8, 1, 64)) || out.Strides[0] != out0.Strides[2] {
 		t.Fatalf("views: q %v/%v, k %v/%v, mask %v/%v, out %v/%v", q.Shape, q.Strides, k.Shape, k.Strides,
 			m.Shape, m.Strides, out.Shape, out.Strides)
+	}
+	// 8 queries: rows, each with its own units (too few rows to share a chunk).
+	b, a = build(1, 8, true)
+	splitAttention(b.g, 132, true)
+	if !a.DecodeUnits() || a.Attr.SharedKV {
+		t.Errorf("8 queries: decode units %v, shared K and V %v; want units, not shared", a.DecodeUnits(), a.Attr.SharedKV)
 	}
 	for _, c := range []struct {
 		B    int64
