@@ -91,3 +91,27 @@ func TestTaskRangeOfDecodeAttention(t *testing.T) {
 		t.Errorf("prefill: [%d, %d), want [1, 3)", lo, hi)
 	}
 }
+
+// TestSharedKVTaskRange: a task of attention with shared K and V (rows
+// [r0, r1) of one head group and split) is the flat units (group·Splits +
+// split)·B + row of mpk::attention_rows, and a box of one split and one head
+// group is a flat range while one of two splits is not.
+func TestSharedKVTaskRange(t *testing.T) {
+	const B, splits, H, ug = 64, 9, 32, 4
+	op := &ir.Op{Kind: ir.Attention, Out: ir.View{Shape: []int64{B, splits, H, 1, 66}},
+		In:   []ir.View{{Shape: []int64{B, H, 1, 64}}},
+		Attr: ir.Attrs{Splits: splits, UnitHeads: ug, SharedKV: true}}
+	box := tgraph.Box{Lo: []int64{16, 5, 8, 0, 0}, Hi: []int64{32, 6, 12, 1, 66}}
+	lo, hi := taskRange(op, box, 0)
+	first := int64((2*splits + 5) * B) // head group 2, split 5
+	if lo != first+16 || hi != first+32 {
+		t.Errorf("taskRange = [%d, %d), want [%d, %d)", lo, hi, first+16, first+32)
+	}
+	if !decodeBoxOK(op, box) {
+		t.Errorf("box %v-%v: want a flat range", box.Lo, box.Hi)
+	}
+	box.Hi[1] = 7
+	if decodeBoxOK(op, box) {
+		t.Errorf("box %v-%v of two splits: want no flat range", box.Lo, box.Hi)
+	}
+}
