@@ -434,6 +434,48 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
   return decode_fast_dims<T, D>() && rows_aligned<T>(k, kb, 16) && rows_aligned<T>(v, vb, 16);
 }
 
+// stage_queries writes the G queries of heads h0.. of batch row b to a
+// warp's qs [G][D], pre-scaled: their loads issued together (clamped, not
+// branched), then read by the lanes as broadcasts.
+template <typename QT, int D, int G, int N>
+__device__ __forceinline__ void stage_queries(float* qs, const Op& op, const Slots<N>& s, int64_t b, int h0, int lane) {
+  constexpr int PER = (D + 31) / 32;
+  const View& q = op.in[0];
+  float qv[G][PER];
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0] + (h0 + u) * q.stride[1];
+#pragma unroll
+    for (int e = 0; e < PER; ++e) qv[u][e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
+  }
+  __syncwarp();  // the previous reads of qs are done
+#pragma unroll
+  for (int u = 0; u < G; ++u)
+#pragma unroll
+    for (int e = 0; e < PER; ++e)
+      if (lane + 32 * e < D) qs[u * D + lane + 32 * e] = qv[u][e] * op.scale;
+  __syncwarp();
+}
+
+// softmax_step folds 32 positions, a lane's each, into G heads' online
+// softmax (running max m, sum l, output acc): sc is the lane's mask add
+// (-inf: no position there), dot its q·k; pr gets its probabilities.
+template <int G, int PER>
+__device__ __forceinline__ void softmax_step(float (&m)[G], float (&l)[G], float (&acc)[G][PER], const float (&sc)[G],
+                                             const float (&dot)[G], float (&pr)[G]) {
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    const float x = sc[u] != -INFINITY ? sc[u] + dot[u] : -INFINITY;
+    const float mnew = fmaxf(m[u], warp_max(x));
+    const float corr = mnew == -INFINITY ? 1.f : __expf(m[u] - mnew);
+    pr[u] = x != -INFINITY ? __expf(x - mnew) : 0.f;
+    l[u] = l[u] * corr + warp_sum(pr[u]);
+#pragma unroll
+    for (int e = 0; e < PER; ++e) acc[u][e] *= corr;
+    m[u] = mnew;
+  }
+}
+
 // attention_decode is attention_partial for one query per head (decode):
 // the task's units u in [lo, hi) are (head group u / Splits, split
 // u % Splits), a head group being UG query heads of one KV head (UG = 1, or
@@ -534,23 +576,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       const MaskRow<MT> mask = mask_row<MT>(op, s, b, h0);
       int64_t mask_hs = 0;
       if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
-      // The queries, their loads issued together (clamped, not branched).
-      {
-        float qv[UG][PER];
-#pragma unroll
-        for (int u = 0; u < UG; ++u) {
-          const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0] + (h0 + u) * q.stride[1];
-#pragma unroll
-          for (int e = 0; e < PER; ++e) qv[u][e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
-        }
-        __syncwarp();  // the previous unit's reads of qs are done
-#pragma unroll
-        for (int u = 0; u < UG; ++u)
-#pragma unroll
-          for (int e = 0; e < PER; ++e)
-            if (lane + 32 * e < D) qs[u * D + lane + 32 * e] = qv[u][e] * op.scale;
-        __syncwarp();
-      }
+      stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
       for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
         float sc[UG];
@@ -603,19 +629,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         };
         VRaw vr[VB];
         load_v(vr, 0);  // in flight during the softmax
-        // Online softmax of each head over the 32 positions.
         float pr[UG];
-#pragma unroll
-        for (int u = 0; u < UG; ++u) {
-          const float x = sc[u] != -INFINITY ? sc[u] + dot[u] : -INFINITY;
-          const float mnew = fmaxf(m[u], warp_max(x));
-          const float corr = mnew == -INFINITY ? 1.f : __expf(m[u] - mnew);
-          pr[u] = x != -INFINITY ? __expf(x - mnew) : 0.f;
-          l[u] = l[u] * corr + warp_sum(pr[u]);
-#pragma unroll
-          for (int e = 0; e < PER; ++e) acc[u][e] *= corr;
-          m[u] = mnew;
-        }
+        softmax_step(m, l, acc, sc, dot, pr);
         // p·V, batch by batch.
 #pragma unroll 1
         for (int r0 = 0; r0 < 32; r0 += VB) {
@@ -705,22 +720,7 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
   float* pb = reinterpret_cast<float*>(base(s, p));
   for (int r = r0 + warp; r < r1; r += kConsumerWarps) {
     if ((op.flags & FLAG_EXTENT) && splits_below_extent(op.in[4], r, chunk, splits, s) <= sp) continue;
-    {  // the row's queries, their loads issued together
-      float qv[G][PER];
-#pragma unroll
-      for (int u = 0; u < G; ++u) {
-        const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + r * q.stride[0] + (h0 + u) * q.stride[1];
-#pragma unroll
-        for (int e = 0; e < PER; ++e) qv[u][e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
-      }
-      __syncwarp();  // the previous row's reads of qs are done
-#pragma unroll
-      for (int u = 0; u < G; ++u)
-#pragma unroll
-        for (int e = 0; e < PER; ++e)
-          if (lane + 32 * e < D) qs[u * D + lane + 32 * e] = qv[u][e] * op.scale;
-      __syncwarp();
-    }
+    stage_queries<QT, D, G>(qs, op, s, r, h0, lane);
     const MaskRow<MT> mask = mask_row<MT>(op, s, r, h0);
     int64_t mask_hs = 0;
     if constexpr (G > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
@@ -747,17 +747,7 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
         for (int u = 0; u < G; ++u) dot[u] += dot_q<T>(raw, qs + u * D + d0);
       }
       float pr[G];
-#pragma unroll
-      for (int u = 0; u < G; ++u) {
-        const float x = sc[u] != -INFINITY ? sc[u] + dot[u] : -INFINITY;
-        const float mnew = fmaxf(m[u], warp_max(x));
-        const float corr = mnew == -INFINITY ? 1.f : __expf(m[u] - mnew);
-        pr[u] = x != -INFINITY ? __expf(x - mnew) : 0.f;
-        l[u] = l[u] * corr + warp_sum(pr[u]);
-#pragma unroll
-        for (int e = 0; e < PER; ++e) acc[u][e] *= corr;
-        m[u] = mnew;
-      }
+      softmax_step(m, l, acc, sc, dot, pr);
       const int rows_here = min(32, n - j0);
       for (int rr = 0; rr < rows_here; ++rr) {
         const T* vrow = vs + (j0 + rr) * KP;
