@@ -4,6 +4,8 @@
 # line and per SASS instruction, so the stalls of each task body can be read
 # (the module is built with -lineinfo).
 #   MODEL=llama-3.2-1b OUT=outputs/ncu bash bench/gpu_ncu_source.sh
+# ARGS go to bench/ncu_step.py: ARGS="--prefill 64" profiles a 64-token chunk
+# (its GEMM streams and shared-K/V attention).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
@@ -16,7 +18,7 @@ ncu --version | tail -1
 R=$(mktemp -d)/prof
 timeout 420 ncu -k regex:megakernel --launch-skip 3 --launch-count 1 --section SourceCounters \
   --section WarpStateStats --section SpeedOfLight --import-source yes -o "$R" \
-  python3 bench/ncu_step.py --model "$MODEL" >"$OUT/ncu_run.log" 2>&1
+  python3 bench/ncu_step.py --model "$MODEL" ${ARGS:-} >"$OUT/ncu_run.log" 2>&1
 tail -3 "$OUT/ncu_run.log"
 ncu -i "$R.ncu-rep" --page details >"$OUT/details.txt" 2>&1
 for src in cuda sass; do

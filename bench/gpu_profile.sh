@@ -3,6 +3,7 @@
 # warp-state and source counters for one decode step of $MODEL), and the
 # decode step time with 2, 3 and 4 weight pages in flight per worker.
 #   MODEL=llama-3.2-1b OUT=outputs/profile bash bench/gpu_profile.sh
+# ARGS go to bench/ncu_step.py (e.g. ARGS="--prefill 64").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
@@ -20,6 +21,6 @@ if [ -n "${NCU:-1}" ] && command -v ncu >/dev/null; then
   # Why warps are not issuing, per issued instruction (stall reasons).
   timeout 400 ncu -k regex:megakernel --launch-skip 3 --launch-count 1 --section SpeedOfLight \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-    python3 bench/ncu_step.py --model "$MODEL" >"$OUT/ncu.txt" 2>&1
+    python3 bench/ncu_step.py --model "$MODEL" ${ARGS:-} >"$OUT/ncu.txt" 2>&1
   grep -E "stalled|Duration|DRAM Throughput" "$OUT/ncu.txt" | sort -k3 -n -r | head -30
 fi

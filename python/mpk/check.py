@@ -373,8 +373,8 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-split-k", dest="split_k", action="store_false",
                    help="turn off option split_k: a Linear whose x is too large for one weight stream then runs as blocks of rows")
     p.add_argument("--no-gemm", dest="gemm", action="store_false",
-                   help="turn off option gemm: a Linear whose x has too many rows to stage whole (a prompt chunk) then "
-                        "runs as slices of K or blocks of rows")
+                   help="turn off option gemm: a Linear whose x has 32 rows or more (a prompt chunk) then runs as a "
+                        "tile stream, slices of K or blocks of rows")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
 
