@@ -109,6 +109,20 @@ def test_check_gemm(core_lib, fresh_dynamo, mask):
     assert labels.count("linear_k_sum") == 2 * 2, f"want k and v cut along K in both layers: {labels}"
 
 
+def test_check_gemm_blocks(core_lib, fresh_dynamo):
+    """A 128-token chunk (more rows than one GEMM stream takes) runs each
+    Linear as GEMM streams over 2 blocks of 64 rows (split_rows), its norms
+    ops of their own; the embedding takes whole rows a task."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=128, cache_tokens=16,
+                          steps=1, seed=0, workers=16, log=lines.append)
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    # q, k, v and gate in both layers and the LM head, each in 2 blocks
+    assert labels.count("linear") == (4 * 2 + 1) * 2, labels
+    assert labels.count("linear+silu_mul") == 2 * 2 and labels.count("rmsnorm") == 2 * 2 + 1, labels
+
+
 def test_float32_judge_is_a_copy_of_the_bf16_model():
     """The bf16 rule's judge holds the bf16 model's own weights, upcast (not a
     fresh float32 draw, whose weights the bf16 model never had)."""

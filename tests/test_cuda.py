@@ -84,13 +84,14 @@ def test_cuda_split_k(core_lib, fresh_dynamo, model, batch):
 
 @pytest.mark.parametrize("model,batch,prefill,workers,mask", [
     ("wide-llama", 1, 64, None, True), ("wide-llama", 1, 64, 16, False),
-    ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False)])
+    ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False), ("wide-llama", 1, 128, 16, True)])
 def test_cuda_gemm(core_lib, fresh_dynamo, model, batch, prefill, workers, mask):
     """gemm (on by default) on the GPU: Linears whose x is too large to stage
     whole stream it a block of K at a time (mpk::linear_gemm): a 64-token
     chunk (4 m-tiles, every Linear, k and v cut along K on 16 workers, q and o
-    too on 132), 48 rows (an m-tile past x's rows) and 32 (one warp row,
-    eight column warps), with and without a mask."""
+    too on 132), 48 rows (an m-tile past x's rows), 32 (one warp row, eight
+    column warps) and a 128-token chunk (blocks of 64 rows, split_rows), with
+    and without a mask."""
     lines = []
     res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
                           seed=0, workers=workers, log=lines.append, mask=mask)

@@ -280,7 +280,17 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		// A thread per rotated pair (RoPE is on the path to attention).
 		return perThread(d, n/2)
 	case ir.Embedding: // a thread per element: the step's first op, on everyone's path
-		return perThread(largestDim(out, allDims(len(out))), n)
+		d := largestDim(out, allDims(len(out)))
+		if r := len(out) - 1; r > 0 {
+			// Tokens enough for every worker (a long prompt chunk): whole
+			// rows a task, each one interval of the output (column slices of
+			// 512 rows are 512 intervals, which the validator bounds by
+			// their hull, so slices next to each other overlap).
+			if o := largestDim(out, allDims(r)); out[o] >= W {
+				d = o
+			}
+		}
+		return perThread(d, n)
 	case ir.KVWrite: // over the source, an element a thread, cut along its batch or heads: not along
 		// the run-time positions' dim, nor the last (a tile's cache rows stay one interval a row)
 		dims := dimsBut(len(out)-1, op.Attr.Dim)

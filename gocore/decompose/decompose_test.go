@@ -131,6 +131,9 @@ func TestTiles(t *testing.T) {
 		{"embedding: at most an element a thread per task", func(b *opBuilder) *ir.Op {
 			return b.op(ir.Embedding, b.buf("o", 1, 1, 2048), b.buf("w", 100, 2048), b.buf("ids", 1, 1))
 		}, 132, 2, sh(0, 512, 1024, 1536, 2048)},
+		{"embedding of tokens enough for every worker takes whole rows", func(b *opBuilder) *ir.Op {
+			return b.op(ir.Embedding, b.buf("o", 1, 16, 2048), b.buf("w", 100, 2048), b.buf("ids", 1, 16))
+		}, 4, 1, sh(0, 4, 8, 12, 16)},
 		{"kv write iterates source rows", func(b *opBuilder) *ir.Op {
 			op := b.op(ir.KVWrite, b.buf("cache", 1, 2, 8, 4), b.buf("pos", 1), b.buf("src", 1, 2, 1, 4))
 			op.Attr.Dim = 2

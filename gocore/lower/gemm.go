@@ -13,20 +13,26 @@ import (
 // 8 times the weights' bytes), and x of 64 rows of 2,048 columns does not
 // fit at all (blocks of rows, splitLinearRows, then read the weights once
 // per block: a 64-token chunk's down projection 16 times).
+// An x of more than GemmMaxRows rows (a long prompt chunk) is marked too
+// when splitRows will cut it into blocks of GemmMaxRows rows, each a GEMM
+// stream (the weights read once a block).
 // It runs before fusePrologue, which then leaves the norm or elementwise op
 // that makes such an x as its own op (a norm needs whole rows: x is staged
 // a block of K at a time).
-func markGemm(g *ir.Graph) {
+func markGemm(g *ir.Graph, splitRows bool) {
 	written := stream.Writers(g)
 	for _, op := range g.Ops {
 		if op.Kind != ir.Linear || op.Attr.Pro != nil || op.Out.Rank() != 2 {
 			continue
 		}
-		if op.Out.Shape[0] < stream.GemmMinRows {
+		M := op.Out.Shape[0]
+		if M < stream.GemmMinRows || M > stream.GemmMaxRows && !(splitRows && rowSliceable(op)) {
 			continue
 		}
 		c := *op
 		c.Attr.Gemm = true
+		c.Out = op.Out.Clone()
+		c.Out.Shape[0] = min(M, stream.GemmMaxRows) // a block's rows
 		if _, ok := stream.For(&c, written); ok {
 			op.Attr.Gemm = true
 		}
@@ -35,12 +41,13 @@ func markGemm(g *ir.Graph) {
 
 // gemmKParts is how many slices of K a GEMM stream takes (splitLinearK):
 // its tasks take GemmRows weight rows each, so a short N (the q, k, v and o
-// projections) fills the workers only when K is cut too; the fewest slices
+// projections) of one block of rows fills the workers only when K is cut too; the fewest slices
 // whose tasks cover the workers, each a whole number of GemmCols blocks,
 // within the sum's input limit (extra: its inputs besides the slices).
 func gemmKParts(op *ir.Op, workers int, extra int64) int64 {
-	K, N := op.LinearK(), op.Out.Shape[1]
-	tasks := (N + stream.GemmRows - 1) / stream.GemmRows
+	K, M, N := op.LinearK(), op.Out.Shape[0], op.Out.Shape[1]
+	// tasks of GemmRows weight rows, in each block of rows (markGemm)
+	tasks := (N + stream.GemmRows - 1) / stream.GemmRows * ((M + stream.GemmMaxRows - 1) / stream.GemmMaxRows)
 	best := int64(1)
 	for parts := int64(2); parts <= maxKParts && parts+extra <= ir.MaxInputs && tasks*best < int64(workers)*9/10; parts++ {
 		if K%(parts*stream.GemmCols) == 0 {

@@ -10,9 +10,10 @@ import (
 // RMSNorm) is a GEMM stream: the norm stays its own op (writing x in fp32,
 // as every intermediate), and with N = 2,048 (32 tasks of 64 rows) K is cut into 4
 // slices of 512 so the tasks cover 132 workers. A gate projection (N =
-// 8,192: 128 tasks) keeps K whole; a batch of 16 rows, or K not a
-// multiple of 256, is no GEMM, nor is anything with the option off or no
-// workers (the reference target's default).
+// 8,192: 128 tasks) keeps K whole; 512 rows become 8 GEMM streams over
+// blocks of 64 rows where split_rows cuts them; a batch of 16 rows, or K
+// not a multiple of 256, is no GEMM, nor is anything with the option off or
+// no workers.
 func TestGemm(t *testing.T) {
 	build := func(M, K, N int64) (*builder, *ir.Op, *ir.Op) {
 		b := newBuilder()
@@ -46,6 +47,25 @@ func TestGemm(t *testing.T) {
 	Rewrite(b.g, cfg)
 	if got := kinds(b.g); got != "rmsnorm linear" || !l.Attr.Gemm || l.Attr.KParts != 0 {
 		t.Fatalf("gate projection: ops %s, gemm %v, parts %d", got, l.Attr.Gemm, l.Attr.KParts)
+	}
+	// 512 rows (a long prompt chunk) with split_rows: 8 GEMM streams over
+	// blocks of 64 rows, K whole (8 blocks of 32 tasks cover the workers).
+	b, norm, _ = build(512, 2048, 2048)
+	Rewrite(b.g, Config{Workers: 132, Gemm: true, SplitRows: true})
+	if got := kinds(b.g); got != "rmsnorm linear linear linear linear linear linear linear linear" {
+		t.Fatalf("512 rows: ops %s", got)
+	}
+	for i, s := range b.g.Ops[1:] {
+		if !s.Attr.Gemm || s.Attr.KParts != 0 || s.Out.Shape[0] != 64 || s.In[0].Offset != int64(i)*64*2048 ||
+			s.In[0].Buf != norm.Out.Buf {
+			t.Fatalf("block %d: gemm %v, parts %d, out %v, x %v", i, s.Attr.Gemm, s.Attr.KParts, s.Out.Shape, s.In[0])
+		}
+	}
+	// Without split_rows nothing cuts 512 rows into blocks: no GEMM, the norm folded.
+	b, _, l = build(512, 2048, 2048)
+	Rewrite(b.g, cfg)
+	if l.Attr.Gemm || l.Attr.Pro == nil {
+		t.Errorf("512 rows without split_rows: gemm %v, prologue %v", l.Attr.Gemm, l.Attr.Pro)
 	}
 	for _, c := range []struct {
 		M, K int64
