@@ -123,6 +123,19 @@ def test_check_gemm_blocks(core_lib, fresh_dynamo):
     assert labels.count("linear+silu_mul") == 2 * 2 and labels.count("rmsnorm") == 2 * 2 + 1, labels
 
 
+def test_check_long_prompt_chunk(core_lib, fresh_dynamo):
+    """A 320-token chunk with a mask: more rows than a tile of one op may cut
+    across and stay exact (decompose.exactDims), so the mask's ops and the
+    attention merge split their rows; the Linears run as GEMM streams over
+    blocks of 64 rows."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=320, cache_tokens=16,
+                          steps=1, seed=0, workers=16, log=lines.append, mask=True)
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    assert labels.count("linear") == (4 * 2 + 1) * 5, f"want every plain Linear in 5 blocks of rows: {labels}"
+
+
 def test_float32_judge_is_a_copy_of_the_bf16_model():
     """The bf16 rule's judge holds the bf16 model's own weights, upcast (not a
     fresh float32 draw, whose weights the bf16 model never had)."""

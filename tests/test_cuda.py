@@ -99,6 +99,17 @@ def test_cuda_gemm(core_lib, fresh_dynamo, model, batch, prefill, workers, mask)
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
+def test_cuda_long_prompt_chunk(core_lib, fresh_dynamo):
+    """A 320-token chunk with a mask on the GPU: GEMM streams over blocks of
+    64 rows, the merge split by rows (attn_merge_decode's split_dim 0), the
+    mask's ops by rows."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", prefill=320, cache_tokens=16, steps=1, seed=0,
+                          workers=16, log=lines.append, mask=True)
+    assert res.ok, "\n".join(lines)
+    assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
+
+
 def _compiled_tiny_llama(options=None):
     check.ensure_backend_registered()
     m = models.build("tiny-llama", dtype=torch.bfloat16, device="cuda", seed=0)

@@ -917,15 +917,19 @@ __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char
 
 // attn_merge_decode is attn_merge for one query per head (decode), on the
 // contiguous partials [B, Splits, H, 1, D+2] split-KV attention writes: the
-// task's heads [lo, hi) of every batch row, a warp per (row, head) pair, so
-// 16 pairs cost one round trip (merge_pairs). CHUNK > 0: in[1] is the mask's
-// extent per row, and the splits from it on (unwritten) are not read.
+// task's heads [lo, hi) of every batch row (or, split along the rows, a
+// long prompt chunk's: every head of rows [lo, hi)), a warp per (row, head)
+// pair, so 16 pairs cost one round trip (merge_pairs). CHUNK > 0: in[1] is
+// the mask's extent per row, and the splits from it on (unwritten) are not
+// read.
 template <int D, int H, int CHUNK, int R, int N>
 __device__ __noinline__ void attn_merge_decode(const Op& op, int lo, int hi, const Slots<N>& s) {
   const View& out = op.out;
-  const int nh = hi - lo, pairs = (int)out.shape[0] * nh;
+  const bool by_rows = op.split_dim == 0;
+  const int nh = by_rows ? (int)out.shape[1] : hi - lo, pairs = (by_rows ? hi - lo : (int)out.shape[0]) * nh;
+  const int r0 = by_rows ? lo : 0, h0 = by_rows ? 0 : lo;
   char* ob = base(s, out);
-  auto at = [&](int i) { return make_int2(i / nh, lo + i % nh); };
+  auto at = [&](int i) { return make_int2(r0 + i / nh, h0 + i % nh); };
 #pragma unroll 1
   for (int p0 = 0; p0 < pairs; p0 += kConsumerWarps)
     merge_pairs<D, H, CHUNK, R, 1>(

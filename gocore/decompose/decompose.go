@@ -5,6 +5,7 @@ package decompose
 
 import (
 	"fmt"
+	"slices"
 
 	"mpk/gocore/ir"
 	"mpk/gocore/stream"
@@ -252,7 +253,10 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		}
 		G := op.Attr.Groups
 		return split(out, 1, min(W, out[1]/G), G)
-	case ir.AttnMerge: // [B, H, Sq, Dv]: heads
+	case ir.AttnMerge: // [B, H, Sq, Dv]: heads; rows where a tile of heads would be too many intervals (exactDims)
+		if op.In[0].Shape[3] == 1 && !slices.Contains(exactDims(out), 1) { // decode partials (attn_merge_decode)
+			return split(out, 0, min(W, out[0]), 1)
+		}
 		return split(out, 1, min(W, out[1]), 1)
 	case ir.RMSNorm, ir.RoPE: // the last dim stays whole
 		if len(out) < 2 {
@@ -280,17 +284,7 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		// A thread per rotated pair (RoPE is on the path to attention).
 		return perThread(d, n/2)
 	case ir.Embedding: // a thread per element: the step's first op, on everyone's path
-		d := largestDim(out, allDims(len(out)))
-		if r := len(out) - 1; r > 0 {
-			// Tokens enough for every worker (a long prompt chunk): whole
-			// rows a task, each one interval of the output (column slices of
-			// 512 rows are 512 intervals, which the validator bounds by
-			// their hull, so slices next to each other overlap).
-			if o := largestDim(out, allDims(r)); out[o] >= W {
-				d = o
-			}
-		}
-		return perThread(d, n)
+		return perThread(largestDim(out, exactDims(out)), n)
 	case ir.KVWrite: // over the source, an element a thread, cut along its batch or heads: not along
 		// the run-time positions' dim, nor the last (a tile's cache rows stay one interval a row)
 		dims := dimsBut(len(out)-1, op.Attr.Dim)
@@ -311,9 +305,30 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		if len(out) == 0 {
 			return split(out, 0, 1, 1)
 		}
-		d := largestDim(out, allDims(len(out)))
+		d := largestDim(out, exactDims(out))
 		return split(out, d, small(d), 1)
 	}
+}
+
+// exactDims are the dims of out a tile may be cut along and stay at most
+// maxIntervals intervals of a row-major output (the dims before it, whole
+// in every tile, multiply to at most maxIntervals), or every dim if none
+// does. Cut along the last dim, a long prompt chunk's 512 rows are 512
+// intervals a tile, which Region bounds by their hull: the tiles of one op
+// then overlap and the validator refuses them (unordered-write).
+func exactDims(out []int64) []int {
+	var dims []int
+	outer := int64(1)
+	for d := range out {
+		if outer <= maxIntervals {
+			dims = append(dims, d)
+		}
+		outer *= out[d]
+	}
+	if len(dims) == 0 {
+		return allDims(len(out))
+	}
+	return dims
 }
 
 // splitSpan is the range of KV positions the splits [s0, s1) of a split-KV

@@ -131,9 +131,18 @@ func TestTiles(t *testing.T) {
 		{"embedding: at most an element a thread per task", func(b *opBuilder) *ir.Op {
 			return b.op(ir.Embedding, b.buf("o", 1, 1, 2048), b.buf("w", 100, 2048), b.buf("ids", 1, 1))
 		}, 132, 2, sh(0, 512, 1024, 1536, 2048)},
-		{"embedding of tokens enough for every worker takes whole rows", func(b *opBuilder) *ir.Op {
-			return b.op(ir.Embedding, b.buf("o", 1, 16, 2048), b.buf("w", 100, 2048), b.buf("ids", 1, 16))
-		}, 4, 1, sh(0, 4, 8, 12, 16)},
+		{"embedding of more tokens than an exact region has intervals takes whole rows", func(b *opBuilder) *ir.Op {
+			return b.op(ir.Embedding, b.buf("o", 1, 300, 64), b.buf("w", 100, 64), b.buf("ids", 1, 300))
+		}, 4, 1, sh(0, 75, 150, 225, 300)},
+		{"a decode merge of 16 rows splits its heads", func(b *opBuilder) *ir.Op {
+			return b.op(ir.AttnMerge, b.buf("o", 16, 8, 1, 64), b.buf("p", 16, 9, 8, 1, 66))
+		}, 4, 1, sh(0, 2, 4, 6, 8)},
+		{"a decode merge of 512 rows (a long prompt chunk's) splits its rows", func(b *opBuilder) *ir.Op {
+			return b.op(ir.AttnMerge, b.buf("o", 512, 8, 1, 64), b.buf("p", 512, 9, 8, 1, 66))
+		}, 4, 0, sh(0, 128, 256, 384, 512)},
+		{"a mask of 512 rows splits its rows, not its positions", func(b *opBuilder) *ir.Op {
+			return b.op(ir.Elementwise, b.buf("o", 1, 1, 512, 528), b.buf("x", 1, 1, 512, 528))
+		}, 4, 2, sh(0, 128, 256, 384, 512)},
 		{"kv write iterates source rows", func(b *opBuilder) *ir.Op {
 			op := b.op(ir.KVWrite, b.buf("cache", 1, 2, 8, 4), b.buf("pos", 1), b.buf("src", 1, 2, 1, 4))
 			op.Attr.Dim = 2
