@@ -45,9 +45,8 @@ __host__ __device__ constexpr int gemm_warps_k(int M) { return kConsumerWarps / 
 // The task's shared memory (stream.GemmScratch): x's two blocks, or, once
 // the last block is done, every column warp's partials of the outputs.
 __host__ __device__ constexpr int gemm_scratch_bytes(int M, bool lo) {
-  return (lo ? 2 * M * kGemmPitchF * 4 : 2 * M * kGemmPitch * 2) > gemm_warps_k(M) * M * kGemmRows * 4
-             ? (lo ? 2 * M * kGemmPitchF * 4 : 2 * M * kGemmPitch * 2)
-             : gemm_warps_k(M) * M * kGemmRows * 4;
+  const int x = lo ? 2 * M * kGemmPitchF * 4 : 2 * M * kGemmPitch * 2, partials = gemm_warps_k(M) * M * kGemmRows * 4;
+  return x > partials ? x : partials;
 }
 
 // pack2 rounds two floats to T, a in the low half (the lower address).

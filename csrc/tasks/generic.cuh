@@ -100,17 +100,30 @@ __device__ __forceinline__ float ld_float(const char* p, int32_t dt, int64_t i) 
   return f32 ? __uint_as_float(w) : narrow;
 }
 
-// ld_float4 reads elements i..i+3 of a float-kind array in one load through
-// L2 (the 4 elements aligned to their size).
+// ld_raw4 reads elements i..i+3 of a float-kind array (aligned to their 4
+// elements) in one load through L2, raw: 16 bytes of fp32, or a 2-byte
+// kind's 8 in the low half. cvt_row4 converts them, so a batch of raw loads
+// can go out before any is converted.
+__device__ __forceinline__ uint4 ld_raw4(const char* p, int32_t dt, int64_t i) {
+  if (dt == DT_FLOAT32) return __ldcg(reinterpret_cast<const uint4*>(p + i * 4));
+  const uint2 h = __ldcg(reinterpret_cast<const uint2*>(p + i * 2));
+  return make_uint4(h.x, h.y, 0, 0);
+}
+
+__device__ __forceinline__ float4 cvt_row4(const uint4& r, int32_t dt) {
+  if (dt == DT_FLOAT32) return make_float4(__uint_as_float(r.x), __uint_as_float(r.y), __uint_as_float(r.z), __uint_as_float(r.w));
+  if (dt == DT_BFLOAT16)
+    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xffff0000u), __uint_as_float(r.y << 16),
+                       __uint_as_float(r.y & 0xffff0000u));
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), b = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// ld_float4 reads elements i..i+3 of a float-kind array as floats (fp32
+// loaded as floats: no conversion after the load).
 __device__ __forceinline__ float4 ld_float4(const char* p, int32_t dt, int64_t i) {
   if (dt == DT_FLOAT32) return __ldcg(reinterpret_cast<const float4*>(p + i * 4));
-  const uint2 h = __ldcg(reinterpret_cast<const uint2*>(p + i * 2));
-  if (dt == DT_BFLOAT16)
-    return make_float4(__uint_as_float(h.x << 16), __uint_as_float(h.x & 0xffff0000u), __uint_as_float(h.y << 16),
-                       __uint_as_float(h.y & 0xffff0000u));
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
-  return make_float4(a.x, a.y, b.x, b.y);
+  return cvt_row4(ld_raw4(p, dt, i), dt);
 }
 
 // ld_typed reads one element of a float kind known at compile time.

@@ -110,24 +110,8 @@ template <int K>
 __device__ __forceinline__ void load_row4(const char* p, const View& v, int64_t m, uint4 (&raw)[per_thread4(K)]) {
   const int64_t o = v.offset + m * v.stride[0];
 #pragma unroll
-  for (int i = 0; i < per_thread4(K); ++i) {
-    const int64_t e = o + 4 * min((int)threadIdx.x + i * MPK_THREADS, K / 4 - 1);
-    if (v.dtype == DT_FLOAT32) {
-      raw[i] = __ldcg(reinterpret_cast<const uint4*>(p + e * 4));
-    } else {
-      const uint2 h = __ldcg(reinterpret_cast<const uint2*>(p + e * 2));
-      raw[i] = make_uint4(h.x, h.y, 0, 0);
-    }
-  }
-}
-
-__device__ __forceinline__ float4 cvt_row4(const uint4& r, int32_t dt) {
-  if (dt == DT_FLOAT32) return make_float4(__uint_as_float(r.x), __uint_as_float(r.y), __uint_as_float(r.z), __uint_as_float(r.w));
-  if (dt == DT_BFLOAT16)
-    return make_float4(__uint_as_float(r.x << 16), __uint_as_float(r.x & 0xffff0000u), __uint_as_float(r.y << 16),
-                       __uint_as_float(r.y & 0xffff0000u));
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&r.x)), b = __half22float2(*reinterpret_cast<const __half2*>(&r.y));
-  return make_float4(a.x, a.y, b.x, b.y);
+  for (int i = 0; i < per_thread4(K); ++i)
+    raw[i] = ld_raw4(p, v.dtype, o + 4 * min((int)threadIdx.x + i * MPK_THREADS, K / 4 - 1));
 }
 
 // Plain rows, x's dtype XD a constant (-1: read at run time), as norm_rows.
