@@ -252,18 +252,18 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 			continue
 		}
 		w := op.In[1]
-		if p.Gemm { // a page: GemmPageRows segments of GemmCols; a block of columns' pages, then the next block
+		if p.Tiles || p.Gemm {
+			// A page: segments of Cols of TileRows rows (GemmPageRows, a
+			// block of columns' pages before the next block's); the task's
+			// rows RowStride apart, K of each read.
+			rows, colMajor := int64(stream.TileRows), 0
+			if p.Gemm {
+				rows, colMajor = stream.GemmPageRows, 1
+			}
 			first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes
 			bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
-			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, 1},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes,
-				stream.GemmPageRows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes)
-			continue
-		}
-		if p.Tiles { // a page: TileRows segments of Cols; the task's rows RowStride apart, K of each read
-			first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes
-			bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
-			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, 0},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
-				stream.TileRows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes)
+			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
+				rows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes, colMajor)
 			continue
 		}
 		first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes
@@ -480,7 +480,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if op.Attr.SharedKV {
 			k, v := op.In[1], op.In[2]
 			C := ir.SplitChunk(k.Shape[2], op.Attr.Splits)
-			if _, two := map[ir.DType]bool{ir.BF16: true, ir.F16: true}[k.DType()]; !two || D%8 != 0 || k.Strides[3] != 1 ||
+			if k.DType() != ir.BF16 && k.DType() != ir.F16 || D%8 != 0 || k.Strides[3] != 1 ||
 				v.Strides[3] != 1 || k.Strides[0] != 0 || v.Strides[0] != 0 {
 				return "", fmt.Errorf("codegen: attention op %d with shared K and V wants 2-byte K and V rows (head dim a multiple of 8) broadcast over the rows", op.ID)
 			}

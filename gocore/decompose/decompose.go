@@ -206,7 +206,7 @@ const minElemsPerTask = stream.Threads
 const rowsPerNormTask = stream.Threads / 32
 
 // maxNormRegRow is the longest row the rmsnorm task holds in a warp's
-// registers (kMaxPer elements a lane).
+// registers (kMaxPer elements a lane); longer rows take the whole block.
 const maxNormRegRow = 256
 
 // tiles chooses the output tiles of op.
@@ -275,7 +275,7 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		if op.Kind == ir.RMSNorm { // a warp per row: a task takes rowsPerNormTask rows
 			if out[len(out)-1] > maxNormRegRow {
 				// Long rows (a prompt chunk's norm ahead of a GEMM stream):
-				// each is two passes of loads, so a row a task, on as many
+				// the block takes each row, so a row a task, on as many
 				// workers as there are rows.
 				return split(out, d, min(W, out[d]), 1)
 			}

@@ -241,10 +241,9 @@ type Attrs struct {
 	// (lower's splitLinearK), which run side by side, each on 1/KParts of
 	// the workers, so each worker stages one slice of x, not all of them.
 	KParts int64
-	// Gemm, on a Linear: its x (too many rows to stage whole) streams a
-	// block of K at a time, as a plain input (lower's markGemm keeps the
-	// norm that makes it out of its prologue, and its buffer in the
-	// weights' dtype).
+	// Gemm, on a Linear: its x (32 rows or more) streams a block of K at a
+	// time, as a plain input (lower's markGemm keeps the norm that makes it
+	// out of its prologue).
 	Gemm      bool
 	HasWeight bool // RMSNorm: In[1] is the weight
 	Dim       int  // Cat, KVWrite, Gather: the dimension

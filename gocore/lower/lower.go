@@ -43,8 +43,8 @@ type Config struct {
 	// SplitK cuts Linears whose x is too large to stream into Linears over
 	// slices of K and their sum (splitLinearK), before SplitRows.
 	SplitK bool
-	// Gemm streams Linears whose x has too many rows to stage whole a block
-	// of K at a time (markGemm), before SplitK.
+	// Gemm streams Linears whose x has 32 rows or more a block of K at a
+	// time (markGemm), before SplitK.
 	Gemm bool
 }
 

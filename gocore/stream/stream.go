@@ -50,7 +50,7 @@ const (
 type Plan struct {
 	M, K      int64 // rows of x, the reduction length
 	ElemBytes int64 // of a weight
-	PageBytes int64 // whole rows per page, or 1/Split of a row; tiles: TileRows·Cols elements
+	PageBytes int64 // whole rows per page, or 1/Split of a row; tiles: TileRows·Cols elements; gemm: GemmPageRows·Cols
 	Split     int64 // pages per row (1: a page holds whole rows)
 	Tiles     bool
 	Cols      int64 // tiles: the columns of a page
@@ -179,7 +179,7 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		// An fp32 x (every intermediate) keeps its low part: x = hi + lo,
 		// each on the tensor cores (rounded, a 64-token chunk's argmax
 		// left both fp32's and eager's at a near tie).
-		return Plan{M: M, K: K, ElemBytes: esz, PageBytes: GemmCols * esz, Split: K / GemmCols, Gemm: true,
+		return Plan{M: M, K: K, ElemBytes: esz, PageBytes: GemmPageRows * GemmCols * esz, Split: K / GemmCols, Gemm: true,
 			Cols: GemmCols, XLow: op.LinearX().Size() > esz, RowStride: w.Strides[0]}, true
 	}
 	if p, ok := regPlan(M, K, esz); ok && w.Strides[0] == K {

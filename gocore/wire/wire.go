@@ -89,8 +89,8 @@ type Options struct {
 	// SplitK streams a Linear whose x is too large for one weight stream as
 	// slices of K and their sum (lower.Config).
 	SplitK bool `json:"split_k"`
-	// Gemm streams a Linear whose x has too many rows to stage whole (a
-	// prompt chunk) a block of K at a time, its weights read once (lower.Config).
+	// Gemm streams a Linear whose x has 32 rows or more (a prompt chunk) a
+	// block of K at a time, its weights read once (lower.Config).
 	Gemm bool `json:"gemm"`
 }
 
