@@ -20,6 +20,8 @@ timeout 420 ncu -k regex:megakernel --launch-skip 3 --launch-count 1 --section S
   --section WarpStateStats --section SpeedOfLight --import-source yes -o "$R" \
   python3 bench/ncu_step.py --model "$MODEL" ${ARGS:-} >"$OUT/ncu_run.log" 2>&1
 tail -3 "$OUT/ncu_run.log"
+# the profiled module's source, to align the SASS with a local nvcc 13.0 build
+cp "$(ls -t $(find "${MPK_CACHE_DIR:-$HOME/.cache/mpk}" -name module.cu) | head -1)" "$OUT/module.cu" 2>/dev/null
 ncu -i "$R.ncu-rep" --page details >"$OUT/details.txt" 2>&1
 for src in cuda sass; do
   ncu -i "$R.ncu-rep" --page source --csv --print-source "$src" >"$OUT/source_$src.csv" 2>"$OUT/source_$src.err"

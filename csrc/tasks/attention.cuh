@@ -476,6 +476,61 @@ __device__ __forceinline__ void softmax_step(float (&m)[G], float (&l)[G], float
   }
 }
 
+// DecodeUnit is one unit of a decode attention task: batch row b, split sp,
+// first query head h0 of its head group.
+struct DecodeUnit {
+  int b, sp, h0;
+};
+
+// DecodeUnits lists a decode attention task's live units (ir.Op.DecodeUnits):
+// its units [lo, hi) are whole batch rows [b_lo, b_hi), or within row b_lo
+// the units [lo, hi) of its head groups; of each head group the splits
+// [sp0, sp0 + live) of its row, the first ones of its group (SplitGroups),
+// where the chunks [0, nlive) may hold visible positions. The live units of
+// all the task's rows are taken rows first: a batch's rows share rounds (row
+// by row, most of a round's warps idled at batch 4). With ROWS, row_live
+// (shared, a row each) holds each row's live splits; the constructor's
+// barrier makes them visible.
+template <int R, bool ROWS>
+struct DecodeUnits {
+  SplitGroups<R> g;
+  int b_lo, b_hi, lo, hi, sp0, heads, live0 = 0, n = 0;
+  const int* row_live;
+  template <int N>
+  __device__ __forceinline__ DecodeUnits(const Op& op, int lo_, int hi_, int splits, int chunk, int ug, int* rows,
+                                         const Slots<N>& s)
+      : g(splits), row_live(rows) {
+    const int rowsz = (int)op.in[0].shape[1] / ug * splits;
+    b_lo = lo_ / rowsz;
+    b_hi = hi_ - lo_ >= rowsz ? hi_ / rowsz : b_lo + 1;
+    if (hi_ - lo_ < rowsz) lo = lo_ - b_lo * rowsz, hi = hi_ - b_lo * rowsz;
+    else lo = 0, hi = rowsz;
+    sp0 = lo % splits, heads = max(1, (hi - lo) / splits);
+    const int grp = g.group(sp0);
+    auto live_of = [&](int b) {
+      const int nlive = op.flags & FLAG_EXTENT ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
+      return max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
+    };
+    if constexpr (ROWS) {
+      for (int b = b_lo + (int)threadIdx.x; b < b_hi; b += MPK_THREADS) rows[b - b_lo] = live_of(b);
+      consumer_sync();
+      for (int b = b_lo; b < b_hi; ++b) n += heads * rows[b - b_lo];
+    } else {
+      live0 = live_of(b_lo);
+      n = heads * live0;
+    }
+  }
+  // unit returns the nth live unit (any n: past the last, a unit no warp
+  // computes).
+  __device__ __forceinline__ DecodeUnit unit(int nth, int splits, int ug) const {
+    int b = b_lo;  // the unit's place among the live ones, then within its row's
+    if constexpr (ROWS)
+      while (b < b_hi - 1 && nth >= heads * row_live[b - b_lo]) nth -= heads * row_live[(b++) - b_lo];
+    const int per_head = max(1, ROWS ? row_live[b - b_lo] : live0);
+    return DecodeUnit{b, sp0 + nth % per_head, (lo / splits + nth / per_head) * ug};
+  }
+};
+
 // attention_decode is attention_partial for one query per head (decode):
 // the task's units u in [lo, hi) are (head group u / Splits, split
 // u % Splits), a head group being UG query heads of one KV head (UG = 1, or
@@ -512,7 +567,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   constexpr int KB = D / KV < 8 ? D / KV : 8;
   constexpr int VB = MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) < 32 ? MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) : 32;
   using VRaw = typename DecodeV<T, PER, FAST>::type;
-  const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
+  const View &k = op.in[1], &v = op.in[2], &p = op.out;
   const int S = (int)k.shape[2], G = op.groups;
   const int splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
@@ -525,42 +580,13 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   int* row_live = reinterpret_cast<int*>(part + warps * UG * (D + 2));  // ROWS: [rows], each row's live splits a group
   const int cp = min(warps, (chunk + 31) / 32), units = warps / cp;  // warps a unit, units a round
   const int sub = warp % cp;
-  // The task's units: whole batch rows [b_lo, b_hi), or within row b_lo
-  // the units [lo, hi) of its head groups (ir.Op.DecodeUnits).
-  const int rowsz = (int)q.shape[1] / UG * splits, b_lo = lo / rowsz;
-  const int b_hi = hi - lo >= rowsz ? hi / rowsz : b_lo + 1;
-  if (hi - lo < rowsz) lo -= b_lo * rowsz, hi -= b_lo * rowsz;
-  else lo = 0, hi = rowsz;
-  // The live units of batch row b: splits [sp0, sp0 + live) of each of the
-  // task's head groups (a task is some splits of one group of one head
-  // group, or whole head groups), the first ones of its group
-  // (SplitGroups), where the chunks [0, nlive) may hold visible positions.
-  const SplitGroups<R> g(splits);
-  const int sp0 = lo % splits, grp = g.group(sp0), heads = max(1, (hi - lo) / splits);
-  auto live_of = [&](int b) {
-    const int nlive = op.flags & FLAG_EXTENT ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
-    return max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
-  };
-  // The live units of all the task's rows, taken rows first: a batch's rows
-  // share rounds (row by row, most of a round's warps idled at batch 4).
-  int n = 0, live0 = 0;
-  if constexpr (ROWS) {
-    for (int b = b_lo + (int)threadIdx.x; b < b_hi; b += MPK_THREADS) row_live[b - b_lo] = live_of(b);
-    consumer_sync();
-    for (int b = b_lo; b < b_hi; ++b) n += heads * row_live[b - b_lo];
-  } else {
-    live0 = live_of(b_lo);
-    n = heads * live0;
-  }
+  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, row_live, s);
   // Every warp takes part in every round (the merge's barriers).
-  for (int i0 = 0; i0 < n; i0 += units) {
-    int nth = i0 + warp / cp, b = b_lo;  // the unit's place among the live ones, then within its row's
-    if constexpr (ROWS)
-      while (b < b_hi - 1 && nth >= heads * row_live[b - b_lo]) nth -= heads * row_live[(b++) - b_lo];
-    const int per_head = max(1, ROWS ? row_live[b - b_lo] : live0);
-    const bool active = warp / cp < units && i0 + warp / cp < n;
-    const int sp = sp0 + nth % per_head, h0 = (lo / splits + nth / per_head) * UG, kvh = h0 / G;
-    const int j_lo = min(g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
+  for (int i0 = 0; i0 < du.n; i0 += units) {
+    const bool active = warp / cp < units && i0 + warp / cp < du.n;
+    const DecodeUnit un = du.unit(i0 + warp / cp, splits, UG);
+    const int b = un.b, sp = un.sp, h0 = un.h0, kvh = h0 / G;
+    const int j_lo = min(du.g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m[UG], l[UG], acc[UG][PER];
 #pragma unroll
     for (int u = 0; u < UG; ++u) {
@@ -773,7 +799,20 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, int N>
+// decode_mma_fits says whether attention_decode_mma (tasks/attention_mma.cuh)
+// serves T, D and UG (the lowering's ir.Attrs.DecodeMMA asks the same).
+template <typename T, int D, int UG>
+constexpr bool decode_mma_fits() {
+  return (std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value) && D % 16 == 0 && D <= 128 &&
+         UG >= 1 && UG <= 8;
+}
+template <typename T, typename QT, typename MT, int D, int R, bool ROWS, int UG, int NW, int N>
+__device__ __noinline__ void attention_decode_mma(const Op& op, int lo, int hi, const Slots<N>& s, char* smem);
+
+// MMA > 0: decode runs on the tensor cores, on MMA warps, where its K and V
+// rows allow (attention_decode_mma), else on attention_decode's element-wise
+// path.
+template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, int MMA, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -783,6 +822,14 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
   if (Sq == 1) {  // [lo, hi) are flat (head group, chunk) units (ir.Op.DecodeUnits)
+    if constexpr (MMA > 0 && decode_mma_fits<T, D, UG>()) {
+      if (rows_aligned<T>(op.in[1], base(s, op.in[1]), 16) && rows_aligned<T>(op.in[2], base(s, op.in[2]), 16)) {
+        attention_decode_mma<T, QT, MT, D, R, ROWS, UG, MMA>(op, lo, hi, s, smem);
+        return;
+      }
+      attention_decode<T, QT, MT, D, R, ROWS, false, UG>(op, lo, hi, s, smem);
+      return;
+    }
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
         attention_decode<T, QT, MT, D, R, ROWS, true, UG>(op, lo, hi, s, smem);

@@ -253,9 +253,7 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
     else if (kb + 1 < KB) stage_gemm_x<S, PITCH, M>(x, kb + 1, nb, false, rows4, s);
     consumer_sync();
   }
-#ifdef MPK_TRACE
-  if (threadIdx.x == 0) s_trace_dots = (uint32_t)(globaltimer() - s_trace_start);
-#endif
+  mark_dots();
   // Lane (g, t) holds x's rows g and g + 8 of each m-tile times the page's
   // rows nt·8 + 2t and 2t + 1; the partials go to red[wk][m][n] (x's blocks
   // are no longer read: the last block ended with a barrier).

@@ -396,11 +396,16 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
   store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
 }
 
-// mark_staged records, in a trace build, when a streamed task had x staged.
+// mark_staged records, in a trace build, when a streamed task had x staged
+// (an attention task: its first K and V tiles); mark_dots when its products
+// were done.
 __device__ __forceinline__ void mark_staged() {
 #ifdef MPK_TRACE
   if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
 #endif
+}
+__device__ __forceinline__ void mark_dots() {
+  mark_dots();
 }
 
 // wait_page returns once page q of a weight ring has landed: lane 0 polls,
@@ -495,9 +500,7 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   const EpiIn pre = first_epi<EPI>(op, lo, outs, M, fast_epi, s);
   stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
   consumer_sync();
-#ifdef MPK_TRACE
-  if (threadIdx.x == 0) s_trace_dots = (uint32_t)(globaltimer() - s_trace_start);
-#endif
+  mark_dots();
   for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
     store_out<RESID, EPI>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s,
                           fast_epi && r < MPK_THREADS ? &pre : nullptr);

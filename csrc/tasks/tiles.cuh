@@ -347,9 +347,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     }
   }
   consumer_sync();
-#ifdef MPK_TRACE
-  if (threadIdx.x == 0) s_trace_dots = (uint32_t)(globaltimer() - s_trace_start);
-#endif
+  mark_dots();
   for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
     store_out<RESID, EPI>(op, r % M, lo + r / M, dots[r], s, fast_epi && r < MPK_THREADS ? &pre : nullptr);
   return seq;
