@@ -799,20 +799,7 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-// decode_mma_fits says whether attention_decode_mma (tasks/attention_mma.cuh)
-// serves T, D and UG (the lowering's ir.Attrs.DecodeMMA asks the same).
-template <typename T, int D, int UG>
-constexpr bool decode_mma_fits() {
-  return (std::is_same<T, __nv_bfloat16>::value || std::is_same<T, __half>::value) && D % 16 == 0 && D <= 128 &&
-         UG >= 1 && UG <= 8;
-}
-template <typename T, typename QT, typename MT, int D, int R, bool ROWS, int UG, int NW, int N>
-__device__ __noinline__ void attention_decode_mma(const Op& op, int lo, int hi, const Slots<N>& s, char* smem);
-
-// MMA > 0: decode runs on the tensor cores, on MMA warps, where its K and V
-// rows allow (attention_decode_mma), else on attention_decode's element-wise
-// path.
-template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, int MMA, int N>
+template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -822,14 +809,6 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
   if (Sq == 1) {  // [lo, hi) are flat (head group, chunk) units (ir.Op.DecodeUnits)
-    if constexpr (MMA > 0 && decode_mma_fits<T, D, UG>()) {
-      if (rows_aligned<T>(op.in[1], base(s, op.in[1]), 16) && rows_aligned<T>(op.in[2], base(s, op.in[2]), 16)) {
-        attention_decode_mma<T, QT, MT, D, R, ROWS, UG, MMA>(op, lo, hi, s, smem);
-        return;
-      }
-      attention_decode<T, QT, MT, D, R, ROWS, false, UG>(op, lo, hi, s, smem);
-      return;
-    }
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
         attention_decode<T, QT, MT, D, R, ROWS, true, UG>(op, lo, hi, s, smem);

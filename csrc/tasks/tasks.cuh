@@ -2,7 +2,6 @@
 // computes one tile [lo, hi) of an op described by the op table.
 #pragma once
 #include "tasks/attention.cuh"
-#include "tasks/attention_mma.cuh"
 #include "tasks/gemm.cuh"
 #include "tasks/generic.cuh"
 #include "tasks/linear.cuh"

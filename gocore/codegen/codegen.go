@@ -108,19 +108,6 @@ func sharedKVBytes(C, D, G int) int {
 	return 2*C*(D+8)*2 + (Threads/32)*G*D*4
 }
 
-// decodeMMABytes mirrors mpk::decode_mma_bytes, the least scratch decode
-// attention on the tensor cores takes: per unit warp (4, or 2 for head dims
-// past 64) a K and a V tile of 32 rows (pitch D + 8), the queries and the
-// mask adds in fp32, and its state to merge; then each batch row's live
-// splits. A module with more scratch gives it more warps.
-func decodeMMABytes(D, ug, rows int) int {
-	warps := 4
-	if D > 64 {
-		warps = 2
-	}
-	return warps*(2*32*(D+8)*2+ug*D*4+ug*32*4+ug*(D+2)*4) + 4*rows
-}
-
 // decodeBoxOK says whether a decode attention box is a flat range of units
 // (taskRange): whole rows, or in one row whole head groups, or chunks of one.
 func decodeBoxOK(op *ir.Op, b tgraph.Box) bool {
@@ -484,20 +471,12 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		code = fmt.Sprintf("mpk::attention<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()], maskType(op), D, G)
 		if op.Attr.Splits > 1 {
 			// ROWS: a decode batch's rows share the task's rounds.
-			mma := "0" // DecodeMMA: as many warps as the module's scratch holds
-			if op.Attr.DecodeMMA {
-				mma = fmt.Sprintf("mpk::decode_mma_warps_for(kSharedBytes, %d, %d, %d)", D, op.HeadsPerUnit(), op.In[0].Shape[0])
-			}
-			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, %s>(op, lo, hi, s, c.smem)", T,
-				cType[op.In[0].DType()], maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1,
-				op.HeadsPerUnit(), mma)
+			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
+				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit())
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and each batch row's live splits).
 		ug := int(op.HeadsPerUnit())
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*ug*(2*int(D)+2)*4+4*int(op.In[0].Shape[0]))
-		if op.Attr.DecodeMMA {
-			gen.smem = max(gen.smem, decodeMMABytes(int(D), ug, int(op.In[0].Shape[0])))
-		}
 		if op.Attr.SharedKV {
 			k, v := op.In[1], op.In[2]
 			C := ir.SplitChunk(k.Shape[2], op.Attr.Splits)
@@ -562,11 +541,6 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				"little shared memory for a GEMM stream\");\n  %s", p.M, p.XLow, code)
 		}
 	} else {
-		if op.Kind == ir.Attention && op.Attr.DecodeMMA { // as for a GEMM stream
-			code = fmt.Sprintf("static_assert(mpk::decode_mma_bytes(%d, %d, %d) <= kSharedBytes, \"codegen reserved too "+
-				"little shared memory for decode attention on the tensor cores\");\n  %s", op.In[0].Shape[3],
-				op.HeadsPerUnit(), op.In[0].Shape[0], code)
-		}
 		code += ";\n  return c.seq;"
 	}
 	id := gen.variant(code)

@@ -1,7 +1,6 @@
 package codegen
 
 import (
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -222,40 +221,5 @@ func TestLinearWeightPaths(t *testing.T) {
 	if !strings.Contains(src, "mpk::linear<__nv_bfloat16, 256, false, mpk::NoPro, mpk::NoEpi, false>") || strings.Contains(src, "linear_stream") ||
 		!strings.Contains(src, "kRingPages = 0") {
 		t.Errorf("a weight the graph writes must take the coherent register Linear and no ring:\n%s", src)
-	}
-}
-
-// TestDecodeMMAVariant: a decode attention marked DecodeMMA instantiates
-// attention_partial's tensor-core path, asserts in the module that the
-// scratch codegen reserved covers mpk::decode_mma_bytes, and reserves it.
-func TestDecodeMMAVariant(t *testing.T) {
-	g := &ir.Graph{}
-	q := g.NewBuffer("q", ir.Input, ir.F32, 32*64)
-	k := g.NewBuffer("k", ir.Input, ir.BF16, 8*552*64)
-	v := g.NewBuffer("v", ir.Input, ir.BF16, 8*552*64)
-	q.Index, k.Index, v.Index = 0, 1, 2
-	g.Inputs = []*ir.Buffer{q, k, v}
-	out := g.NewBuffer("o", ir.Output, ir.F32, 5*32*66)
-	kv := func(b *ir.Buffer) ir.View {
-		return ir.View{Buf: b, Shape: []int64{1, 8, 552, 64}, Strides: []int64{8 * 552 * 64, 552 * 64, 64, 1}}
-	}
-	g.Outputs = []ir.View{{Buf: out, Shape: []int64{1, 5, 32, 1, 66}, Strides: []int64{5 * 32 * 66, 32 * 66, 66, 66, 1}}}
-	op := &ir.Op{Kind: ir.Attention, Label: "attention", Out: g.Outputs[0],
-		In:   []ir.View{{Buf: q, Shape: []int64{1, 32, 1, 64}, Strides: []int64{2048, 64, 64, 1}}, kv(k), kv(v)},
-		Attr: ir.Attrs{Scale: 0.125, Groups: 4, Splits: 5, UnitHeads: 4, DecodeMMA: true}}
-	g.Ops = []*ir.Op{op}
-	g.Renumber()
-	sh := op.Out.Shape
-	tg := &tgraph.Graph{Workers: 1, Queues: [][]int{{0}}, Tasks: []*tgraph.Task{{ID: 0, Op: 0,
-		Box: tgraph.Box{Lo: make([]int64, len(sh)), Hi: sh}, Wait: tgraph.None, Trigger: tgraph.None}}}
-	m, err := Generate(g, tg, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := m.Files["module.cu"]
-	want := fmt.Sprintf("constexpr int kSharedBytes = %d;", decodeMMABytes(64, 4, 1))
-	if !strings.Contains(src, "mpk::attention_partial<__nv_bfloat16, float, void, 64, 4, 1, false, 4, mpk::decode_mma_warps_for(kSharedBytes, 64, 4, 1)>") ||
-		!strings.Contains(src, "static_assert(mpk::decode_mma_bytes(64, 4, 1) <= kSharedBytes") || !strings.Contains(src, want) {
-		t.Errorf("the tensor-core decode attention is not generated as asked (%s):\n%s", want, src)
 	}
 }

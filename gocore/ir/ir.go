@@ -236,11 +236,7 @@ type Attrs struct {
 	// read once into shared memory for all of them (decompose's
 	// sharedKVTiles; taskRange's flat order (group·Splits + split)·B + row).
 	SharedKV bool
-	// DecodeMMA, on a decode Attention (one query a head), runs its units on
-	// the tensor cores (csrc attention_decode_mma): each unit takes the G
-	// query heads of its KV head (UnitHeads = G), as mma rows.
-	DecodeMMA bool
-	Residual  bool // Linear: In[2] is added to the product
+	Residual bool // Linear: In[2] is added to the product
 	// KParts > 1, on a Linear: it is one of KParts slices of a Linear's K
 	// (lower's splitLinearK), which run side by side, each on 1/KParts of
 	// the workers, so each worker stages one slice of x, not all of them.

@@ -46,16 +46,12 @@ type Config struct {
 	// Gemm streams Linears whose x has 32 rows or more a block of K at a
 	// time (markGemm), before SplitK.
 	Gemm bool
-	// DecodeMMA runs decode attention on the tensor cores where its K and V
-	// allow (splitAttention).
-	DecodeMMA bool
 }
 
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm,
-		DecodeMMA: o.DecodeMMA}
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -84,34 +84,12 @@ func unitHeads(G, Dv int64) int64 {
 	return ug
 }
 
-// mmaDecodeMaxHeads and mmaDecodeMaxDim bound a tensor-core decode unit:
-// its heads are the columns of an mma (8), its head dim the rows of its
-// output tiles held in registers (csrc decode_mma_fits).
-const (
-	mmaDecodeMaxHeads = 8
-	mmaDecodeMaxDim   = 128
-)
-
-// mmaDecodable says whether decode attention op can run on the tensor cores:
-// 2-byte float K and V of one dtype, one head dim (a multiple of 16) for q,
-// K and V, and at most mmaDecodeMaxHeads query heads a KV head. Its units
-// take all G heads; splitAttention uses it where such units cover the
-// workers (a batch). At batch 1 its tasks were slower than the element-wise
-// path's one-head units (H100, bench/NOTES.md): a unit's time there is its
-// chain of round trips, which the tensor cores do not shorten.
-func mmaDecodable(op *ir.Op) bool {
-	q, k, v := op.In[0], op.In[1], op.In[2]
-	D := k.Shape[3]
-	return (k.DType() == ir.BF16 || k.DType() == ir.F16) && v.DType() == k.DType() && q.Shape[3] == D &&
-		v.Shape[3] == D && D%16 == 0 && D <= mmaDecodeMaxDim && max(1, op.Attr.Groups) <= mmaDecodeMaxHeads
-}
-
 // splitAttention spreads attention over the workers: decode has one query per
 // head, so one task per KV head would leave most SMs idle while a few stream
 // the whole cache. The KV positions are cut into chunks; each chunk's task
 // writes a partial softmax (max, sum, unnormalised output) for every head and
 // an AttnMerge op combines them (flash-decoding).
-func splitAttention(g *ir.Graph, workers int, prefillRows, decodeMMA bool) {
+func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 	var ops []*ir.Op
 	for _, op := range g.Ops {
 		ops = append(ops, op)
@@ -149,8 +127,6 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, decodeMMA bool) {
 		op.Out, op.Attr.Splits = partial, splits
 		if sharedKV {
 			op.Attr.SharedKV, op.Attr.UnitHeads = true, max(1, op.Attr.Groups)
-		} else if G := max(1, op.Attr.Groups); decodeMMA && Sq == 1 && mmaDecodable(op) && B*(H/G)*splits >= int64(workers) {
-			op.Attr.DecodeMMA, op.Attr.UnitHeads = true, G
 		} else if ug := unitHeads(op.Attr.Groups, Dv); Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
 			op.Attr.UnitHeads = ug
 		}

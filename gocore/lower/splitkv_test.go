@@ -22,7 +22,7 @@ func TestDecodeUnitHeads(t *testing.T) {
 		a := b.op(ir.Attention, att, q, k, v)
 		a.Attr.Scale, a.Attr.Groups = 1, 4
 		b.output(att)
-		splitAttention(b.g, 132, false, false)
+		splitAttention(b.g, 132, false)
 		if a.Attr.Splits != 5 || a.Attr.UnitHeads != c.want {
 			t.Errorf("batch %d: %d splits, %d heads a unit; want 5 splits, %d heads", c.B, a.Attr.Splits, a.Attr.UnitHeads, c.want)
 		}
@@ -31,46 +31,6 @@ func TestDecodeUnitHeads(t *testing.T) {
 	for _, c := range []struct{ G, Dv, want int64 }{{4, 128, 2}, {4, 64, 4}, {8, 64, 4}, {6, 256, 1}, {3, 64, 3}, {3, 128, 1}} {
 		if got := unitHeads(c.G, c.Dv); got != c.want {
 			t.Errorf("unitHeads(%d, %d) = %d, want %d", c.G, c.Dv, got, c.want)
-		}
-	}
-}
-
-// TestDecodeMMA: with the option on, a batch's decode attention over a
-// 2-byte cache runs on the tensor cores, a unit taking all G heads of its KV
-// head; batch 1 (units of G heads would not cover the workers), an fp32
-// cache, a head dim past 128 or over 8 heads a KV head keep the element-wise
-// units.
-func TestDecodeMMA(t *testing.T) {
-	build := func(B, G, D int64, dt ir.DType) (*builder, *ir.Op) {
-		b := newBuilder()
-		q := b.input("q", ir.F32, B, 8*G, 1, D)
-		k := b.input("k", dt, B, 8, 552, D)
-		v := b.input("v", dt, B, 8, 552, D)
-		att := b.temp("att", ir.F32, B, 8*G, 1, D)
-		a := b.op(ir.Attention, att, q, k, v)
-		a.Attr.Scale, a.Attr.Groups = 1, G
-		b.output(att)
-		return b, a
-	}
-	for _, c := range []struct {
-		B, G, D int64
-		dt      ir.DType
-		on, mma bool
-		heads   int64
-	}{
-		{16, 4, 64, ir.BF16, true, true, 4},   // llama-3.2-1b at batch 16
-		{16, 4, 128, ir.BF16, true, true, 4},  // qwen3-8b at batch 16
-		{8, 2, 128, ir.F16, true, true, 2},    // qwen3-1.7b's shape at batch 8 in fp16
-		{1, 4, 64, ir.BF16, true, false, 0},   // batch 1: one-head units
-		{16, 4, 64, ir.BF16, false, false, 4}, // the option off
-		{16, 4, 64, ir.F32, true, false, 4},   // an fp32 cache
-		{16, 4, 256, ir.BF16, true, false, 0}, // head dim 256
-		{4, 16, 64, ir.BF16, true, false, 4},  // 16 heads a KV head: element-wise units (unitHeads)
-	} {
-		b, a := build(c.B, c.G, c.D, c.dt)
-		splitAttention(b.g, 132, false, c.on)
-		if a.Attr.DecodeMMA != c.mma || a.Attr.UnitHeads != c.heads {
-			t.Errorf("%+v: decode mma %v, %d heads a unit; want %v, %d", c, a.Attr.DecodeMMA, a.Attr.UnitHeads, c.mma, c.heads)
 		}
 	}
 }
@@ -97,7 +57,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 	}
 	b, a := build(1, 64, true)
 	q0, out0 := a.In[0], a.Out
-	splitAttention(b.g, 132, true, false)
+	splitAttention(b.g, 132, true)
 	q, k, m, out := a.In[0], a.In[1], a.In[3], b.g.Ops[1].Out
 	if !a.DecodeUnits() || a.Attr.UnitHeads != 4 || b.g.Ops[1].Kind != ir.AttnMerge {
 		t.Fatalf("prompt: decode units %v, %d heads a unit, ops %s", a.DecodeUnits(), a.Attr.UnitHeads, kinds(b.g))
@@ -115,7 +75,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 	}
 	// 8 queries: rows, each with its own units (too few rows to share a chunk).
 	b, a = build(1, 8, true)
-	splitAttention(b.g, 132, true, false)
+	splitAttention(b.g, 132, true)
 	if !a.DecodeUnits() || a.Attr.SharedKV {
 		t.Errorf("8 queries: decode units %v, shared K and V %v; want units, not shared", a.DecodeUnits(), a.Attr.SharedKV)
 	}
@@ -125,7 +85,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 		on   bool
 	}{{2, true, true}, {1, false, true}, {1, true, false}} { // the last: the option off
 		b, a := build(c.B, 64, c.mask)
-		splitAttention(b.g, 132, c.on, false)
+		splitAttention(b.g, 132, c.on)
 		if a.DecodeUnits() || a.In[0].Shape[2] != 64 {
 			t.Errorf("%+v: rewritten as rows", c)
 		}

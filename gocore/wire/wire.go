@@ -92,9 +92,6 @@ type Options struct {
 	// Gemm streams a Linear whose x has 32 rows or more (a prompt chunk) a
 	// block of K at a time, its weights read once (lower.Config).
 	Gemm bool `json:"gemm"`
-	// DecodeMMA runs decode attention on the tensor cores where its K and V
-	// allow (lower.Config).
-	DecodeMMA bool `json:"decode_mma"`
 }
 
 type Graph struct {

@@ -375,15 +375,12 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gemm", dest="gemm", action="store_false",
                    help="turn off option gemm: a Linear whose x has 32 rows or more (a prompt chunk) then runs as a "
                         "tile stream, slices of K or blocks of rows")
-    p.add_argument("--no-decode-mma", dest="decode_mma", action="store_false",
-                   help="turn off option decode_mma: decode attention then runs element by element on the CUDA cores")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
 
 
 def lowering_options(a: argparse.Namespace) -> dict:
-    return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm,
-            "decode_mma": a.decode_mma}
+    return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm}
 
 
 def main(argv: list[str] | None = None) -> int:
