@@ -38,7 +38,8 @@ def test_export_small_graph(fake_core):
     assert req["options"] == {"target": "reference", "num_workers": 132, "seed": 0,
                               "skip_validate": False, "drop_dependency": False, "check_ir": False, "trace": False,
                               "round_intermediates": False, "split_rows": True,
-                              "prefill_rows": True, "split_k": True, "gemm": True}
+                              "prefill_rows": True, "split_k": True, "gemm": True,
+                              "coarse_events": True}
     g = req["graph"]
     kinds = [i["kind"] for i in g["inputs"]]
     assert kinds.count("param") == 1 and kinds.count("input") == 1 and kinds.count("buffer") == 1

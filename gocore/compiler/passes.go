@@ -21,6 +21,10 @@ type pass struct {
 // passes is the pipeline, in order. The task-graph passes between decompose
 // and schedule follow MPK's compiler (dependency analysis, event fusion,
 // normalization, linearization); validate guards every launch.
+// coarsenShare is decompose.Coarsen's bound: an op whose producers would
+// each trigger more than 2 of its events on average waits on their union.
+const coarsenShare = 2
+
 var passes = []pass{
 	{"lower", func(c *Compiled, req *wire.Request) *wire.Error {
 		g, err := lower.LowerWith(&req.Graph, lower.ConfigFor(c.Options))
@@ -37,6 +41,12 @@ var passes = []pass{
 	}},
 	{"reduce", func(c *Compiled, _ *wire.Request) *wire.Error {
 		c.preds = decompose.Reduce(c.Tasks, c.preds)
+		return nil
+	}},
+	{"coarsen", func(c *Compiled, _ *wire.Request) *wire.Error {
+		if c.Options.CoarseEvents {
+			c.preds = decompose.Coarsen(c.Tasks, c.preds, coarsenShare)
+		}
 		return nil
 	}},
 	{"fuse_events", func(c *Compiled, _ *wire.Request) *wire.Error {
