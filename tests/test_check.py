@@ -74,6 +74,18 @@ def test_check_prefill_rows(core_lib, fresh_dynamo, mask):
     assert labels.count("mask_extent") == 2, f"want a mask extent per layer's attention: {labels}"
 
 
+def test_check_prompt_over_an_empty_cache(core_lib, fresh_dynamo):
+    """A prompt's first chunk, over an empty cache (`--cache-tokens 0`): 64
+    tokens run as GEMM streams and the chunk's attention over the positions it
+    writes; the check's cache is created empty and zeroed, then snapshot."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=0,
+                          steps=1, seed=0, workers=16, log=lines.append)
+    assert res.ok, "\n".join(lines)
+    with pytest.raises(ValueError, match="cache-tokens"):  # decode needs something cached
+        check.run_check(model="tiny-llama", target="reference", cache_tokens=0, log=lines.append)
+
+
 @pytest.mark.parametrize("model,batch,parts", [("long-mlp-llama", 32, 4), ("wide-llama", 48, 3)])
 def test_check_split_k(core_lib, fresh_dynamo, model, batch, parts):
     """split_k (on by default): the down projection's x (long-mlp-llama at

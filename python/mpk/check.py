@@ -54,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exec-seed", type=int, default=None,
                    help="reference executor order only (default: --seed); the model stays the same")
     p.add_argument("--workers", type=int, default=None, help="num_workers (default: SM count / 132)")
-    p.add_argument("--cache-tokens", type=int, default=64, help="tokens already in the KV cache")
+    p.add_argument("--cache-tokens", type=int, default=64,
+                   help="tokens already in the KV cache (0: a prompt's first chunk, with --prefill 2 or more)")
     p.add_argument("--capacity", type=int, default=0,
                    help="make the cache at least this long (a long cache, mostly empty: the mask's extent bounds it)")
     p.add_argument("--dtype", default=None, choices=tuple(DTYPES),
@@ -118,6 +119,11 @@ def _make_cache(model, max_len, device, tokens, **inputs):
     attention mask and position ids that go with them)."""
     from transformers import StaticCache
     cache = StaticCache(config=model.config, max_cache_len=max_len)
+    if tokens.shape[-1] == 0:  # an empty cache (a prompt's first chunk): its tensors made now, zeroed
+        cfg = model.config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        cache.early_initialization(tokens.shape[0], cfg.num_key_value_heads, head_dim, model.dtype, torch.device(device))
+        return cache
     with torch.no_grad():
         model(input_ids=tokens.to(device), past_key_values=cache, use_cache=True,
               **{k: v.to(device) for k, v in inputs.items()})
@@ -232,8 +238,9 @@ def _run_check(name, target, prefill, seed, workers, cache_tokens, dtype, steps,
             return res
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-    if prefill < 1 or steps < 1 or cache_tokens < 1 or batch < 1:
-        raise ValueError("--prefill, --steps, --cache-tokens and --batch must be positive")
+    if prefill < 1 or steps < 1 or batch < 1 or cache_tokens < 0 or cache_tokens == 0 and (mask or prefill < 2):
+        raise ValueError("--prefill, --steps and --batch must be positive, --cache-tokens too unless the step is a "
+                         "prompt's first chunk (--prefill 2 or more, no --mask)")
 
     torch.manual_seed(seed)
     m = models.build(name, dtype=DTYPES[dtype], device=device, seed=seed)
