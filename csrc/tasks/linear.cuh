@@ -396,16 +396,17 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
   store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi), v);
 }
 
-// mark_staged records, in a trace build, when a streamed task had x staged
-// (an attention task: its first K and V tiles); mark_dots when its products
-// were done.
+// mark_staged records, in a trace build, when a streamed task had x staged;
+// mark_dots when its products were done.
 __device__ __forceinline__ void mark_staged() {
 #ifdef MPK_TRACE
   if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
 #endif
 }
 __device__ __forceinline__ void mark_dots() {
-  mark_dots();
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0) s_trace_dots = (uint32_t)(globaltimer() - s_trace_start);
+#endif
 }
 
 // wait_page returns once page q of a weight ring has landed: lane 0 polls,
