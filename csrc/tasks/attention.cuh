@@ -457,6 +457,18 @@ __device__ __forceinline__ void stage_queries(float* qs, const Op& op, const Slo
   __syncwarp();
 }
 
+// clear_softmax starts G heads' online softmax: no position yet (max -inf,
+// sum and output 0).
+template <int G, int PER>
+__device__ __forceinline__ void clear_softmax(float (&m)[G], float (&l)[G], float (&acc)[G][PER]) {
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    m[u] = -INFINITY, l[u] = 0.f;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) acc[u][e] = 0.f;
+  }
+}
+
 // softmax_step folds 32 positions, a lane's each, into G heads' online
 // softmax (running max m, sum l, output acc): sc is the lane's mask add
 // (-inf: no position there), dot its q·k; pr gets its probabilities.
@@ -588,12 +600,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     const int b = un.b, sp = un.sp, h0 = un.h0, kvh = h0 / G;
     const int j_lo = min(du.g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m[UG], l[UG], acc[UG][PER];
-#pragma unroll
-    for (int u = 0; u < UG; ++u) {
-      m[u] = -INFINITY, l[u] = 0.f;
-#pragma unroll
-      for (int e = 0; e < PER; ++e) acc[u][e] = 0.f;
-    }
+    clear_softmax(m, l, acc);
     if (active) {
       const T* krows = reinterpret_cast<const T*>(base(s, k)) + k.offset + b * k.stride[0] + kvh * k.stride[1];
       const T* vrows = reinterpret_cast<const T*>(base(s, v)) + v.offset + b * v.stride[0] + kvh * v.stride[1];
@@ -751,12 +758,7 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
     int64_t mask_hs = 0;
     if constexpr (G > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
     float m[G], l[G], acc[G][PER];
-#pragma unroll
-    for (int u = 0; u < G; ++u) {
-      m[u] = -INFINITY, l[u] = 0.f;
-#pragma unroll
-      for (int e = 0; e < PER; ++e) acc[u][e] = 0.f;
-    }
+    clear_softmax(m, l, acc);
     for (int j0 = 0; j0 < n; j0 += 32) {
       const int jl = j0 + lane;
       float sc[G], dot[G];
