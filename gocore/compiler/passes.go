@@ -18,13 +18,13 @@ type pass struct {
 	fn   func(c *Compiled, req *wire.Request) *wire.Error
 }
 
-// passes is the pipeline, in order. The task-graph passes between decompose
-// and schedule follow MPK's compiler (dependency analysis, event fusion,
-// normalization, linearization); validate guards every launch.
 // coarsenShare is decompose.Coarsen's bound: an op whose producers would
 // each trigger more than 2 of its events on average waits on their union.
 const coarsenShare = 2
 
+// passes is the pipeline, in order. The task-graph passes between decompose
+// and schedule follow MPK's compiler (dependency analysis, event fusion,
+// normalization, linearization); validate guards every launch.
 var passes = []pass{
 	{"lower", func(c *Compiled, req *wire.Request) *wire.Error {
 		g, err := lower.LowerWith(&req.Graph, lower.ConfigFor(c.Options))

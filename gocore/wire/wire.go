@@ -92,9 +92,10 @@ type Options struct {
 	// Gemm streams a Linear whose x has 32 rows or more (a prompt chunk) a
 	// block of K at a time, its weights read once (lower.Config).
 	Gemm bool `json:"gemm"`
-	// CoarseEvents makes an op whose tasks wait on more distinct sets of
-	// producer tasks than there are workers wait on their union: fewer
-	// events, and no relay tasks fanning out to them (decompose.Coarsen).
+	// CoarseEvents makes an op whose tasks wait on overlapping sets of
+	// producer tasks (each producer in more than 2 of them on average) wait
+	// on their union: one event, and no relay tasks fanning a producer out
+	// to many (decompose.Coarsen).
 	CoarseEvents bool `json:"coarse_events"`
 }
 
