@@ -543,6 +543,58 @@ struct DecodeUnits {
   }
 };
 
+// VRows16 is attention_decode's p·V layout where it suits: a lane reads 16
+// bytes (VEC columns) of a V row, LPR lanes a row and RPL rows a warp load,
+// so a warp's 32 positions take LOADS loads a lane, BATCH in flight (128
+// bytes a lane), rather than one narrow load per row: a chunk's V costs
+// LOADS / BATCH round trips (1 at D = 64, 2 at D = 128) instead of 4 or 8.
+// A lane sums its rows' products for its columns; the row groups are summed
+// by shuffles at the unit's end (to_lane_columns).
+template <typename T, int D, int UG>
+struct VRows16 {
+  static constexpr int VEC = 16 / (int)sizeof(T);
+  static constexpr int LPR = D / VEC;
+  static constexpr int RPL = LPR > 0 && LPR <= 32 ? 32 / LPR : 1;
+  static constexpr int LOADS = 32 / RPL;
+  static constexpr int BATCH = LOADS < 8 ? LOADS : 8;
+  // D splits into whole 16-byte columns and a row into whole lanes; the
+  // accumulators (UG·VEC a lane) stay within the register budget.
+  static constexpr bool ok = D % VEC == 0 && LPR <= 32 && 32 % LPR == 0 && UG * VEC <= 16;
+};
+
+// to_lane_columns turns VRows16 accumulators (lane: columns VEC·(lane % LPR)
+// of its row group) into attention_decode's layout (lane: columns
+// lane·PER ...): the row groups summed by shuffles, then through the warp's
+// query slice qs [UG][D] (free once the unit's dots are done).
+template <typename T, int D, int UG>
+__device__ __forceinline__ void to_lane_columns(const float (&av)[UG][VRows16<T, D, UG>::VEC],
+                                                float (&acc)[UG][(D + 31) / 32], float* qs, int lane) {
+  using V = VRows16<T, D, UG>;
+  constexpr int PER = (D + 31) / 32;
+  float sum[UG][V::VEC];
+#pragma unroll
+  for (int u = 0; u < UG; ++u)
+#pragma unroll
+    for (int c = 0; c < V::VEC; ++c) {
+      float x = av[u][c];
+#pragma unroll
+      for (int off = V::LPR; off < 32; off *= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+      sum[u][c] = x;
+    }
+  __syncwarp();  // the dots' reads of qs are done
+  if (lane < V::LPR)
+#pragma unroll
+    for (int u = 0; u < UG; ++u)
+#pragma unroll
+      for (int c = 0; c < V::VEC; ++c) qs[u * D + lane * V::VEC + c] = sum[u][c];
+  __syncwarp();
+#pragma unroll
+  for (int u = 0; u < UG; ++u)
+#pragma unroll
+    for (int e = 0; e < PER; ++e) acc[u][e] = lane * PER + e < D ? qs[u * D + lane * PER + e] : 0.f;
+  __syncwarp();  // read before the next unit stages its queries
+}
+
 // attention_decode is attention_partial for one query per head (decode):
 // the task's units u in [lo, hi) are (head group u / Splits, split
 // u % Splits), a head group being UG query heads of one KV head (UG = 1, or
@@ -579,6 +631,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   constexpr int KB = D / KV < 8 ? D / KV : 8;
   constexpr int VB = MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) < 32 ? MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) : 32;
   using VRaw = typename DecodeV<T, PER, FAST>::type;
+  // On the fast path V is read 16 bytes a lane (VRows16) where D allows.
+  using V16 = VRows16<T, D, FAST ? UG : 1 << 20>;
   const View &k = op.in[1], &v = op.in[2], &p = op.out;
   const int S = (int)k.shape[2], G = op.groups;
   const int splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
@@ -601,6 +655,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     const int j_lo = min(du.g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m[UG], l[UG], acc[UG][PER];
     clear_softmax(m, l, acc);
+    float av[UG][V16::VEC];  // V16: the lane's columns of its row group
+    if constexpr (V16::ok) clear_softmax(m, l, av);
     if (active) {
       const T* krows = reinterpret_cast<const T*>(base(s, k)) + k.offset + b * k.stride[0] + kvh * k.stride[1];
       const T* vrows = reinterpret_cast<const T*>(base(s, v)) + v.offset + b * v.stride[0] + kvh * v.stride[1];
@@ -660,9 +716,38 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             }
           }
         };
+        float pr[UG];
+        if constexpr (V16::ok) {
+          // The lane's 16 bytes of rows rsub + RPL·i, i in [i0, i0 + BATCH).
+          const int c0 = lane % V16::LPR * V16::VEC, rsub = lane / V16::LPR;
+          auto load_v16 = [&](uint4 (&vr)[V16::BATCH], int i0) {
+#pragma unroll
+            for (int i = 0; i < V16::BATCH; ++i) {
+              const int r = rsub + V16::RPL * (i0 + i);
+              vr[i] = make_uint4(0, 0, 0, 0);
+              if ((live_rows >> r) & 1u) vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
+            }
+          };
+          softmax_step(m, l, av, sc, dot, pr);
+#pragma unroll 1
+          for (int i0 = 0; i0 < V16::LOADS; i0 += V16::BATCH) {
+            uint4 vr[V16::BATCH];
+            load_v16(vr, i0);
+#pragma unroll
+            for (int i = 0; i < V16::BATCH; ++i) {
+              const T* e = reinterpret_cast<const T*>(&vr[i]);
+#pragma unroll
+              for (int u = 0; u < UG; ++u) {
+                const float pj = __shfl_sync(0xffffffffu, pr[u], rsub + V16::RPL * (i0 + i));
+#pragma unroll
+                for (int c = 0; c < V16::VEC; ++c) av[u][c] = fmaf(pj, to_float(e[c]), av[u][c]);
+              }
+            }
+          }
+          continue;
+        }
         VRaw vr[VB];
         load_v(vr, 0);  // in flight during the softmax
-        float pr[UG];
         softmax_step(m, l, acc, sc, dot, pr);
         // p·V, batch by batch.
 #pragma unroll 1
@@ -681,6 +766,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         }
       }
     }
+    if constexpr (V16::ok)
+      if (active) to_lane_columns<T, D, UG>(av, acc, qs, lane);
     if (cp > 1) {  // the unit's warps merge into its first
 #pragma unroll
       for (int u = 0; u < UG; ++u) store_partial<D>(part + (warp * UG + u) * (D + 2), 1, m[u], l[u], acc[u], lane);
