@@ -160,13 +160,56 @@ func Linearize(g *Graph) error {
 // Schedule assigns tasks to workers round-robin in linearized order and
 // writes each worker's static queue. Any per-worker order that follows the
 // linearization is deadlock-free: the earliest unfinished task is always
-// ready and at the head of its worker's queue.
+// ready and at the head of its worker's queue, whatever worker each task has.
+// So a task that alone waits on an event whose producers all sit on one
+// worker (the up projection's rows waiting on the same rows of gate) joins
+// them there: its wait is then local (LocalWaits), and costs no hop through
+// global memory.
 func Schedule(g *Graph) {
 	g.Queues = make([][]int, g.Workers)
+	consumers := g.Consumers()
+	producers := g.Producers()
 	for i, t := range g.Tasks {
 		t.Worker = i % g.Workers
+		if t.Wait != None && len(consumers[t.Wait]) == 1 {
+			if w := soleWorker(g, producers[t.Wait], t.ID); w >= 0 {
+				t.Worker = w
+			}
+		}
 		g.Queues[t.Worker] = append(g.Queues[t.Worker], t.ID)
 	}
+}
+
+// soleWorker is the worker every task of ts sits on, or -1; each must come
+// before task `before` in the linearization (so it was scheduled already).
+func soleWorker(g *Graph, ts []int, before int) int {
+	w := -1
+	for _, p := range ts {
+		if p >= before || w >= 0 && g.Tasks[p].Worker != w {
+			return -1
+		}
+		w = g.Tasks[p].Worker
+	}
+	return w
+}
+
+// LocalWaits says, per task of a scheduled graph, whether its wait is local:
+// every producer of the event it waits on sits on its own worker, and so
+// comes earlier in that worker's queue (queues follow the linearization).
+// The runtime runs a worker's tasks one after another, a barrier of its
+// consumer threads between them, so such a task's inputs are complete and
+// visible when it starts: codegen drops its wait (and a trigger only local
+// waiters wait on), and the task starts without a round trip through the
+// event counter. The validator still checks the graph with every event.
+func LocalWaits(g *Graph) []bool {
+	local := make([]bool, len(g.Tasks))
+	producers := g.Producers()
+	for _, t := range g.Tasks {
+		if t.Wait != None && len(producers[t.Wait]) > 0 && soleWorker(g, producers[t.Wait], t.ID) == t.Worker {
+			local[t.ID] = true
+		}
+	}
+	return local
 }
 
 // eventHeap holds fired events: lowest level, then first in program order,

@@ -315,3 +315,43 @@ func TestGraphNameAndText(t *testing.T) {
 		}
 	}
 }
+
+// A task that alone waits on producers of one worker joins that worker, and
+// its wait is local; a wait shared with another task, or on producers of
+// several workers, stays where round-robin puts it.
+func TestScheduleLocalWaits(t *testing.T) {
+	// 0 and 1 start; 2 alone waits on 1; 3 and 4 both wait on 0; 5 waits on {0, 1}.
+	g := tasks(6, 3)
+	Normalize(g, FuseEvents(g, [][]int{nil, nil, {1}, {0}, {0}, {0, 1}}))
+	if err := Linearize(g); err != nil {
+		t.Fatal(err)
+	}
+	Schedule(g)
+	byOp := map[int]*Task{}
+	for _, tk := range g.Tasks {
+		byOp[tk.Op] = tk
+	}
+	if byOp[2].Worker != byOp[1].Worker {
+		t.Errorf("task of op 2 on worker %d, its sole producer on %d", byOp[2].Worker, byOp[1].Worker)
+	}
+	local := LocalWaits(g)
+	if !local[byOp[2].ID] {
+		t.Errorf("op 2's wait is not local")
+	}
+	if byOp[0].Worker == byOp[1].Worker || local[byOp[5].ID] {
+		t.Errorf("op 5 waits on two workers' tasks (%d, %d) but its wait is local", byOp[0].Worker, byOp[1].Worker)
+	}
+	producers := g.Producers()
+	for _, op := range []int{3, 4} { // their event (through op 0's relay) has two waiters
+		tk := byOp[op]
+		p := g.Tasks[producers[tk.Wait][0]]
+		if local[tk.ID] != (tk.Worker == p.Worker) {
+			t.Errorf("op %d on worker %d (producer on %d): local %v", op, tk.Worker, p.Worker, local[tk.ID])
+		}
+	}
+	for w, q := range g.Queues {
+		if !sort.IntsAreSorted(q) {
+			t.Errorf("queue %d = %v is not in linearized order", w, q)
+		}
+	}
+}
