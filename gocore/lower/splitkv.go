@@ -12,6 +12,13 @@ const minPositionsPerSplit = 32
 // the merge (folded into the o projection, which reads them all) to read.
 const decodePositionsPerSplit = 4 * 32
 
+// decodeOneRowPositionsPerSplit is the chunk of a single sequence's decode:
+// its few units would each leave 12 of a task's 16 warps idle at 128
+// positions, so a chunk takes every warp, and a head leaves a quarter of the
+// partials. Batch 1 on the H100 (bench/NOTES.md, fifteenth session): the same
+// at a cache of 552, -3% at 4,096 (512 live: 2 live chunks a head, not 4 of 32).
+const decodeOneRowPositionsPerSplit = 16 * 32
+
 // maxSplits is the most partials the CUDA merge combines (32 per warp).
 const maxSplits = 512
 
@@ -103,6 +110,9 @@ func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 		per := int64(minPositionsPerSplit)
 		if Sq == 1 {
 			per = decodePositionsPerSplit
+			if B == 1 {
+				per = decodeOneRowPositionsPerSplit
+			}
 		}
 		perRow := int64(workers) / max(B, 1)
 		if rows { // a prompt's queries: the units past each query's extent cost little

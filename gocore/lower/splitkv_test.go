@@ -9,11 +9,12 @@ import (
 
 // TestDecodeUnitHeads: a KV head's query heads share a decode attention unit
 // (each K and V load serves all of them) when the units still cover every
-// worker: llama-3.2-1b's shapes at batch 4, not at batch 1.
+// worker: llama-3.2-1b's shapes at batch 4, not at batch 1. A batch's chunks
+// are 128 positions (5 of 552), a single sequence's 512 (2).
 func TestDecodeUnitHeads(t *testing.T) {
 	for _, c := range []struct {
-		B, want int64
-	}{{1, 0}, {4, 4}, {16, 4}} {
+		B, want, splits int64
+	}{{1, 0, 2}, {4, 4, 5}, {16, 4, 5}} {
 		b := newBuilder()
 		q := b.input("q", ir.BF16, c.B, 32, 1, 64)
 		k := b.input("k", ir.BF16, c.B, 8, 552, 64)
@@ -23,8 +24,8 @@ func TestDecodeUnitHeads(t *testing.T) {
 		a.Attr.Scale, a.Attr.Groups = 1, 4
 		b.output(att)
 		splitAttention(b.g, 132, false)
-		if a.Attr.Splits != 5 || a.Attr.UnitHeads != c.want {
-			t.Errorf("batch %d: %d splits, %d heads a unit; want 5 splits, %d heads", c.B, a.Attr.Splits, a.Attr.UnitHeads, c.want)
+		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.want {
+			t.Errorf("batch %d: %d splits, %d heads a unit; want %d splits, %d heads", c.B, a.Attr.Splits, a.Attr.UnitHeads, c.splits, c.want)
 		}
 	}
 	// Head dim 128 (qwen3-8b): 4 outputs a lane a head, so 2 heads a unit; 6 groups of 256: none.
