@@ -89,6 +89,22 @@ __host__ __device__ constexpr int stream_x_regs(int K, int M, int slot_bytes) {
   return e == 0 ? 0 : M * page_split(K, slot_bytes / (int)sizeof(T), 32 * vec) * ((e + MPK_THREADS * vec - 1) / (MPK_THREADS * vec)) * vec;
 }
 
+// stream_span is how many consecutive elements of a page a warp takes (its
+// Q loads one after another, so one warp sum covers all of them): Q warp
+// chunks where they stay inside one row, else one chunk (each load its own
+// partial). Halving the warp sums and partials of a page matters where
+// pages have landed before the task starts (q/k/v, o): there the consumer's
+// own pace is the task's time.
+template <typename T, int K>
+__host__ __device__ constexpr int stream_span(int slot_bytes) {
+  constexpr int VEC = 16 / (int)sizeof(T), CHUNK = 32 * VEC, PASS = MPK_THREADS * VEC;
+  const int e = page_elems(K, slot_bytes / (int)sizeof(T), CHUNK), split = page_split(K, slot_bytes / (int)sizeof(T), CHUNK);
+  const int q = (e + PASS - 1) / PASS;
+  const int span = q * CHUNK;
+  const bool rows_align = split == 1 ? K % span == 0 : e % span == 0;
+  return e > 0 && rows_align ? span : CHUNK;
+}
+
 // stream_dots consumes the pages of one task's stream of `elems` weights
 // (page seq onwards; seq is advanced past them) and writes one partial per
 // warp load: thread t's i-th load of a page covers elements i·PASS + VEC·t,
@@ -105,16 +121,21 @@ __device__ __forceinline__ void stream_dots(const R ring, uint32_t& seq, uint64_
   constexpr int E = page_elems(K, SLOT, CHUNK);     // elements per page
   constexpr int PASS = MPK_THREADS * VEC;           // elements per load of every thread
   constexpr int Q = (E + PASS - 1) / PASS;          // loads per thread per page
+  constexpr int SPAN = stream_span<T, K>(R::kBytes);  // a warp's elements of a page for one partial
+  constexpr bool WARP_SPAN = SPAN != CHUNK;
   static_assert(S > 0, "K does not suit a weight stream");
   static_assert(M * S * Q * VEC <= 32, "x of this many rows does not fit in registers");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Where load i of this thread reads in a page: the warp's span (WARP_SPAN),
+  // or the i-th pass of all threads.
+  auto offset = [&](int i) { return WARP_SPAN ? warp * SPAN + i * CHUNK + lane * VEC : i * PASS + (int)threadIdx.x * VEC; };
   // This thread's x: the same columns on every S-th page.
   float x[M][S * Q * VEC];
 #pragma unroll
   for (int ph = 0; ph < S; ++ph)
 #pragma unroll
     for (int i = 0; i < Q; ++i) {
-      const int off = i * PASS + threadIdx.x * VEC;
+      const int off = offset(i);
       const int col = (ph * E + (off < E ? off : 0)) % K;
 #pragma unroll
       for (int m = 0; m < M; ++m)
@@ -133,6 +154,30 @@ __device__ __forceinline__ void stream_dots(const R ring, uint32_t& seq, uint64_
       wait(seq);
       const uint32_t pg = smem_u32(ring.page(seq)) + threadIdx.x * 16;
       const int64_t left = (int64_t)elems - (int64_t)p * E;  // elements of this page in the task
+      if constexpr (WARP_SPAN) {
+        // The warp's span: whole, in one row, live or not for all of it.
+        const int first = warp * SPAN;
+        const bool live = first < E && first < left;
+        float acc[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[m] = 0.f;
+#pragma unroll
+        for (int i = 0; i < Q; ++i) {
+          const uint4 raw = live ? ld_shared_16(smem_u32(ring.page(seq)) + (offset(i)) * (int)sizeof(T)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+          for (int m = 0; m < M; ++m) acc[m] += dot_regs<T>(raw, x[m] + (ph * Q + i) * VEC);
+        }
+        float d[M];
+#pragma unroll
+        for (int m = 0; m < M; ++m) d[m] = warp_sum(acc[m]);
+        if (live && lane == 0) {
+          const int64_t c = ((int64_t)p * E + first) / SPAN;
+#pragma unroll
+          for (int m = 0; m < M; ++m) part[c * M + m] = d[m];
+        }
+        ring.release(seq);
+        continue;
+      }
 #pragma unroll
       for (int i = 0; i < Q; ++i) {
         const int first = i * PASS + warp * CHUNK;  // the warp's chunk in the page
@@ -155,7 +200,7 @@ __device__ __forceinline__ void stream_dots(const R ring, uint32_t& seq, uint64_
 // row_dot is row r's dot with row m of x: its partials summed in order.
 template <typename T, int K, int M>
 __device__ __forceinline__ float row_dot(const float* part, int r, int m) {
-  constexpr int PPR = K / StreamOf<T>::CHUNK;  // partials per row
+  constexpr int PPR = K / stream_span<T, K>(kPageBytes);  // partials per row
   float v = 0.f;
 #pragma unroll 8
   for (int j = 0; j < PPR; ++j) v += part[(r * PPR + j) * M + m];
