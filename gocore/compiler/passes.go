@@ -129,13 +129,20 @@ func summarize(c *Compiled) {
 		}
 		s.TasksByOp[labels[t.Op]]++
 	}
+	if c.Tasks.Queues != nil {
+		for _, local := range tgraph.LocalWaits(c.Tasks) {
+			if local {
+				s.LocalWaits++
+			}
+		}
+	}
 	kinds := make([]string, 0, len(s.OpsByKind))
 	for k := range s.OpsByKind {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
-	text := fmt.Sprintf("mpk task graph: %d ops, %d tasks (%d empty relays), %d events, %d workers, target %s\n",
-		s.Ops, s.Tasks, s.EmptyTasks, s.Events, s.Workers, c.Options.Target)
+	text := fmt.Sprintf("mpk task graph: %d ops, %d tasks (%d empty relays, %d local waits), %d events, %d workers, target %s\n",
+		s.Ops, s.Tasks, s.EmptyTasks, s.LocalWaits, s.Events, s.Workers, c.Options.Target)
 	for _, k := range kinds {
 		text += fmt.Sprintf("  %-16s %4d ops %7d tasks\n", k, s.OpsByKind[k], s.TasksByOp[k])
 	}

@@ -100,6 +100,9 @@ func TestGeneratedTables(t *testing.T) {
 					dropped++
 				}
 			}
+			if got := c.Result.Summary.LocalWaits; got != dropped {
+				t.Errorf("%s: summary says %d local waits, the tasks table drops %d", f, got, dropped)
+			}
 			if workers == 132 && strings.Contains(f, "decode") && dropped == 0 {
 				t.Errorf("%s: no local wait dropped (the up projection's rows wait on gate's on one worker)", f)
 			}

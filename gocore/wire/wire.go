@@ -252,6 +252,7 @@ type Summary struct {
 	TasksByOp  map[string]int `json:"tasks_by_op"`
 	OpsByKind  map[string]int `json:"ops_by_kind"`
 	EmptyTasks int            `json:"empty_tasks"`
+	LocalWaits int            `json:"local_waits"` // waits the runtime drops (tgraph.LocalWaits)
 	Passes     []PassTime     `json:"passes"`
 	CoreMs     float64        `json:"core_ms"`
 	OpLabels   []string       `json:"op_labels"` // by op index, as the task tables number ops
