@@ -8,10 +8,12 @@
 // in shared memory as fp32 [M][K]).
 //
 // Each warp load covers CHUNK consecutive elements of one row (K is a
-// multiple of CHUNK), and its dot with row m of x is a partial sum written
-// to part[c * M + m] for chunk c of the task. Rows are summed from their
-// chunks in a fixed order afterwards (row_dot), so results do not depend on
-// which warp finished first.
+// multiple of CHUNK); a warp's loads of a page cover one span of
+// stream_span elements of one row where they fit (else each load is its own
+// span), and the span's dot with row m of x is a partial sum written to
+// part[c * M + m] for span c of the task. Rows are summed from their spans
+// in a fixed order afterwards (row_dot), so results do not depend on which
+// warp finished first.
 #pragma once
 #include "runtime/abi_gen.cuh"
 #include "runtime/ring.cuh"
