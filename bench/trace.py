@@ -87,7 +87,7 @@ def main() -> None:
 def layer_timeline(recs, labels, ring) -> None:
     """The ops between the middle two attention ops (one layer), in op order:
     tasks, when the first started and the last ended (us from the layer's
-    first start), the mean task time, and for the weight ring the mean pages
+    attention's first start), the mean task time, and for the weight ring the mean pages
     landed ahead of a task at its start, its first warp's wait for pages, and
     (streamed tasks) when x was staged and the dots done, from its start."""
     attn = [i for i, l in enumerate(labels) if l == "attention"]
@@ -100,13 +100,16 @@ def layer_timeline(recs, labels, ring) -> None:
             by_op[op].append((w, s, e, *r))
     if not by_op:
         return
-    t0 = min(r[1] for rs in by_op.values() for r in rs)
-    print(f"\none layer (ops {lo}..{hi - 1}): {'op':28} {'tasks':>5} {'first start':>11} {'last end':>9} {'mean us':>8} "
+    # From the layer's attention: ops of the preamble (RoPE's cos and sin, the
+    # mask) fall in the range by program order but run at the step's start.
+    t0 = min(r[1] for r in by_op[lo])
+    print(f"\none layer (ops {lo}..{hi - 1}; us from its attention's first start, negative: the step's preamble)")
+    print(f"{'op':34} {'tasks':>5} {'first start':>11} {'last end':>9} {'mean us':>8} "
           f"{'landed':>6} {'stall us':>8} {'staged':>6} {'dots':>6}")
     for op in sorted(by_op):
         rs = by_op[op]
         mean = lambda i: sum(r[i] for r in rs) / len(rs)  # noqa: E731
-        print(f"{'':34}{labels[op] + '#' + str(op):28} {len(rs):5d} {(min(r[1] for r in rs) - t0) / 1e3:11.1f} "
+        print(f"{labels[op] + '#' + str(op):34} {len(rs):5d} {(min(r[1] for r in rs) - t0) / 1e3:11.1f} "
               f"{(max(r[2] for r in rs) - t0) / 1e3:9.1f} {sum(r[2] - r[1] for r in rs) / len(rs) / 1e3:8.2f} "
               f"{mean(3):6.1f} {mean(4) / 1e3:8.2f} {mean(5) / 1e3:6.2f} {mean(6) / 1e3:6.2f}")
 
