@@ -273,32 +273,8 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 	src.WriteString("};\n\n")
 }
 
-// runtimeEvents is each task's wait and trigger as the runtime sees them: a
-// local wait (tgraph.LocalWaits) is dropped, and so is a trigger that only
-// local waits wait on.
-func runtimeEvents(tg *tgraph.Graph) (wait, trigger []int) {
-	local := tgraph.LocalWaits(tg)
-	remote := make([]bool, len(tg.Events)) // some waiter of the event is not local
-	for _, t := range tg.Tasks {
-		if t.Wait != tgraph.None && !local[t.ID] {
-			remote[t.Wait] = true
-		}
-	}
-	wait, trigger = make([]int, len(tg.Tasks)), make([]int, len(tg.Tasks))
-	for _, t := range tg.Tasks {
-		wait[t.ID], trigger[t.ID] = t.Wait, t.Trigger
-		if local[t.ID] {
-			wait[t.ID] = tgraph.None
-		}
-		if t.Trigger != tgraph.None && !remote[t.Trigger] {
-			trigger[t.ID] = tgraph.None
-		}
-	}
-	return wait, trigger
-}
-
 func writeTables(src *strings.Builder, g *ir.Graph, tg *tgraph.Graph, split []int) {
-	wait, trigger := runtimeEvents(tg)
+	wait, trigger := tgraph.RuntimeEvents(tg)
 	fmt.Fprintf(src, "__device__ const mpk::Task tasks[%d] = {\n", max(1, len(tg.Tasks)))
 	for _, t := range tg.Tasks {
 		lo, hi := int64(0), int64(1)

@@ -97,8 +97,71 @@ func (x *exec) check(buf int, off int64, write bool) {
 		x.task.ID, x.task.Op, verb, off, x.g.Buffers[buf].Name, verb)
 }
 
-// run picks ready tasks at random until none is left.
+// run executes the tasks: as the cuda runtime does when tg is scheduled
+// (runQueues), else in any order the events allow.
 func (x *exec) run(tg *tgraph.Graph, rng *rand.Rand) (int, error) {
+	if tg.Queues != nil {
+		return x.runQueues(tg, rng)
+	}
+	return x.runEvents(tg, rng)
+}
+
+// runTaskOf runs task t (nothing for an empty relay).
+func (x *exec) runTaskOf(tg *tgraph.Graph, t *tgraph.Task) error {
+	if t.Op < 0 {
+		return nil
+	}
+	x.task = t
+	if err := x.runTask(x.g.Ops[t.Op], t.Box); err != nil {
+		return fmt.Errorf("%s: %v", tg.Name(t.ID), err)
+	}
+	if x.bad != nil {
+		return fmt.Errorf("%s: %v", tg.Name(t.ID), x.bad)
+	}
+	return nil
+}
+
+// runQueues runs each worker's queue in order, with the waits and triggers
+// of the runtime's task table (tgraph.RuntimeEvents: local waits dropped, so
+// queue order alone orders those tasks); which worker's head task runs next
+// is random among those whose wait is met.
+func (x *exec) runQueues(tg *tgraph.Graph, rng *rand.Rand) (int, error) {
+	wait, trigger := tgraph.RuntimeEvents(tg)
+	fired := make([]int, len(tg.Events))
+	head := make([]int, len(tg.Queues))
+	done := 0
+	var ready []int
+	for {
+		ready = ready[:0]
+		for w, q := range tg.Queues {
+			if head[w] < len(q) {
+				if e := wait[q[head[w]]]; e == tgraph.None || fired[e] >= tg.Events[e].Needed {
+					ready = append(ready, w)
+				}
+			}
+		}
+		if len(ready) == 0 {
+			break
+		}
+		w := ready[rng.Intn(len(ready))]
+		t := tg.Tasks[tg.Queues[w][head[w]]]
+		head[w]++
+		if err := x.runTaskOf(tg, t); err != nil {
+			return done, err
+		}
+		done++
+		if e := trigger[t.ID]; e != tgraph.None {
+			fired[e]++
+		}
+	}
+	if done != len(tg.Tasks) {
+		return done, fmt.Errorf("refexec: deadlock: %d of %d tasks never became ready", len(tg.Tasks)-done, len(tg.Tasks))
+	}
+	return done, nil
+}
+
+// runEvents picks ready tasks at random until none is left.
+func (x *exec) runEvents(tg *tgraph.Graph, rng *rand.Rand) (int, error) {
 	fired := make([]int, len(tg.Events))
 	var ready []int
 	for _, t := range tg.Tasks {
@@ -112,14 +175,8 @@ func (x *exec) run(tg *tgraph.Graph, rng *rand.Rand) (int, error) {
 		t := tg.Tasks[ready[i]]
 		ready[i] = ready[len(ready)-1]
 		ready = ready[:len(ready)-1]
-		if t.Op >= 0 {
-			x.task = t
-			if err := x.runTask(x.g.Ops[t.Op], t.Box); err != nil {
-				return done, fmt.Errorf("%s: %v", tg.Name(t.ID), err)
-			}
-			if x.bad != nil {
-				return done, fmt.Errorf("%s: %v", tg.Name(t.ID), x.bad)
-			}
+		if err := x.runTaskOf(tg, t); err != nil {
+			return done, err
 		}
 		done++
 		if e := t.Trigger; e != tgraph.None {

@@ -194,8 +194,8 @@ func soleWorker(g *Graph, ts []int, before int) int {
 }
 
 // LocalWaits says, per task of a scheduled graph, whether its wait is local:
-// every producer of the event it waits on sits on its own worker, and so
-// comes earlier in that worker's queue (queues follow the linearization).
+// every producer of the event it waits on sits on its own worker, earlier in
+// that worker's queue.
 // The runtime runs a worker's tasks one after another, a barrier of its
 // consumer threads between them, so such a task's inputs are complete and
 // visible when it starts: codegen drops its wait (and a trigger only local
@@ -203,10 +203,23 @@ func soleWorker(g *Graph, ts []int, before int) int {
 // event counter. The validator still checks the graph with every event.
 func LocalWaits(g *Graph) []bool {
 	local := make([]bool, len(g.Tasks))
+	pos := make([]int, len(g.Tasks)) // place in its worker's queue
+	for _, q := range g.Queues {
+		for i, t := range q {
+			pos[t] = i
+		}
+	}
 	producers := g.Producers()
 	for _, t := range g.Tasks {
-		if t.Wait != None && len(producers[t.Wait]) > 0 && soleWorker(g, producers[t.Wait], t.ID) == t.Worker {
-			local[t.ID] = true
+		if t.Wait == None || len(producers[t.Wait]) == 0 {
+			continue
+		}
+		local[t.ID] = true
+		for _, p := range producers[t.Wait] {
+			if g.Tasks[p].Worker != t.Worker || pos[p] >= pos[t.ID] {
+				local[t.ID] = false
+				break
+			}
 		}
 	}
 	return local
@@ -233,4 +246,28 @@ func (h *eventHeap) Pop() any {
 	x := h.ids[len(h.ids)-1]
 	h.ids = h.ids[:len(h.ids)-1]
 	return x
+}
+
+// RuntimeEvents is each task's wait and trigger as the runtime sees them
+// (codegen's task table): a local wait (LocalWaits) is dropped, and so is a
+// trigger that only local waits wait on.
+func RuntimeEvents(tg *Graph) (wait, trigger []int) {
+	local := LocalWaits(tg)
+	remote := make([]bool, len(tg.Events)) // some waiter of the event is not local
+	for _, t := range tg.Tasks {
+		if t.Wait != None && !local[t.ID] {
+			remote[t.Wait] = true
+		}
+	}
+	wait, trigger = make([]int, len(tg.Tasks)), make([]int, len(tg.Tasks))
+	for _, t := range tg.Tasks {
+		wait[t.ID], trigger[t.ID] = t.Wait, t.Trigger
+		if local[t.ID] {
+			wait[t.ID] = None
+		}
+		if t.Trigger != None && !remote[t.Trigger] {
+			trigger[t.ID] = None
+		}
+	}
+	return wait, trigger
 }

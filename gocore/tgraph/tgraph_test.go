@@ -2,6 +2,7 @@ package tgraph
 
 import (
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -353,5 +354,11 @@ func TestScheduleLocalWaits(t *testing.T) {
 		if !sort.IntsAreSorted(q) {
 			t.Errorf("queue %d = %v is not in linearized order", w, q)
 		}
+	}
+	// A producer after its waiter in the queue makes the wait not local.
+	q := g.Queues[byOp[2].Worker]
+	slices.Reverse(q)
+	if LocalWaits(g)[byOp[2].ID] {
+		t.Errorf("op 2's wait is local with its producer after it in queue %v", q)
 	}
 }
