@@ -1,5 +1,6 @@
-"""The task graph, not one lucky order, is right: the reference executor runs
-tasks in a random order the events allow, and 20 orders give the same pass."""
+"""The task graph, not one lucky order, is right: the reference executor
+interleaves the workers' queues at random (as the cuda runtime runs them), and
+20 orders give the same pass."""
 
 import pytest
 
