@@ -109,8 +109,9 @@ __host__ __device__ constexpr int stream_span(int slot_bytes) {
 
 // stream_dots consumes the pages of one task's stream of `elems` weights
 // (page seq onwards; seq is advanced past them) and writes one partial per
-// warp load: thread t's i-th load of a page covers elements i·PASS + VEC·t,
-// a warp's 32 loads one CHUNK of one row. xs is x staged as fp32 [M][K].
+// span (stream_span): a warp's Q loads of a page one after another in one
+// row, or else (a span of one CHUNK) thread t's i-th load at elements
+// i·PASS + VEC·t, each its own partial. xs is x staged as fp32 [M][K].
 // wait(seq) returns once page seq has landed (or the kernel aborts). The loop
 // has no data-dependent exit before a shuffle, so shuffles stay plain SHFL (a
 // warp the compiler cannot prove converged gets a slow emulation).
@@ -125,6 +126,7 @@ __device__ __forceinline__ void stream_dots(const R ring, uint32_t& seq, uint64_
   constexpr int Q = (E + PASS - 1) / PASS;          // loads per thread per page
   constexpr int SPAN = stream_span<T, K>(R::kBytes);  // a warp's elements of a page for one partial
   constexpr bool WARP_SPAN = SPAN != CHUNK;
+  constexpr int G = SPAN / CHUNK;                     // loads a partial covers
   static_assert(S > 0, "K does not suit a weight stream");
   static_assert(M * S * Q * VEC <= 32, "x of this many rows does not fit in registers");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -154,42 +156,28 @@ __device__ __forceinline__ void stream_dots(const R ring, uint32_t& seq, uint64_
     for (int ph = 0; ph < S; ++ph, ++seq) {
       const uint32_t p = p0 + ph;
       wait(seq);
-      const uint32_t pg = smem_u32(ring.page(seq)) + threadIdx.x * 16;
+      const uint32_t pg = smem_u32(ring.page(seq));
       const int64_t left = (int64_t)elems - (int64_t)p * E;  // elements of this page in the task
-      if constexpr (WARP_SPAN) {
-        // The warp's span: whole, in one row, live or not for all of it.
-        const int first = warp * SPAN;
-        const bool live = first < E && first < left;
+      // A partial covers G loads of a warp: its span (WARP_SPAN), or one load.
+#pragma unroll
+      for (int g0 = 0; g0 < Q; g0 += G) {
+        const int first = offset(g0) - lane * VEC;    // the warp's first element in the page
+        const bool live = first < E && first < left;  // the same for the whole warp and span
         float acc[M];
 #pragma unroll
-        for (int m = 0; m < M; ++m) acc[m] = 0.f;
+        for (int i = g0; i < g0 + G; ++i) {
+          const uint4 raw = live ? ld_shared_16(pg + offset(i) * (int)sizeof(T)) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int i = 0; i < Q; ++i) {
-          const uint4 raw = live ? ld_shared_16(smem_u32(ring.page(seq)) + (offset(i)) * (int)sizeof(T)) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-          for (int m = 0; m < M; ++m) acc[m] += dot_regs<T>(raw, x[m] + (ph * Q + i) * VEC);
+          for (int m = 0; m < M; ++m) {
+            const float dot = dot_regs<T>(raw, x[m] + (ph * Q + i) * VEC);
+            acc[m] = i == g0 ? dot : acc[m] + dot;
+          }
         }
         float d[M];
 #pragma unroll
         for (int m = 0; m < M; ++m) d[m] = warp_sum(acc[m]);
         if (live && lane == 0) {
           const int64_t c = ((int64_t)p * E + first) / SPAN;
-#pragma unroll
-          for (int m = 0; m < M; ++m) part[c * M + m] = d[m];
-        }
-        ring.release(seq);
-        continue;
-      }
-#pragma unroll
-      for (int i = 0; i < Q; ++i) {
-        const int first = i * PASS + warp * CHUNK;  // the warp's chunk in the page
-        const bool live = first < E && first < left;  // the same for the whole warp
-        const uint4 raw = live ? ld_shared_16(pg + i * MPK_THREADS * 16) : make_uint4(0, 0, 0, 0);
-        float d[M];
-#pragma unroll
-        for (int m = 0; m < M; ++m) d[m] = warp_sum(dot_regs<T>(raw, x[m] + (ph * Q + i) * VEC));
-        if (live && lane == 0) {
-          const int64_t c = ((int64_t)p * E + first) / CHUNK;
 #pragma unroll
           for (int m = 0; m < M; ++m) part[c * M + m] = d[m];
         }
