@@ -632,7 +632,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   constexpr int VB = MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) < 32 ? MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) : 32;
   using VRaw = typename DecodeV<T, PER, FAST>::type;
   // On the fast path V is read 16 bytes a lane (VRows16) where D allows.
-  using V16 = VRows16<T, D, FAST ? UG : 1 << 20>;
+  using V16 = VRows16<T, D, UG>;
+  constexpr bool kV16 = FAST && V16::ok;
   const View &k = op.in[1], &v = op.in[2], &p = op.out;
   const int S = (int)k.shape[2], G = op.groups;
   const int splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
@@ -655,8 +656,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     const int j_lo = min(du.g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m[UG], l[UG], acc[UG][PER];
     clear_softmax(m, l, acc);
-    float av[UG][V16::VEC];  // V16: the lane's columns of its row group
-    if constexpr (V16::ok) clear_softmax(m, l, av);
+    float av[UG][V16::VEC] = {};  // kV16: the lane's columns of its row group
     if (active) {
       const T* krows = reinterpret_cast<const T*>(base(s, k)) + k.offset + b * k.stride[0] + kvh * k.stride[1];
       const T* vrows = reinterpret_cast<const T*>(base(s, v)) + v.offset + b * v.stride[0] + kvh * v.stride[1];
@@ -717,7 +717,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           }
         };
         float pr[UG];
-        if constexpr (V16::ok) {
+        if constexpr (kV16) {
           // The lane's 16 bytes of rows rsub + RPL·i, i in [i0, i0 + BATCH).
           const int c0 = lane % V16::LPR * V16::VEC, rsub = lane / V16::LPR;
           auto load_v16 = [&](uint4 (&vr)[V16::BATCH], int i0) {
@@ -766,7 +766,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         }
       }
     }
-    if constexpr (V16::ok)
+    if constexpr (kV16)
       if (active) to_lane_columns<T, D, UG>(av, acc, qs, lane);
     if (cp > 1) {  // the unit's warps merge into its first
 #pragma unroll
