@@ -666,6 +666,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       int64_t mask_hs = 0;
       if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
       stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
+      if (i0 == 0) mark_staged();  // trace builds: the extent and q read
       for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
         float sc[UG];
@@ -766,6 +767,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         }
       }
     }
+    if (i0 == 0) mark_dots();  // trace builds: the first round's K and V done
     if constexpr (kV16)
       if (active) to_lane_columns<T, D, UG>(av, acc, qs, lane);
     if (cp > 1) {  // the unit's warps merge into its first
