@@ -23,6 +23,8 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 		boundMergeByExtent(g, cfg.Workers)
 		g.Renumber()
+		shareRepeatedOps(g) // one extent for the layers' one mask
+		g.Renumber()
 	}
 	if cfg.SplitK || cfg.Gemm { // before split_rows: a Linear whose K slices stream needs no blocks of rows
 		splitLinearK(g, cfg.Workers, cfg.SplitK)
@@ -54,6 +56,7 @@ var rewrites = []struct {
 	{"fuse_prologue", fusePrologue},
 	{"norm_rope", foldNormIntoRoPE},
 	{"rope_kv", foldRoPEIntoCacheWrite},
+	{"share", shareRepeatedOps},
 	{"dce", deadCode},
 	{"bind_outputs", bindOutputs},
 	{"label", label},
