@@ -19,8 +19,11 @@ type pass struct {
 }
 
 // coarsenShare is decompose.Coarsen's bound: an op whose producers would
-// each trigger more than 2 of its events on average waits on their union.
-const coarsenShare = 2
+// each trigger more than 1 of its events on average (its tasks' sets
+// overlap) waits on their union. At 2, a layer's attention whose sets share
+// the k and v cache writes kept 4 sets, and each write reached them through
+// relays, a hop more on the path to the attention.
+const coarsenShare = 1
 
 // passes is the pipeline, in order. The task-graph passes between decompose
 // and schedule follow MPK's compiler (dependency analysis, event fusion,
