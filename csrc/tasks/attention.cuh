@@ -434,27 +434,40 @@ __device__ __forceinline__ bool decode_rows_ok(const View& k, const View& v, con
   return decode_fast_dims<T, D>() && rows_aligned<T>(k, kb, 16) && rows_aligned<T>(v, vb, 16);
 }
 
-// stage_queries writes the G queries of heads h0.. of batch row b to a
-// warp's qs [G][D], pre-scaled: their loads issued together (clamped, not
-// branched), then read by the lanes as broadcasts.
+// load_queries_regs reads the G queries of heads h0.. of batch row b into a
+// lane's registers (elements lane + 32·e), their loads issued together
+// (clamped, not branched); put_queries writes them to a warp's qs [G][D],
+// pre-scaled, for the lanes to read as broadcasts. stage_queries does both.
 template <typename QT, int D, int G, int N>
-__device__ __forceinline__ void stage_queries(float* qs, const Op& op, const Slots<N>& s, int64_t b, int h0, int lane) {
+__device__ __forceinline__ void load_queries_regs(float (&qv)[G][(D + 31) / 32], const Op& op, const Slots<N>& s,
+                                                  int64_t b, int h0, int lane) {
   constexpr int PER = (D + 31) / 32;
   const View& q = op.in[0];
-  float qv[G][PER];
 #pragma unroll
   for (int u = 0; u < G; ++u) {
     const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + q.offset + b * q.stride[0] + (h0 + u) * q.stride[1];
 #pragma unroll
     for (int e = 0; e < PER; ++e) qv[u][e] = ld_typed(qrow + min(lane + 32 * e, D - 1) * q.stride[3]);
   }
+}
+
+template <int D, int G>
+__device__ __forceinline__ void put_queries(float* qs, const float (&qv)[G][(D + 31) / 32], float scale, int lane) {
+  constexpr int PER = (D + 31) / 32;
   __syncwarp();  // the previous reads of qs are done
 #pragma unroll
   for (int u = 0; u < G; ++u)
 #pragma unroll
     for (int e = 0; e < PER; ++e)
-      if (lane + 32 * e < D) qs[u * D + lane + 32 * e] = qv[u][e] * op.scale;
+      if (lane + 32 * e < D) qs[u * D + lane + 32 * e] = qv[u][e] * scale;
   __syncwarp();
+}
+
+template <typename QT, int D, int G, int N>
+__device__ __forceinline__ void stage_queries(float* qs, const Op& op, const Slots<N>& s, int64_t b, int h0, int lane) {
+  float qv[G][(D + 31) / 32];
+  load_queries_regs<QT, D, G>(qv, op, s, b, h0, lane);
+  put_queries<D, G>(qs, qv, op.scale, lane);
 }
 
 // clear_softmax starts G heads' online softmax: no position yet (max -inf,
@@ -508,11 +521,13 @@ struct DecodeUnits {
   SplitGroups<R> g;
   int b_lo, b_hi, lo, hi, sp0, heads, live0 = 0, n = 0;
   const int* row_live;
+  // H: the op's query heads. extent false: every split counts as live, the
+  // extent unread (the usual step's units, known before the extent is).
   template <int N>
-  __device__ __forceinline__ DecodeUnits(const Op& op, int lo_, int hi_, int splits, int chunk, int ug, int* rows,
-                                         const Slots<N>& s)
+  __device__ __forceinline__ DecodeUnits(const Op& op, int lo_, int hi_, int splits, int chunk, int ug, int H,
+                                         int* rows, const Slots<N>& s, bool extent = true)
       : g(splits), row_live(rows) {
-    const int rowsz = (int)op.in[0].shape[1] / ug * splits;
+    const int rowsz = H / ug * splits;
     b_lo = lo_ / rowsz;
     b_hi = hi_ - lo_ >= rowsz ? hi_ / rowsz : b_lo + 1;
     if (hi_ - lo_ < rowsz) lo = lo_ - b_lo * rowsz, hi = hi_ - b_lo * rowsz;
@@ -520,7 +535,7 @@ struct DecodeUnits {
     sp0 = lo % splits, heads = max(1, (hi - lo) / splits);
     const int grp = g.group(sp0);
     auto live_of = [&](int b) {
-      const int nlive = op.flags & FLAG_EXTENT ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
+      const int nlive = extent && (op.flags & FLAG_EXTENT) ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
       return max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
     };
     if constexpr (ROWS) {
@@ -620,7 +635,10 @@ __device__ __forceinline__ void to_lane_columns(const float (&av)[UG][VRows16<T,
 #ifndef MPK_DECODE_V_BYTES
 #define MPK_DECODE_V_BYTES 32
 #endif
-template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, int N>
+// SH is the op's shape as constants (DecodeShape): the unit and chunk
+// arithmetic ahead of a task's first load is then multiplies and shifts,
+// not a chain of integer divisions.
+template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, class SH, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
   constexpr int KV = 16 / (int)sizeof(T);  // K elements per 16-byte load
@@ -635,19 +653,31 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   using V16 = VRows16<T, D, UG>;
   constexpr bool kV16 = FAST && V16::ok;
   const View &k = op.in[1], &v = op.in[2], &p = op.out;
-  const int S = (int)k.shape[2], G = op.groups;
-  const int splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
+  constexpr int S = SH::S, G = SH::G, splits = SH::SPLITS, chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
   const int S_live = op.flags & FLAG_CAUSAL ? min(S, 1) : S;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
+  constexpr int warps = MPK_THREADS / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Row strides in elements: a cache row is far below 2^31 elements from the next.
   const int ks = (int)k.stride[2], vs = (int)v.stride[2];
   float* qs = reinterpret_cast<float*>(smem) + warp * UG * D;        // this warp's queries [UG][D], pre-scaled
   float* part = reinterpret_cast<float*>(smem) + warps * UG * D;     // [warps][UG][D + 2]: states to merge
   int* row_live = reinterpret_cast<int*>(part + warps * UG * (D + 2));  // ROWS: [rows], each row's live splits a group
-  const int cp = min(warps, (chunk + 31) / 32), units = warps / cp;  // warps a unit, units a round
+  constexpr int cp = warps < (chunk + 31) / 32 ? warps : (chunk + 31) / 32, units = warps / cp;  // warps a unit, units a round
   const int sub = warp % cp;
-  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, row_live, s);
+  // One batch row: the first round's unit as it is when every split is live
+  // (the usual step), its queries read together with the mask's extent
+  // rather than one round trip after it.
+  float qv[UG][PER];
+  DecodeUnit guess{-1, -1, -1};
+  if constexpr (!ROWS) {
+    const DecodeUnits<R, false> all(op, lo, hi, splits, chunk, UG, SH::H, nullptr, s, false);
+    if (warp / cp < units && warp / cp < all.n) {
+      guess = all.unit(warp / cp, splits, UG);
+      load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
+    }
+  }
+  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s);
   // Every warp takes part in every round (the merge's barriers).
   for (int i0 = 0; i0 < du.n; i0 += units) {
     const bool active = warp / cp < units && i0 + warp / cp < du.n;
@@ -665,7 +695,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       const MaskRow<MT> mask = mask_row<MT>(op, s, b, h0);
       int64_t mask_hs = 0;
       if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
-      stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
+      if (!ROWS && i0 == 0 && b == guess.b && h0 == guess.h0) put_queries<D, UG>(qs, qv, op.scale, lane);
+      else stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
       if (i0 == 0) mark_staged();  // trace builds: the extent and q read
       for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
@@ -676,8 +707,9 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           sc[u] = j >= j_hi ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : sc[0];
           live = live || sc[u] != -INFINITY;
         }
-        const unsigned live_rows = __ballot_sync(0xffffffffu, live);
-        // q·k of each head for this lane's position.
+        // q·k of each head for this lane's position: its K row read whatever
+        // the mask says (the row is in the cache), so the loads go out with
+        // the mask's, not a round trip after them.
         float dot[UG];
 #pragma unroll
         for (int u = 0; u < UG; ++u) dot[u] = 0.f;
@@ -687,10 +719,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           for (int d0 = 0; d0 < D; d0 += KB * KV) {
             uint4 raw[KB];
 #pragma unroll
-            for (int i = 0; i < KB; ++i) {
-              raw[i] = make_uint4(0, 0, 0, 0);
-              if (live) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
-            }
+            for (int i = 0; i < KB; ++i) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
 #pragma unroll
             for (int i = 0; i < KB; ++i)
 #pragma unroll
@@ -703,6 +732,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             for (int u = 0; u < UG; ++u) dot[u] += qs[u * D + d] * kd;
           }
         }
+        const unsigned live_rows = __ballot_sync(0xffffffffu, live);
         // The live rows' V for the lane's columns, VB rows a batch.
         auto load_v = [&](VRaw (&vr)[VB], int r0) {
 #pragma unroll
@@ -887,10 +917,18 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
   consumer_sync();  // ks and vs are read until the last row
 }
 
+// DecodeShape is a split-KV attention's shape as constants, emitted by
+// codegen from the op: H query heads, SPLITS KV chunks, S cache positions,
+// G query heads a KV head.
+template <int H_, int SPLITS_, int S_, int G_>
+struct DecodeShape {
+  static constexpr int H = H_, SPLITS = SPLITS_, S = S_, G = G_;
+};
+
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, int N>
+template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -902,11 +940,11 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   if (Sq == 1) {  // [lo, hi) are flat (head group, chunk) units (ir.Op.DecodeUnits)
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
-        attention_decode<T, QT, MT, D, R, ROWS, true, UG>(op, lo, hi, s, smem);
+        attention_decode<T, QT, MT, D, R, ROWS, true, UG, SH>(op, lo, hi, s, smem);
         return;
       }
     }
-    attention_decode<T, QT, MT, D, R, ROWS, false, UG>(op, lo, hi, s, smem);
+    attention_decode<T, QT, MT, D, R, ROWS, false, UG, SH>(op, lo, hi, s, smem);
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;

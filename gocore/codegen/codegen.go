@@ -472,8 +472,10 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		code = fmt.Sprintf("mpk::attention<%s, %s, %s, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()], maskType(op), D, G)
 		if op.Attr.Splits > 1 {
 			// ROWS: a decode batch's rows share the task's rounds.
-			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
-				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit())
+			// DecodeShape: the unit arithmetic's operands as constants.
+			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>>(op, lo, hi, s, c.smem)",
+				T, cType[op.In[0].DType()], maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(),
+				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G)
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and each batch row's live splits).
 		ug := int(op.HeadsPerUnit())
