@@ -186,14 +186,40 @@ __device__ __forceinline__ int64_t rows_of(const int64_t* shape, int rank, int s
   return rows;
 }
 
-__device__ __forceinline__ void row_index(int64_t* idx, int64_t row, const int64_t* shape, int rank, int split,
-                                          int lo, int hi) {
-  idx[rank - 1] = 0;
-#pragma unroll 1
+// (32-bit arithmetic below 2^31 rows, as unflatten: runtime/runtime.cuh)
+__device__ __noinline__ void row_index_wide(int64_t* idx, int64_t row, const int64_t* shape, int rank, int split,
+                                            int lo, int hi) {
   for (int d = rank - 2; d >= 0; --d) {
     const int64_t ext = d == split ? (int64_t)(hi - lo) : shape[d];
     idx[d] = row % ext + (d == split ? lo : 0);
     row /= ext;
+  }
+}
+
+__device__ __forceinline__ void row_index(int64_t* idx, int64_t row, const int64_t* shape, int rank, int split,
+                                          int lo, int hi) {
+  idx[rank - 1] = 0;
+  if (row > 0x7fffffffll) {
+    row_index_wide(idx, row, shape, rank, split, lo, hi);
+    return;
+  }
+  uint32_t r = (uint32_t)row;  // below 2^31: an extent past 2^32 - 1 holds it whole
+#pragma unroll 1
+  for (int d = rank - 2; d >= 0; --d) {
+    const int64_t ext = d == split ? (int64_t)(hi - lo) : shape[d];
+    const uint32_t e = ext > 0xffffffffll ? 0xffffffffu : (uint32_t)ext;
+    idx[d] = (e == 1 ? 0 : r % e) + (d == split ? lo : 0);
+    r = e == 1 ? r : r / e;
+  }
+}
+
+// divmod splits flat element t of rows of n into (row, column), 32-bit
+// where both fit (the usual case; see row_index).
+__device__ __forceinline__ void divmod(int64_t t, int64_t n, int64_t& row, int64_t& col) {
+  if (t <= 0x7fffffffll && n <= 0x7fffffffll) {
+    row = (uint32_t)t / (uint32_t)n, col = (uint32_t)t % (uint32_t)n;
+  } else {
+    row = t / n, col = t % n;
   }
 }
 
@@ -279,9 +305,10 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
     const int64_t j0 = cut_last ? lo : 0, D = cut_last ? (int64_t)(hi - lo) : src.shape[r];
     const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi);
     for (int64_t t = threadIdx.x; t < rows * D; t += MPK_THREADS) {
-      int64_t idx[MPK_MAX_RANK];
-      row_index(idx, t / D, src.shape, src.rank, split, lo, hi);
-      const int64_t j = j0 + t % D;
+      int64_t idx[MPK_MAX_RANK], row, col;
+      divmod(t, D, row, col);
+      row_index(idx, row, src.shape, src.rank, split, lo, hi);
+      const int64_t j = j0 + col;
       // The value first: read_index is an out-of-line call, which loads do not move across.
       const float v = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
       const int64_t pos = read_index(base(s, ids), ids, idx + d, op.out.shape[d]);
@@ -454,9 +481,9 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
     const View &c = op.in[1], &sn = op.in[2];
     const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi);
     for (int64_t t = threadIdx.x; t < rows * h; t += MPK_THREADS) {
-      int64_t idx[MPK_MAX_RANK];
-      row_index(idx, t / h, shape, op.out.rank, op.split_dim, lo, hi);
-      const int64_t j = t % h;
+      int64_t idx[MPK_MAX_RANK], row, j;
+      divmod(t, h, row, j);
+      row_index(idx, row, shape, op.out.rank, op.split_dim, lo, hi);
       const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
       const float x1 = ld_float(base(s, x), x.dtype, xo), x2 = ld_float(base(s, x), x.dtype, xo + h);
       const float c1 = ld_float(base(s, c), c.dtype, co), c2 = ld_float(base(s, c), c.dtype, co + h);
