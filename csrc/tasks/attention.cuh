@@ -1077,7 +1077,7 @@ __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char
 // pair, so 16 pairs cost one round trip (merge_pairs). CHUNK > 0: in[1] is
 // the mask's extent per row, and the splits from it on (unwritten) are not
 // read.
-template <int D, int H, int CHUNK, int R, int N>
+template <int D, int H, int CHUNK, int R, int SPLITS, int N>
 __device__ __noinline__ void attn_merge_decode(const Op& op, int lo, int hi, const Slots<N>& s) {
   const View& out = op.out;
   const bool by_rows = op.split_dim == 0;
@@ -1087,7 +1087,7 @@ __device__ __noinline__ void attn_merge_decode(const Op& op, int lo, int hi, con
   auto at = [&](int i) { return make_int2(r0 + i / nh, h0 + i % nh); };
 #pragma unroll 1
   for (int p0 = 0; p0 < pairs; p0 += kConsumerWarps)
-    merge_pairs<D, H, CHUNK, R, 1>(
+    merge_pairs<D, H, CHUNK, R, 1, SPLITS>(
         op.in[0], op.in[1], min(kConsumerWarps, pairs - p0), [&](int i) { return at(p0 + i); },
         [&](int i, int d, float v) {
           const int2 rh = at(p0 + i);

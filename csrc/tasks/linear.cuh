@@ -173,7 +173,7 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, X x
 // CHUNK > 0: in[pro_first] is the mask's extent per row, and the splits
 // from ⌈extent / CHUNK⌉ on (no live position) are not read; the extent is
 // loaded with the first batch, so the bound costs no round trip.
-template <int D, int H, int CHUNK, int R>
+template <int D, int H, int CHUNK, int R, int SPLITS>
 struct MergePro {};
 
 // SplitGroups (ir.SplitGroups) maps a split-KV attention's splits to the KV
@@ -223,14 +223,14 @@ __device__ __forceinline__ int splits_below_extent(const View& e, int64_t row, i
 // with CHUNK > 0, is the mask's extent per row: the splits from
 // ⌈extent / CHUNK⌉ on hold nothing and are not read. store(i, d, v) gets
 // element d of pair i's merged row.
-template <int D, int H, int CHUNK, int R, int HP, int N, typename At, typename Store>
+template <int D, int H, int CHUNK, int R, int HP, int SPLITS, int N, typename At, typename Store>
 __device__ __forceinline__ void merge_pairs(const View& p, const View& ext, int npairs, At at, Store store,
                                             const Slots<N>& s) {
   constexpr int PER = (D + 31) / 32;
   constexpr int SB = 32 / (PER * HP) > 0 ? 32 / (PER * HP) : 1;  // splits a batch (32 registers of outputs)
   constexpr int SS = H * (D + 2);                                // floats from one split's partials to the next
   const float* pb = reinterpret_cast<const float*>(base(s, p)) + p.offset;
-  const int splits = (int)p.shape[1];
+  constexpr int splits = SPLITS;  // a constant: the split arithmetic of every load's address folds
   const SplitGroups<R> g(splits);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float M[HP], L[HP], o[HP][PER];
@@ -302,18 +302,19 @@ __device__ __forceinline__ void merge_pairs(const View& p, const View& ext, int 
 
 // stage_merge merges rows [m0, m0 + rows) of x (rows <= MR), row m0 + r at
 // xs + r·PITCH: its (row, head) pairs spread over the warps.
-template <int K, int D, int H, int CHUNK, int R, int MR, int PITCH, int N, typename X>
+template <int K, int D, int H, int CHUNK, int R, int SPLITS, int MR, int PITCH, int N, typename X>
 __device__ __noinline__ void stage_merge(const Op& op, int64_t m0, int rows, X xs, const Slots<N>& s) {
   static_assert(K == H * D, "x is the heads' merged outputs");
   constexpr int HP = (MR * H + kConsumerWarps - 1) / kConsumerWarps;  // (row, head) pairs a warp
-  merge_pairs<D, H, CHUNK, R, HP>(
+  merge_pairs<D, H, CHUNK, R, HP, SPLITS>(
       op.in[0], op.in[op.pro_first], rows * H, [&](int i) { return make_int2((int)m0 + i / H, i % H); },
       [&](int i, int d, float v) { put_x(xs + i / H * PITCH, i % H * D + d, round_float(op.pro_dtype, v)); }, s);
 }
 
-template <int K, int D, int H, int CHUNK, int R, int N, typename X>
-__device__ __forceinline__ void stage_x(MergePro<D, H, CHUNK, R>, const Op& op, int64_t m, X xs, const Slots<N>& s) {
-  stage_merge<K, D, H, CHUNK, R, 1, 0>(op, m, 1, xs, s);
+template <int K, int D, int H, int CHUNK, int R, int SPLITS, int N, typename X>
+__device__ __forceinline__ void stage_x(MergePro<D, H, CHUNK, R, SPLITS>, const Op& op, int64_t m, X xs,
+                                        const Slots<N>& s) {
+  stage_merge<K, D, H, CHUNK, R, SPLITS, 1, 0>(op, m, 1, xs, s);
 }
 
 // What a Linear stores: the product (NoEpi), or an elementwise expression of

@@ -263,11 +263,11 @@ __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Sl
 // The attention merge: MR rows a call, at most 2 (row, head) pairs a warp
 // (the registers a single row's merge of 32 heads takes; with more the
 // merge spilled).
-template <int K, int M, int PITCH, int D, int H, int CHUNK, int R, int N, typename X>
-__device__ __forceinline__ void stage_rows(MergePro<D, H, CHUNK, R>, const Op& op, X xs, const Slots<N>& s) {
+template <int K, int M, int PITCH, int D, int H, int CHUNK, int R, int SPLITS, int N, typename X>
+__device__ __forceinline__ void stage_rows(MergePro<D, H, CHUNK, R, SPLITS>, const Op& op, X xs, const Slots<N>& s) {
   constexpr int MR = 2 * kConsumerWarps / H < 1 ? 1 : 2 * kConsumerWarps / H < M ? 2 * kConsumerWarps / H : M;
 #pragma unroll 1
-  for (int m0 = 0; m0 < M; m0 += MR) stage_merge<K, D, H, CHUNK, R, MR, PITCH>(op, m0, min(MR, M - m0), xs + m0 * PITCH, s);
+  for (int m0 = 0; m0 < M; m0 += MR) stage_merge<K, D, H, CHUNK, R, SPLITS, MR, PITCH>(op, m0, min(MR, M - m0), xs + m0 * PITCH, s);
 }
 
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename PRO, typename EPI, int N>

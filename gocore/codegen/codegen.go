@@ -419,7 +419,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				if D > 256 || !pv.IsContiguous() {
 					return "", fmt.Errorf("codegen: attention merge of %v partials (head dim up to 256, contiguous) is not supported on the GPU", pv.Shape)
 				}
-				pro = fmt.Sprintf("mpk::MergePro<%d, %d, %d, %d>", D, H, p.Chunk, max(1, p.Interleave))
+				pro = fmt.Sprintf("mpk::MergePro<%d, %d, %d, %d, %d>", D, H, p.Chunk, max(1, p.Interleave), pv.Shape[1])
 			}
 		}
 		epi := "mpk::NoEpi"
@@ -505,7 +505,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			if op.Attr.HasExtent {
 				chunk = op.Attr.Chunk
 			}
-			code = fmt.Sprintf("mpk::attn_merge_decode<%d, %d, %d, %d>(op, lo, hi, s)", D, pv.Shape[2], chunk, max(1, op.Attr.Interleave))
+			code = fmt.Sprintf("mpk::attn_merge_decode<%d, %d, %d, %d, %d>(op, lo, hi, s)", D, pv.Shape[2], chunk, max(1, op.Attr.Interleave),
+				pv.Shape[1])
 		case op.Attr.HasExtent:
 			return "", fmt.Errorf("codegen: attention merge of %v partials bounded by a mask extent (want one query, contiguous) is not supported on the GPU", pv.Shape)
 		default:
