@@ -228,7 +228,11 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 			// A slice of K shares the workers with its sibling slices: each
 			// worker then stages x's columns of one slice (x is read from L2
 			// once per task, and at batch 16 that costs as much as the weights).
-			return split(out, 1, p.Tasks(out[1], max(1, workers/int(max(1, op.Attr.KParts)))), p.Unit())
+			share := workers
+			if op.Attr.Workers > 0 {
+				share = int(op.Attr.Workers)
+			}
+			return split(out, 1, p.Tasks(out[1], max(1, share/int(max(1, op.Attr.KParts)))), p.Unit())
 		}
 		return split(out, 1, min(W, ceilDiv(out[1], 8)), 1)
 	case ir.Matmul: // [B, M, N]

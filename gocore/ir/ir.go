@@ -241,6 +241,10 @@ type Attrs struct {
 	// (lower's splitLinearK), which run side by side, each on 1/KParts of
 	// the workers, so each worker stages one slice of x, not all of them.
 	KParts int64
+	// Workers > 0, on a Linear: its tasks spread over that many workers, its
+	// share of sibling Linears that read the same x and run side by side
+	// (lower's shareSiblingWorkers: q, k and v, each worker one of them).
+	Workers int64
 	// Gemm, on a Linear: its x (32 rows or more) streams a block of K at a
 	// time, as a plain input (lower's markGemm keeps the norm that makes it
 	// out of its prologue).

@@ -34,6 +34,9 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		splitLinearRows(g)
 		g.Renumber()
 	}
+	if cfg.Workers > 0 {
+		shareSiblingWorkers(g, cfg.Workers)
+	}
 }
 
 // rewrites is the pass table of the op graph; the order matters: aliasing

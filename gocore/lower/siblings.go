@@ -1,0 +1,73 @@
+package lower
+
+import "mpk/gocore/ir"
+
+// shareSiblingWorkers splits the workers among sibling Linears: a run of
+// Linears, one after another in the program, that read the same x through
+// the same prologue and none of which reads another's product (a layer's
+// q, k and v projections). Each would otherwise spread over every worker,
+// and each worker would run one task of each in turn: k's and v's tasks of
+// one or two pages (llama-3.2-1b: 1.8 us a task for 16 KiB) after q's, the
+// stage taking 12.8 us for 12 MiB. With a share of the workers in
+// proportion to its rows, each worker streams one task of the stage.
+func shareSiblingWorkers(g *ir.Graph, workers int) {
+	for i := 0; i < len(g.Ops); {
+		j := i + 1
+		for j < len(g.Ops) && siblings(g.Ops[i:j], g.Ops[j]) {
+			j++
+		}
+		if j-i > 1 {
+			var rows int64
+			for _, op := range g.Ops[i:j] {
+				rows += op.Out.Shape[1]
+			}
+			for _, op := range g.Ops[i:j] {
+				op.Attr.Workers = max(1, int64(workers)*op.Out.Shape[1]/rows)
+			}
+		}
+		i = j
+	}
+}
+
+// siblings says whether Linear op may join the run: it reads the run's x
+// through the same prologue, nothing in the run reads its product and it
+// reads none of theirs, and neither it nor the run is cut along K.
+func siblings(run []*ir.Op, op *ir.Op) bool {
+	first := run[0]
+	if !shareable(first) || !shareable(op) || !sameLayout(first.In[0], op.In[0]) || !samePrologue(first, op) {
+		return false
+	}
+	for _, r := range run {
+		if readsBuf(op.In, r.Out.Buf) || readsBuf(r.In, op.Out.Buf) || r.Out.Buf == op.Out.Buf {
+			return false
+		}
+	}
+	return true
+}
+
+func shareable(op *ir.Op) bool {
+	return op.Kind == ir.Linear && op.Attr.KParts <= 1 && !op.Attr.Gemm && op.Out.Rank() == 2
+}
+
+// samePrologue says whether a and b compute x alike: no prologue, or the
+// same kind over the same inputs (the norm's weight).
+func samePrologue(a, b *ir.Op) bool {
+	pa, pb := a.Attr.Pro, b.Attr.Pro
+	if pa == nil || pb == nil {
+		return pa == nil && pb == nil
+	}
+	if pa.Kind != pb.Kind || pa.Eps != pb.Eps || pa.HasWeight != pb.HasWeight || pa.DType != pb.DType ||
+		pa.Kind != ir.RMSNorm {
+		return false
+	}
+	ia, ib := a.ProIn(), b.ProIn()
+	if len(ia) != len(ib) {
+		return false
+	}
+	for k := range ia {
+		if !sameLayout(ia[k], ib[k]) {
+			return false
+		}
+	}
+	return true
+}
