@@ -523,9 +523,10 @@ struct DecodeUnits {
   const int* row_live;
   // H: the op's query heads. extent false: every split counts as live, the
   // extent unread (the usual step's units, known before the extent is).
+  // ext0 >= 0 (one row): row b_lo's extent, loaded by the caller.
   template <int N>
   __device__ __forceinline__ DecodeUnits(const Op& op, int lo_, int hi_, int splits, int chunk, int ug, int H,
-                                         int* rows, const Slots<N>& s, bool extent = true)
+                                         int* rows, const Slots<N>& s, bool extent = true, int ext0 = -1)
       : g(splits), row_live(rows) {
     const int rowsz = H / ug * splits;
     b_lo = lo_ / rowsz;
@@ -535,7 +536,9 @@ struct DecodeUnits {
     sp0 = lo % splits, heads = max(1, (hi - lo) / splits);
     const int grp = g.group(sp0);
     auto live_of = [&](int b) {
-      const int nlive = extent && (op.flags & FLAG_EXTENT) ? splits_below_extent(op.in[4], b, chunk, splits, s) : splits;
+      const int nlive = !extent || !(op.flags & FLAG_EXTENT) ? splits
+                        : ext0 >= 0                          ? min(splits, (ext0 + chunk - 1) / chunk)
+                                                             : splits_below_extent(op.in[4], b, chunk, splits, s);
       return max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
     };
     if constexpr (ROWS) {
@@ -652,6 +655,10 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   // On the fast path V is read 16 bytes a lane (VRows16) where D allows.
   using V16 = VRows16<T, D, UG>;
   constexpr bool kV16 = FAST && V16::ok;
+#ifndef MPK_DECODE_V_EARLY
+#define MPK_DECODE_V_EARLY 0
+#endif
+  constexpr bool kVEarly = kV16 && MPK_DECODE_V_EARLY;
   const View &k = op.in[1], &v = op.in[2], &p = op.out;
   constexpr int S = SH::S, G = SH::G, splits = SH::SPLITS, chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
@@ -668,16 +675,23 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   // One batch row: the first round's unit as it is when every split is live
   // (the usual step), its queries read together with the mask's extent
   // rather than one round trip after it.
+  // The extent's load goes out first: under the register cap the queries'
+  // destinations are spilled, and a spill store waits for its load.
   float qv[UG][PER];
   DecodeUnit guess{-1, -1, -1};
+  int ext0 = -1;
   if constexpr (!ROWS) {
     const DecodeUnits<R, false> all(op, lo, hi, splits, chunk, UG, SH::H, nullptr, s, false);
+    if (op.flags & FLAG_EXTENT) {
+      const View& e = op.in[4];
+      ext0 = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + all.b_lo * e.stride[0]);
+    }
     if (warp / cp < units && warp / cp < all.n) {
       guess = all.unit(warp / cp, splits, UG);
       load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
     }
   }
-  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s);
+  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, true, max(ext0, -1));
   // Every warp takes part in every round (the merge's barriers).
   for (int i0 = 0; i0 < du.n; i0 += units) {
     const bool active = warp / cp < units && i0 + warp / cp < du.n;
@@ -709,17 +723,39 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         }
         // q·k of each head for this lane's position: its K row read whatever
         // the mask says (the row is in the cache), so the loads go out with
-        // the mask's, not a round trip after them.
+        // the mask's, not a round trip after them; with kVEarly the first
+        // batch of V rows (the mask's live ones) goes out before the dots
+        // wait for K, so K and V cost one round trip, not two.
         float dot[UG];
 #pragma unroll
         for (int u = 0; u < UG; ++u) dot[u] = 0.f;
         const T* krow = krows + min(j, S - 1) * ks;
+        uint4 raw0[KB];  // kVEarly: K's first KB loads
+        unsigned live_rows = 0;
+        if constexpr (kVEarly) {
+#pragma unroll
+          for (int i = 0; i < KB; ++i) raw0[i] = __ldcg(reinterpret_cast<const uint4*>(krow + i * KV));
+          live_rows = __ballot_sync(0xffffffffu, live);
+        }
+        // kV16: the lane's 16 bytes of rows rsub + RPL·i, i in [i0, i0 + BATCH).
+        const int c0 = lane % V16::LPR * V16::VEC, rsub = lane / V16::LPR;
+        auto load_v16 = [&](uint4 (&vr)[V16::BATCH], int i0) {
+#pragma unroll
+          for (int i = 0; i < V16::BATCH; ++i) {
+            const int r = rsub + V16::RPL * (i0 + i);
+            vr[i] = make_uint4(0, 0, 0, 0);
+            if ((live_rows >> r) & 1u) vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
+          }
+        };
+        uint4 vr0[V16::BATCH];  // kVEarly: V's first batch
+        if constexpr (kVEarly) load_v16(vr0, 0);
         if constexpr (FAST) {
 #pragma unroll
           for (int d0 = 0; d0 < D; d0 += KB * KV) {
             uint4 raw[KB];
 #pragma unroll
-            for (int i = 0; i < KB; ++i) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
+            for (int i = 0; i < KB; ++i)
+              raw[i] = kVEarly && d0 == 0 ? raw0[i] : __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
 #pragma unroll
             for (int i = 0; i < KB; ++i)
 #pragma unroll
@@ -732,7 +768,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             for (int u = 0; u < UG; ++u) dot[u] += qs[u * D + d] * kd;
           }
         }
-        const unsigned live_rows = __ballot_sync(0xffffffffu, live);
+        if constexpr (!kVEarly) live_rows = __ballot_sync(0xffffffffu, live);
         // The live rows' V for the lane's columns, VB rows a batch.
         auto load_v = [&](VRaw (&vr)[VB], int r0) {
 #pragma unroll
@@ -749,21 +785,16 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         };
         float pr[UG];
         if constexpr (kV16) {
-          // The lane's 16 bytes of rows rsub + RPL·i, i in [i0, i0 + BATCH).
-          const int c0 = lane % V16::LPR * V16::VEC, rsub = lane / V16::LPR;
-          auto load_v16 = [&](uint4 (&vr)[V16::BATCH], int i0) {
-#pragma unroll
-            for (int i = 0; i < V16::BATCH; ++i) {
-              const int r = rsub + V16::RPL * (i0 + i);
-              vr[i] = make_uint4(0, 0, 0, 0);
-              if ((live_rows >> r) & 1u) vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
-            }
-          };
           softmax_step(m, l, av, sc, dot, pr);
 #pragma unroll 1
           for (int i0 = 0; i0 < V16::LOADS; i0 += V16::BATCH) {
             uint4 vr[V16::BATCH];
-            load_v16(vr, i0);
+            if (kVEarly && i0 == 0) {
+#pragma unroll
+              for (int i = 0; i < V16::BATCH; ++i) vr[i] = vr0[i];
+            } else {
+              load_v16(vr, i0);
+            }
 #pragma unroll
             for (int i = 0; i < V16::BATCH; ++i) {
               const T* e = reinterpret_cast<const T*>(&vr[i]);
