@@ -655,10 +655,6 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   // On the fast path V is read 16 bytes a lane (VRows16) where D allows.
   using V16 = VRows16<T, D, UG>;
   constexpr bool kV16 = FAST && V16::ok;
-#ifndef MPK_DECODE_V_EARLY
-#define MPK_DECODE_V_EARLY 0
-#endif
-  constexpr bool kVEarly = kV16 && MPK_DECODE_V_EARLY;
   const View &k = op.in[1], &v = op.in[2], &p = op.out;
   constexpr int S = SH::S, G = SH::G, splits = SH::SPLITS, chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
@@ -723,39 +719,18 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         }
         // q·k of each head for this lane's position: its K row read whatever
         // the mask says (the row is in the cache), so the loads go out with
-        // the mask's, not a round trip after them; with kVEarly the first
-        // batch of V rows (the mask's live ones) goes out before the dots
-        // wait for K, so K and V cost one round trip, not two.
+        // the mask's, not a round trip after them. (V's loads sent out with
+        // K's, before the dots, made batch 1 slower: more spills.)
         float dot[UG];
 #pragma unroll
         for (int u = 0; u < UG; ++u) dot[u] = 0.f;
         const T* krow = krows + min(j, S - 1) * ks;
-        uint4 raw0[KB];  // kVEarly: K's first KB loads
-        unsigned live_rows = 0;
-        if constexpr (kVEarly) {
-#pragma unroll
-          for (int i = 0; i < KB; ++i) raw0[i] = __ldcg(reinterpret_cast<const uint4*>(krow + i * KV));
-          live_rows = __ballot_sync(0xffffffffu, live);
-        }
-        // kV16: the lane's 16 bytes of rows rsub + RPL·i, i in [i0, i0 + BATCH).
-        const int c0 = lane % V16::LPR * V16::VEC, rsub = lane / V16::LPR;
-        auto load_v16 = [&](uint4 (&vr)[V16::BATCH], int i0) {
-#pragma unroll
-          for (int i = 0; i < V16::BATCH; ++i) {
-            const int r = rsub + V16::RPL * (i0 + i);
-            vr[i] = make_uint4(0, 0, 0, 0);
-            if ((live_rows >> r) & 1u) vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
-          }
-        };
-        uint4 vr0[V16::BATCH];  // kVEarly: V's first batch
-        if constexpr (kVEarly) load_v16(vr0, 0);
         if constexpr (FAST) {
 #pragma unroll
           for (int d0 = 0; d0 < D; d0 += KB * KV) {
             uint4 raw[KB];
 #pragma unroll
-            for (int i = 0; i < KB; ++i)
-              raw[i] = kVEarly && d0 == 0 ? raw0[i] : __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
+            for (int i = 0; i < KB; ++i) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
 #pragma unroll
             for (int i = 0; i < KB; ++i)
 #pragma unroll
@@ -768,7 +743,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             for (int u = 0; u < UG; ++u) dot[u] += qs[u * D + d] * kd;
           }
         }
-        if constexpr (!kVEarly) live_rows = __ballot_sync(0xffffffffu, live);
+        const unsigned live_rows = __ballot_sync(0xffffffffu, live);
         // The live rows' V for the lane's columns, VB rows a batch.
         auto load_v = [&](VRaw (&vr)[VB], int r0) {
 #pragma unroll
@@ -785,16 +760,21 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         };
         float pr[UG];
         if constexpr (kV16) {
+          // The lane's 16 bytes of rows rsub + RPL·i, i in [i0, i0 + BATCH).
+          const int c0 = lane % V16::LPR * V16::VEC, rsub = lane / V16::LPR;
+          auto load_v16 = [&](uint4 (&vr)[V16::BATCH], int i0) {
+#pragma unroll
+            for (int i = 0; i < V16::BATCH; ++i) {
+              const int r = rsub + V16::RPL * (i0 + i);
+              vr[i] = make_uint4(0, 0, 0, 0);
+              if ((live_rows >> r) & 1u) vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
+            }
+          };
           softmax_step(m, l, av, sc, dot, pr);
 #pragma unroll 1
           for (int i0 = 0; i0 < V16::LOADS; i0 += V16::BATCH) {
             uint4 vr[V16::BATCH];
-            if (kVEarly && i0 == 0) {
-#pragma unroll
-              for (int i = 0; i < V16::BATCH; ++i) vr[i] = vr0[i];
-            } else {
-              load_v16(vr, i0);
-            }
+            load_v16(vr, i0);
 #pragma unroll
             for (int i = 0; i < V16::BATCH; ++i) {
               const T* e = reinterpret_cast<const T*>(&vr[i]);
