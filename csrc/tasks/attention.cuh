@@ -670,9 +670,9 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   const int sub = warp % cp;
   // One batch row: the first round's unit as it is when every split is live
   // (the usual step), its queries read together with the mask's extent
-  // rather than one round trip after it.
-  // The extent's load goes out first: under the register cap the queries'
-  // destinations are spilled, and a spill store waits for its load.
+  // rather than one round trip after it. The extent's load goes out first:
+  // under the register cap the queries' destinations are spilled, and a
+  // spill store waits for its load.
   float qv[UG][PER];
   DecodeUnit guess{-1, -1, -1};
   int ext0 = -1;
@@ -687,7 +687,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
     }
   }
-  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, true, max(ext0, -1));
+  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, true, ext0);
   // Every warp takes part in every round (the merge's barriers).
   for (int i0 = 0; i0 < du.n; i0 += units) {
     const bool active = warp / cp < units && i0 + warp / cp < du.n;
