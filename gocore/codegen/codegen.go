@@ -336,20 +336,11 @@ func (gen *generator) variant(code string) int {
 // and v after one RMSNorm) compute the same x, so a task may reuse the x the
 // task before it staged.
 func (gen *generator) xkey(op *ir.Op) int {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "%d|%v|%v|", gen.plans[op].M, gen.plans[op].Tiles, gen.plans[op].XLow) // the staged layout
-	views := []ir.View{op.In[0]}
-	if p := op.Attr.Pro; p != nil {
-		views = op.ProIn()
-		fmt.Fprintf(&sb, "%d|%v|%v|%v|", p.Kind, p.Eps, p.HasWeight, p.DType)
-		if p.Expr != nil {
-			fmt.Fprintf(&sb, "Expr%d|", gen.expr(p.Expr, touchesF64(op)))
-		}
+	// the staged layout, then what x is (an expression prologue also by how it evaluates)
+	k := fmt.Sprintf("%d|%v|%v|%s", gen.plans[op].M, gen.plans[op].Tiles, gen.plans[op].XLow, op.XKey())
+	if p := op.Attr.Pro; p != nil && p.Expr != nil {
+		k += fmt.Sprintf("f64=%v|", touchesF64(op))
 	}
-	for _, v := range views {
-		sb.WriteString(v.String() + "|")
-	}
-	k := sb.String()
 	if id, ok := gen.xkeys[k]; ok {
 		return id
 	}

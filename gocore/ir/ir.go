@@ -306,6 +306,26 @@ type Epilogue struct {
 	DType DType
 }
 
+// XKey identifies the x a Linear stages: its prologue's kind, parameters
+// and expression, and the views it reads. Linears of one key stage the same
+// x (codegen lets the second reuse the first's; lower's siblings share the
+// workers).
+func (op *Op) XKey() string {
+	var sb strings.Builder
+	views := []View{op.In[0]}
+	if p := op.Attr.Pro; p != nil {
+		views = op.ProIn()
+		fmt.Fprintf(&sb, "%d|%v|%v|%v|", p.Kind, p.Eps, p.HasWeight, p.DType)
+		if p.Expr != nil {
+			sb.WriteString(p.Expr.String() + "|")
+		}
+	}
+	for _, v := range views {
+		sb.WriteString(v.String() + "|")
+	}
+	return sb.String()
+}
+
 // ProIn returns the inputs of op's prologue.
 func (op *Op) ProIn() []View {
 	end := len(op.In)

@@ -30,11 +30,12 @@ func shareSiblingWorkers(g *ir.Graph, workers int) {
 }
 
 // siblings says whether Linear op may join the run: it reads the run's x
-// through the same prologue, nothing in the run reads its product and it
-// reads none of theirs, and neither it nor the run is cut along K.
+// through the same prologue (none, or an RMSNorm), nothing in the run reads
+// its product and it reads none of theirs, and neither it nor the run is cut
+// along K.
 func siblings(run []*ir.Op, op *ir.Op) bool {
 	first := run[0]
-	if !shareable(first) || !shareable(op) || !sameLayout(first.In[0], op.In[0]) || !samePrologue(first, op) {
+	if !shareable(first) || !shareable(op) || first.XKey() != op.XKey() {
 		return false
 	}
 	for _, r := range run {
@@ -46,28 +47,6 @@ func siblings(run []*ir.Op, op *ir.Op) bool {
 }
 
 func shareable(op *ir.Op) bool {
-	return op.Kind == ir.Linear && op.Attr.KParts <= 1 && !op.Attr.Gemm && op.Out.Rank() == 2
-}
-
-// samePrologue says whether a and b compute x alike: no prologue, or the
-// same kind over the same inputs (the norm's weight).
-func samePrologue(a, b *ir.Op) bool {
-	pa, pb := a.Attr.Pro, b.Attr.Pro
-	if pa == nil || pb == nil {
-		return pa == nil && pb == nil
-	}
-	if pa.Kind != pb.Kind || pa.Eps != pb.Eps || pa.HasWeight != pb.HasWeight || pa.DType != pb.DType ||
-		pa.Kind != ir.RMSNorm {
-		return false
-	}
-	ia, ib := a.ProIn(), b.ProIn()
-	if len(ia) != len(ib) {
-		return false
-	}
-	for k := range ia {
-		if !sameLayout(ia[k], ib[k]) {
-			return false
-		}
-	}
-	return true
+	return op.Kind == ir.Linear && op.Attr.KParts <= 1 && !op.Attr.Gemm && op.Out.Rank() == 2 &&
+		(op.Attr.Pro == nil || op.Attr.Pro.Kind == ir.RMSNorm)
 }
