@@ -521,12 +521,12 @@ struct DecodeUnits {
   SplitGroups<R> g;
   int b_lo, b_hi, lo, hi, sp0, heads, live0 = 0, n = 0;
   const int* row_live;
-  // H: the op's query heads. extent false: every split counts as live, the
-  // extent unread (the usual step's units, known before the extent is).
-  // ext0 >= 0 (one row): row b_lo's extent, loaded by the caller.
+  // H: the op's query heads. ext0 >= 0 (one row): row b_lo's extent, given
+  // by the caller (the cache's length: every split live, the usual step's
+  // units, known before the extent is).
   template <int N>
   __device__ __forceinline__ DecodeUnits(const Op& op, int lo_, int hi_, int splits, int chunk, int ug, int H,
-                                         int* rows, const Slots<N>& s, bool extent = true, int ext0 = -1)
+                                         int* rows, const Slots<N>& s, int ext0 = -1)
       : g(splits), row_live(rows) {
     const int rowsz = H / ug * splits;
     b_lo = lo_ / rowsz;
@@ -536,9 +536,9 @@ struct DecodeUnits {
     sp0 = lo % splits, heads = max(1, (hi - lo) / splits);
     const int grp = g.group(sp0);
     auto live_of = [&](int b) {
-      const int nlive = !extent || !(op.flags & FLAG_EXTENT) ? splits
-                        : ext0 >= 0                          ? min(splits, (ext0 + chunk - 1) / chunk)
-                                                             : splits_below_extent(op.in[4], b, chunk, splits, s);
+      const int nlive = !(op.flags & FLAG_EXTENT) ? splits
+                        : ext0 >= 0                ? min(splits, (ext0 + chunk - 1) / chunk)
+                                                   : splits_below_extent(op.in[4], b, chunk, splits, s);
       return max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
     };
     if constexpr (ROWS) {
@@ -677,7 +677,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   DecodeUnit guess{-1, -1, -1};
   int ext0 = -1;
   if constexpr (!ROWS) {
-    const DecodeUnits<R, false> all(op, lo, hi, splits, chunk, UG, SH::H, nullptr, s, false);
+    const DecodeUnits<R, false> all(op, lo, hi, splits, chunk, UG, SH::H, nullptr, s, S);
     if (op.flags & FLAG_EXTENT) {
       const View& e = op.in[4];
       ext0 = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + all.b_lo * e.stride[0]);
@@ -687,7 +687,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
     }
   }
-  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, true, ext0);
+  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, ext0);
   // Every warp takes part in every round (the merge's barriers).
   for (int i0 = 0; i0 < du.n; i0 += units) {
     const bool active = warp / cp < units && i0 + warp / cp < du.n;
