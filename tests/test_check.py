@@ -77,6 +77,26 @@ def test_check_prefill_rows(core_lib, fresh_dynamo, mask):
         f"want one mask extent for the two layers' attentions: {labels}"
 
 
+@pytest.mark.parametrize("batch,mask", [(1, False), (2, True)], ids=["b1", "b2-mask"])
+@pytest.mark.parametrize("model", ["small-llama", "small-qwen3"])  # head dim 64: rotated pairs in one lane
+def test_check_fresh_rows(core_lib, fresh_dynamo, model, batch, mask):
+    """fresh_rows: each decode attention applies the RoPE of its queries (and
+    qwen3's q/k norms) itself and takes the step's new K and V rows from the
+    projections, while the KV-cache writes run beside it (the reference
+    target runs the tasks in any order the events allow, so a write landing
+    before or after the attention must give the same answer); the cache the
+    step leaves is checked too."""
+    lines = []
+    res = check.run_check(model=model, target="reference", batch=batch, steps=2, seed=2, log=lines.append, mask=mask,
+                          options={"fresh_rows": True})
+    assert res.ok, "\n".join(lines)
+    assert res.rel_err < 1e-4
+    labels = res.summary.get("op_labels", [])
+    layers = labels.count("rope+attention")
+    assert layers >= 2 and labels.count("attention") == 0 and "rope" not in labels and "rmsnorm+rope" not in labels, \
+        f"want every attention with its queries' RoPE folded in: {labels}"
+
+
 def test_check_prompt_over_an_empty_cache(core_lib, fresh_dynamo):
     """A prompt's first chunk, over an empty cache (`--cache-tokens 0`): 64
     tokens run as GEMM streams and the chunk's attention over the positions it

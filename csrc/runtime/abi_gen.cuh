@@ -3,7 +3,7 @@
 #include <stdint.h>
 
 #define MPK_MAX_RANK 6
-#define MPK_MAX_INPUTS 8
+#define MPK_MAX_INPUTS 12
 #define MPK_MAX_EPI_INPUTS 2
 #define MPK_THREADS 512
 #define MPK_MAX_SHARED_BYTES 204800

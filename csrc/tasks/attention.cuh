@@ -561,6 +561,140 @@ struct DecodeUnits {
   }
 };
 
+// FreshRegs is what a fresh-row attention (ir.FreshRows, op.pro_first the
+// first of its inputs) reads for one unit before its dots, held a lane's
+// elements lane + 32·e: its G query rows and the new K row of their KV head
+// before the RoPE, the cos and sin rows (one tensor broadcast over the
+// heads: the same rows for q and k), and with FLAG_WEIGHT the q and k norm
+// weights. Loaded together, with the unit's first loads.
+template <int D, int G>
+struct FreshRegs {
+  static constexpr int PER = D / 32;
+  float q[G][PER], qw[G][PER], k[PER], kw[PER], c[PER], sn[PER];
+};
+
+template <typename QT, int D, int G, int N>
+__device__ __forceinline__ void load_fresh(FreshRegs<D, G>& f, const Op& op, const Slots<N>& s, int64_t b, int h0,
+                                           int kvh, int lane) {
+  constexpr int PER = D / 32;
+  const int F = op.pro_first;
+  const bool norm = op.flags & FLAG_WEIGHT;
+  const View &q = op.in[0], &c = op.in[F], &sn = op.in[F + 1], &kx = op.in[F + 2];
+  auto at = [&](const View& v, int64_t h) { return v.offset + b * v.stride[0] + h * v.stride[1]; };
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + at(q, h0 + u);
+#pragma unroll
+    for (int e = 0; e < PER; ++e) f.q[u][e] = ld_typed(qrow + (lane + 32 * e) * q.stride[3]);
+  }
+#pragma unroll
+  for (int e = 0; e < PER; ++e) {
+    const int64_t j = lane + 32 * e;
+    f.k[e] = ld_float(base(s, kx), kx.dtype, at(kx, kvh) + j * kx.stride[3]);
+    f.c[e] = ld_float(base(s, c), c.dtype, at(c, h0) + j * c.stride[3]);
+    f.sn[e] = ld_float(base(s, sn), sn.dtype, at(sn, h0) + j * sn.stride[3]);
+  }
+  if (norm) {
+    const View &qw = op.in[F + 5], &kw = op.in[F + 6];
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const int64_t j = lane + 32 * e;
+#pragma unroll
+      for (int u = 0; u < G; ++u) f.qw[u][e] = ld_float(base(s, qw), qw.dtype, at(qw, h0 + u) + j * qw.stride[3]);
+      f.kw[e] = ld_float(base(s, kw), kw.dtype, at(kw, kvh) + j * kw.stride[3]);
+    }
+  }
+}
+
+// fresh_rotate is the RoPE of a warp's row v (RMS-normalised with weight g
+// first when norm), rounding as rope_normed: the norm to xdt then ndt, each
+// product and sum of the rotation to dt. D / 2 is a multiple of 32, so
+// element lane + 32·e pairs with lane + 32·(e + PER / 2) in the same lane.
+template <int PER>
+__device__ __forceinline__ void fresh_rotate(float (&v)[PER], const float (&g)[PER], const float (&c)[PER],
+                                             const float (&sn)[PER], bool norm, float eps, int32_t xdt, int32_t ndt,
+                                             int32_t dt) {
+  constexpr int hp = PER / 2;
+  if (norm) {
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) ss += v[e] * v[e];
+    ss = warp_sum(ss);
+    const float inv = rsqrtf(ss / (float)(32 * PER) + eps);
+#pragma unroll
+    for (int e = 0; e < PER; ++e) v[e] = round_float(ndt, round_float(xdt, v[e] * inv) * g[e]);
+  }
+#pragma unroll
+  for (int e = 0; e < hp; ++e) {
+    const float x1 = v[e], x2 = v[e + hp];
+    v[e] = round_float(dt, round_float(dt, x1 * c[e]) + round_float(dt, round_float(dt, -x2) * sn[e]));
+    v[e + hp] = round_float(dt, round_float(dt, x2 * c[e + hp]) + round_float(dt, round_float(dt, x1) * sn[e + hp]));
+  }
+}
+
+// put_fresh writes the unit's rotated queries to the warp's qs [G][D],
+// pre-scaled (as put_queries), and sets dnew to each query's dot with the
+// rotated new K row (rounded to the cache's dtype kdt): the score of the
+// position the step writes, which the unit never reads from the cache.
+template <int D, int G>
+__device__ __forceinline__ void put_fresh(float* qs, float (&dnew)[G], FreshRegs<D, G>& f, const Op& op, int32_t kdt,
+                                          int lane) {
+  constexpr int PER = D / 32;
+  const int F = op.pro_first;
+  const bool norm = op.flags & FLAG_WEIGHT;
+  const int32_t qdt = op.in[0].dtype, kxdt = op.in[F + 2].dtype;
+  fresh_rotate<PER>(f.k, f.kw, f.c, f.sn, norm, op.eps, kxdt, op.pro_dtype, kdt);
+  __syncwarp();  // the previous reads of qs are done
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    fresh_rotate<PER>(f.q[u], f.qw[u], f.c, f.sn, norm, op.eps, qdt, op.pro_dtype, op.epi_dtype);
+    float d = 0.f;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) {
+      const float qv = f.q[u][e] * op.scale;
+      qs[u * D + lane + 32 * e] = qv;
+      d = fmaf(qv, f.k[e], d);
+    }
+    dnew[u] = warp_sum(d);
+  }
+  __syncwarp();
+}
+
+// elem_of rounds v to a K/V element type.
+template <typename T>
+__device__ __forceinline__ T elem_of(float v);
+template <>
+__device__ __forceinline__ float elem_of<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 elem_of<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half elem_of<__half>(float v) { return __float2half_rn(v); }
+
+// FreshV is a fresh-row attention's new V row of one unit (in[pro_first +
+// 3], any float dtype): load puts its columns [c0, c0 + n) into e as the
+// cache write would store them (rounded to T).
+struct FreshV {
+  const char* base;
+  int64_t row;  // the row's offset in elements
+  int64_t cs;   // column stride
+  int32_t dtype;
+  template <typename T>
+  __device__ __forceinline__ void load(T* e, int n, int c0) const {
+    for (int c = 0; c < n; ++c) e[c] = elem_of<T>(ld_float(base, dtype, row + (c0 + c) * cs));
+  }
+};
+
+// fresh_position is the cache position a fresh-row attention's new row is
+// written at (in[pro_first + 4], one element; negative counts from the
+// end), or -1 out of range (the cache write reports it).
+template <int N>
+__device__ __forceinline__ int fresh_position(const Op& op, const Slots<N>& s, int S) {
+  const View& p = op.in[op.pro_first + 4];
+  const int64_t raw = (int64_t)load_elem(base(s, p), p.dtype, p.offset);
+  const int64_t i = raw < 0 ? raw + S : raw;
+  return i >= 0 && i < S ? (int)i : -1;
+}
+
 // VRows16 is attention_decode's p·V layout where it suits: a lane reads 16
 // bytes (VEC columns) of a V row, LPR lanes a row and RPL rows a warp load,
 // so a warp's 32 positions take LOADS loads a lane, BATCH in flight (128
@@ -641,7 +775,7 @@ __device__ __forceinline__ void to_lane_columns(const float (&av)[UG][VRows16<T,
 // SH is the op's shape as constants (DecodeShape): the unit and chunk
 // arithmetic ahead of a task's first load is then multiplies and shifts,
 // not a chain of integer divisions.
-template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, class SH, int N>
+template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, class SH, bool FR, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
   constexpr int KV = 16 / (int)sizeof(T);  // K elements per 16-byte load
@@ -674,6 +808,12 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   // under the register cap the queries' destinations are spilled, and a
   // spill store waits for its load.
   float qv[UG][PER];
+  // FR: the fresh-row inputs (FreshRegs), the position the step writes,
+  // and each query's score there.
+  using Fresh = FreshRegs<FR ? D : 32, UG>;
+  Fresh fr;
+  float dnew[UG];
+  const int pos = FR ? fresh_position(op, s, S) : -1;
   DecodeUnit guess{-1, -1, -1};
   int ext0 = -1;
   if constexpr (!ROWS) {
@@ -684,7 +824,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     }
     if (warp / cp < units && warp / cp < all.n) {
       guess = all.unit(warp / cp, splits, UG);
-      load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
+      if constexpr (FR) load_fresh<QT, D, UG>(fr, op, s, guess.b, guess.h0, guess.h0 / G, lane);
+      else load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
     }
   }
   const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, ext0);
@@ -705,8 +846,21 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       const MaskRow<MT> mask = mask_row<MT>(op, s, b, h0);
       int64_t mask_hs = 0;
       if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
-      if (!ROWS && i0 == 0 && b == guess.b && h0 == guess.h0) put_queries<D, UG>(qs, qv, op.scale, lane);
-      else stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
+      const bool guessed = !ROWS && i0 == 0 && b == guess.b && h0 == guess.h0;
+      if constexpr (FR) {
+        if (!guessed) load_fresh<QT, D, UG>(fr, op, s, b, h0, kvh, lane);
+        put_fresh<D, UG>(qs, dnew, fr, op, k.dtype, lane);
+      } else if (guessed) {
+        put_queries<D, UG>(qs, qv, op.scale, lane);
+      } else {
+        stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
+      }
+      // FR: the new V row, read in place of the cache's row at pos.
+      FreshV vnew{};
+      if constexpr (FR) {
+        const View& vx = op.in[op.pro_first + 3];
+        vnew = FreshV{base(s, vx), vx.offset + b * vx.stride[0] + kvh * vx.stride[1], vx.stride[3], vx.dtype};
+      }
       if (i0 == 0) mark_staged();  // trace builds: the extent and q read
       for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
@@ -724,7 +878,10 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         float dot[UG];
 #pragma unroll
         for (int u = 0; u < UG; ++u) dot[u] = 0.f;
-        const T* krow = krows + min(j, S - 1) * ks;
+        // FR: row pos is being written; a neighbour is read in its place and
+        // its score replaced by the new row's (dnew).
+        const int jk = FR && j == pos ? (j > 0 ? j - 1 : min(j + 1, S - 1)) : min(j, S - 1);
+        const T* krow = krows + jk * ks;
         if constexpr (FAST) {
 #pragma unroll
           for (int d0 = 0; d0 < D; d0 += KB * KV) {
@@ -743,6 +900,10 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             for (int u = 0; u < UG; ++u) dot[u] += qs[u * D + d] * kd;
           }
         }
+        if constexpr (FR)
+          if (j == pos)
+#pragma unroll
+            for (int u = 0; u < UG; ++u) dot[u] = dnew[u];
         const unsigned live_rows = __ballot_sync(0xffffffffu, live);
         // The live rows' V for the lane's columns, VB rows a batch.
         auto load_v = [&](VRaw (&vr)[VB], int r0) {
@@ -750,7 +911,9 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           for (int r = 0; r < VB; ++r) {
             vr[r] = VRaw{};
             const T* vrow = vrows + min(jg + r0 + r, S - 1) * vs;
-            if constexpr (FAST) {
+            if (FR && jg + r0 + r == pos) {  // warp-uniform
+              if ((live_rows >> (r0 + r)) & 1u) vnew.load(reinterpret_cast<T*>(&vr[r]), PER, lane * PER < D ? lane * PER : 0);
+            } else if constexpr (FAST) {
               if ((live_rows >> (r0 + r)) & 1u) vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
             } else if ((live_rows >> (r0 + r)) & 1u) {
               T* e = reinterpret_cast<T*>(&vr[r]);
@@ -767,7 +930,9 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             for (int i = 0; i < V16::BATCH; ++i) {
               const int r = rsub + V16::RPL * (i0 + i);
               vr[i] = make_uint4(0, 0, 0, 0);
-              if ((live_rows >> r) & 1u) vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
+              if (!((live_rows >> r) & 1u)) continue;
+              if (FR && jg + r == pos) vnew.load(reinterpret_cast<T*>(&vr[i]), V16::VEC, c0);
+              else vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
             }
           };
           softmax_step(m, l, av, sc, dot, pr);
@@ -939,7 +1104,7 @@ struct DecodeShape {
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, int N>
+template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, bool FR = false, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -951,11 +1116,11 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   if (Sq == 1) {  // [lo, hi) are flat (head group, chunk) units (ir.Op.DecodeUnits)
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
-        attention_decode<T, QT, MT, D, R, ROWS, true, UG, SH>(op, lo, hi, s, smem);
+        attention_decode<T, QT, MT, D, R, ROWS, true, UG, SH, FR>(op, lo, hi, s, smem);
         return;
       }
     }
-    attention_decode<T, QT, MT, D, R, ROWS, false, UG, SH>(op, lo, hi, s, smem);
+    attention_decode<T, QT, MT, D, R, ROWS, false, UG, SH, FR>(op, lo, hi, s, smem);
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;

@@ -464,9 +464,21 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if op.Attr.Splits > 1 {
 			// ROWS: a decode batch's rows share the task's rounds.
 			// DecodeShape: the unit arithmetic's operands as constants.
-			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>>(op, lo, hi, s, c.smem)",
+			// FR: the queries' RoPE and the step's new K and V rows folded in.
+			fresh := op.Attr.Fresh
+			if fresh != nil {
+				if err := freshOnGPU(op); err != nil {
+					return "", err
+				}
+				proFirst, epiDType = fresh.First, int(fresh.QDType)
+				if fresh.Norm {
+					proDType, eps = int(fresh.NormDType), fresh.Eps
+					flags |= flagWeight
+				}
+			}
+			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %v>(op, lo, hi, s, c.smem)",
 				T, cType[op.In[0].DType()], maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(),
-				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G)
+				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G, fresh != nil)
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and each batch row's live splits).
 		ug := int(op.HeadsPerUnit())
@@ -546,6 +558,17 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	return fmt.Sprintf("  /* %d %s %s */ {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %sf, %sf, %s, {%s}},\n",
 		op.ID, op.Label, op.Node, kindCode(op.Kind), id, len(op.In), split, op.Attr.Dim, max(op.Attr.Groups, 1), flags,
 		reduceCode(op.Attr.Reduce), proFirst, proDType, epiFirst, epiDType, xkey, floatLit(eps), floatLit(op.Attr.Scale), gen.view(op.Out), strings.Join(ins, ", ")), nil
+}
+
+// freshOnGPU checks a fresh-row attention (ir.FreshRows) against what
+// attention_decode's FR path takes: its decode path (not a prompt chunk's
+// shared K and V), and a head dim whose rotated pairs sit in one lane.
+func freshOnGPU(op *ir.Op) error {
+	D := op.In[0].Shape[3]
+	if !op.DecodeUnits() || op.Attr.SharedKV || D%64 != 0 || D > 256 {
+		return fmt.Errorf("codegen: attention op %d with its RoPE folded in wants decode of head dim a multiple of 64 up to 256 (got %d)", op.ID, D)
+	}
+	return nil
 }
 
 // maskType is the C type attention reads its mask as (a template argument,

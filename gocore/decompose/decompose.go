@@ -350,6 +350,30 @@ func splitSpan(op *ir.Op, S, s0, s1 int64) (lo, hi int64) {
 	return lo, hi
 }
 
+// freshReads adds what a fresh-row attention's tasks over batch rows
+// [b0, b1) and query heads [h0, h1) read besides q and the cache: the
+// rotation's cos and sin rows (at the query heads, and at the KV heads for
+// the new K), the new K and V rows of the heads' KV heads, the position,
+// and the norms' weights.
+func freshReads(op *ir.Op, f *ir.FreshRows, b0, b1, h0, h1 int64, read func(ir.View, tgraph.Box)) {
+	G := max(1, op.Attr.Groups)
+	k0, k1 := h0/G, (h1-1)/G+1
+	rows := func(v ir.View, lo, hi int64) tgraph.Box {
+		return tgraph.Box{Lo: []int64{b0, lo, 0, 0}, Hi: []int64{b1, hi, 1, v.Shape[3]}}
+	}
+	for _, v := range op.In[f.First : f.First+2] { // cos, sin
+		read(v, rows(v, min(h0, k0), max(h1, k1)))
+	}
+	for _, v := range op.In[f.First+2 : f.First+4] { // the new K and V rows
+		read(v, rows(v, k0, k1))
+	}
+	read(op.In[f.First+4], fullBox(op.In[f.First+4]))
+	if f.Norm {
+		read(op.In[f.First+5], rows(op.In[f.First+5], h0, h1))
+		read(op.In[f.First+6], rows(op.In[f.First+6], k0, k1))
+	}
+}
+
 // fullBox covers a whole view.
 func fullBox(v ir.View) tgraph.Box {
 	return tgraph.Box{Lo: make([]int64, v.Rank()), Hi: append([]int64(nil), v.Shape...)}
@@ -420,6 +444,11 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 			read(q, tgraph.Box{Lo: []int64{b.Lo[0], h0, 0, 0}, Hi: []int64{b.Hi[0], h1, q.Shape[2], q.Shape[3]}})
 			for _, kv := range op.In[1:3] {
 				read(kv, tgraph.Box{Lo: []int64{b.Lo[0], h0 / G, lo, 0}, Hi: []int64{b.Hi[0], (h1-1)/G + 1, hi, kv.Shape[3]}})
+			}
+			if f := op.Attr.Fresh; f != nil {
+				// The cache rows the step writes come from the new rows instead.
+				reads[1].Fresh, reads[2].Fresh = true, true
+				freshReads(op, f, b.Lo[0], b.Hi[0], h0, h1, read)
 			}
 			if op.Attr.HasMask { // [B, H, Sq, S], heads broadcast or not
 				m := op.In[3]

@@ -46,7 +46,7 @@ func Depend(tg *tgraph.Graph) [][]int {
 			}
 		}
 		for _, a := range t.Reads {
-			if writerOps[a.Buf] != nil {
+			if writerOps[a.Buf] != nil && !a.Fresh { // a Fresh read never reads what the launch writes
 				add(writes[a.Buf], a.Ivs)
 			}
 		}
@@ -55,7 +55,7 @@ func Depend(tg *tgraph.Graph) [][]int {
 			add(reads[a.Buf], a.Ivs)
 		}
 		for _, a := range t.Reads {
-			if trackReads[a.Buf] {
+			if trackReads[a.Buf] && !a.Fresh {
 				reads[a.Buf] = append(reads[a.Buf], access{t.ID, a.Ivs})
 			}
 		}
@@ -128,8 +128,21 @@ func Reduce(tg *tgraph.Graph, preds [][]int) [][]int {
 // projection's rows each waiting on the gate's same rows) keep their fine
 // waits. The union only adds waits for producers of the same stage. An op
 // whose tasks wait on each other (a predecessor in the op) keeps its sets.
+//
+// An op that no task waits on (a fresh-row attention's KV-cache writes,
+// which run beside it) then waits on such a union too, where every one of
+// its sets lies in it: its delay holds nothing back, and its producers need
+// no relay to reach a second event.
 func Coarsen(tg *tgraph.Graph, preds [][]int, maxShare float64) [][]int {
 	out := append([][]int(nil), preds...)
+	var unions [][]int
+	var sinks [][2]int // the task ranges of ops no task waits on
+	waited := map[int]bool{}
+	for _, ps := range preds {
+		for _, p := range ps {
+			waited[tg.Tasks[p].Op] = true
+		}
+	}
 	for lo := 0; lo < len(tg.Tasks); {
 		op, hi := tg.Tasks[lo].Op, lo
 		for hi < len(tg.Tasks) && tg.Tasks[hi].Op == op {
@@ -139,10 +152,38 @@ func Coarsen(tg *tgraph.Graph, preds [][]int, maxShare float64) [][]int {
 			for id := lo; id < hi; id++ {
 				out[id] = coarse
 			}
+			unions = append(unions, coarse)
+		} else if op >= 0 && !waited[op] {
+			sinks = append(sinks, [2]int{lo, hi})
 		}
 		lo = hi
 	}
+	for _, r := range sinks {
+		for _, u := range unions {
+			if containsSets(u, preds[r[0]:r[1]]) {
+				for id := r[0]; id < r[1]; id++ {
+					out[id] = u
+				}
+				break
+			}
+		}
+	}
 	return out
+}
+
+// containsSets says whether sorted set u holds every element of each set
+// (and the sets are not all empty).
+func containsSets(u []int, sets [][]int) bool {
+	some := false
+	for _, ps := range sets {
+		for _, p := range ps {
+			if _, ok := slices.BinarySearch(u, p); !ok {
+				return false
+			}
+			some = true
+		}
+	}
+	return some
 }
 
 // sharedUnion returns the union of the predecessor sets of tasks [lo, hi)

@@ -261,6 +261,26 @@ type Attrs struct {
 	// In[IndexIn] holds the positions, and row i of the rotation lands at
 	// Out.select(Dim, In[IndexIn][i]) (Out is the cache, as for a KVWrite).
 	IndexIn int
+	// Fresh, on a decode Attention, folds in the RoPE of its queries and the
+	// step's new K and V rows (lower's freshRows).
+	Fresh *FreshRows
+}
+
+// FreshRows describes a decode Attention that reads its queries and this
+// step's K and V rows before the KV-cache writes land: In[0] is q before
+// its RoPE, and In[First:] are cos, sin (RoPE's views over the query heads,
+// broadcast over them), the new K row before its RoPE [B, KVH, 1, D], the
+// new V row, and the one cache position they are written at; with Norm, then
+// the q and k RMSNorm weights. The row at that position is taken from these
+// (rotated, rounded as the RoPE and the cache write round it), never read
+// from the cache, so the attention need not wait for the writes: its cache
+// reads exclude what the step writes (tgraph.Access.Fresh).
+type FreshRows struct {
+	First     int
+	Norm      bool    // q and k are RMS-normalised (weighted) before the rotation
+	Eps       float64 // Norm: the norms' epsilon
+	NormDType DType   // Norm: the dtype a normalised element rounds to
+	QDType    DType   // the rotated query's dtype (the RoPE's output)
 }
 
 // Prologue is an op folded into a Linear's load of x. Its inputs, viewed in
@@ -289,7 +309,7 @@ type Prologue struct {
 
 // MaxInputs is the most input views one op may have (the task ABI's
 // MPK_MAX_INPUTS): a pass that builds an op of many inputs stays within it.
-const MaxInputs = 8
+const MaxInputs = 12
 
 // MaxEpilogueInputs bounds an epilogue's inputs besides the product: the
 // CUDA store loads them into registers before the weights stream

@@ -49,7 +49,7 @@ func gemmKParts(op *ir.Op, workers int, extra int64) int64 {
 	// tasks of GemmRows weight rows, in each block of rows (markGemm)
 	tasks := (N + stream.GemmRows - 1) / stream.GemmRows * ((M + stream.GemmMaxRows - 1) / stream.GemmMaxRows)
 	best := int64(1)
-	for parts := int64(2); parts <= maxKParts && parts+extra <= ir.MaxInputs && tasks*best < int64(workers)*9/10; parts++ {
+	for parts := int64(2); parts <= maxKParts && parts+extra <= maxSliceInputs && tasks*best < int64(workers)*9/10; parts++ {
 		if K%(parts*stream.GemmCols) == 0 {
 			best = parts
 		}

@@ -46,12 +46,15 @@ type Config struct {
 	// Gemm streams Linears whose x has 32 rows or more a block of K at a
 	// time (markGemm), before SplitK.
 	Gemm bool
+	// FreshRows folds a decode attention's RoPE and the step's new K and V
+	// rows into it (freshRows): one dependent stage fewer a layer.
+	FreshRows bool
 }
 
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm}
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, FreshRows: o.FreshRows}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -25,6 +25,10 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 		shareRepeatedOps(g) // one extent for the layers' one mask
 		g.Renumber()
+		if cfg.FreshRows {
+			freshRows(g)
+			g.Renumber()
+		}
 	}
 	if cfg.SplitK || cfg.Gemm { // before split_rows: a Linear whose K slices stream needs no blocks of rows
 		splitLinearK(g, cfg.Workers, cfg.SplitK)

@@ -8,6 +8,11 @@ import (
 // maxKParts bounds the slices of K a Linear is cut into (splitLinearK).
 const maxKParts = 8
 
+// maxSliceInputs bounds the inputs of the op that reads a Linear's K slices
+// (the slices and the others): the ABI's bound when these passes were
+// measured (ir.MaxInputs grew for the fresh-row attention, not for them).
+const maxSliceInputs = 8
+
 // splitLinearK cuts a Linear whose x is too large for a tile stream to stage
 // (M·K too large: llama-3.2-1b's down projection, 16 × 8,192 at batch 16)
 // into Linears over slices of K that stream x with its low part, each
@@ -53,10 +58,10 @@ func kParts(op *ir.Op, written func(*ir.Buffer) bool) int64 {
 		return 0
 	}
 	// The sum reads every slice's product and the residual and epilogue
-	// inputs: at most ir.MaxInputs (qwen3-8b's down projection at batch 16,
+	// inputs: at most maxSliceInputs (qwen3-8b's down projection at batch 16,
 	// K = 12,288, takes 6 slices of 2,048, not 8 of 1,536).
 	K, extra := op.LinearK(), int64(len(sumInputs(op)))
-	for parts := int64(2); parts <= maxKParts && parts+extra <= ir.MaxInputs; parts++ {
+	for parts := int64(2); parts <= maxKParts && parts+extra <= maxSliceInputs; parts++ {
 		if K%parts != 0 {
 			continue
 		}

@@ -57,7 +57,7 @@ func TestSplitLinearK(t *testing.T) {
 	}
 	// qwen3-8b's down projection at batch 16 (K = 12,288): 8 slices of
 	// 1,536 stream, but their sum would read 9 inputs with the residual;
-	// 6 slices of 2,048 stream too and keep it within ir.MaxInputs.
+	// 6 slices of 2,048 stream too and keep it within maxSliceInputs.
 	b, _ = build(16, 12288, false)
 	splitLinearK(b.g, 132, true)
 	if got := kinds(b.g); got != "linear linear linear linear linear linear elementwise:linear_k_sum+residual" ||

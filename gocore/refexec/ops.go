@@ -207,7 +207,7 @@ func (x *exec) rope(op *ir.Op, b tgraph.Box) error {
 	r := in.Rank() - 1
 	dt := op.Out.DType()
 	lead := tgraph.Box{Lo: b.Lo[:r], Hi: b.Hi[:r]}
-	var xs, cs, ss []float64
+	var xs, cs, ss, ys []float64
 	out := make([]int64, in.Rank())
 	return each(lead, func(idx []int64) error {
 		if op.Attr.Pro != nil { // x is an RMSNorm of its inputs, row by row
@@ -216,7 +216,6 @@ func (x *exec) rope(op *ir.Op, b tgraph.Box) error {
 			xs = x.row(in, idx, xs)
 		}
 		cs, ss = x.row(op.In[1], idx, cs), x.row(op.In[2], idx, ss)
-		h := len(xs) / 2
 		copy(out, idx)
 		if op.Attr.IndexIn > 0 { // the row lands in the cache at its run-time position
 			d := op.Attr.Dim
@@ -226,15 +225,10 @@ func (x *exec) rope(op *ir.Op, b tgraph.Box) error {
 			}
 			out[d] = pos
 		}
-		for j := range xs {
-			var rot float64
-			if j < h {
-				rot = -xs[j+h]
-			} else {
-				rot = xs[j-h]
-			}
+		ys = x.rotate(xs, cs, ss, dt, ys)
+		for j, y := range ys {
 			out[r] = int64(j)
-			x.store(op.Out, out, round(dt, round(dt, xs[j]*cs[j])+round(dt, round(dt, rot)*ss[j])))
+			x.store(op.Out, out, y)
 		}
 		return nil
 	})
@@ -364,7 +358,7 @@ func (x *exec) attention(op *ir.Op, b tgraph.Box) error {
 		qs = x.row(q, idx, qs)
 		mx := math.Inf(-1)
 		for j := int64(0); j < Skv; j++ {
-			scores[j] = x.score(op, qs, bi, h, i, j)
+			scores[j] = x.score(op, qs, nil, bi, h, i, j)
 			mx = math.Max(mx, scores[j])
 		}
 		sum := 0.0
@@ -389,11 +383,15 @@ func (x *exec) attention(op *ir.Op, b tgraph.Box) error {
 }
 
 // score is q·k·scale plus the mask at (b, h, i, j); -Inf when masked out.
-func (x *exec) score(op *ir.Op, qs []float64, bi, h, i, j int64) float64 {
+// score is query i of head h (row bi) against position j: its K row read
+// from the cache, or ks where given (a fresh-row attention's new row).
+func (x *exec) score(op *ir.Op, qs, ks []float64, bi, h, i, j int64) float64 {
 	if op.Attr.Causal && j > i {
 		return math.Inf(-1)
 	}
-	ks := x.row(op.In[1], []int64{bi, h / op.Attr.Groups, j}, nil)
+	if ks == nil {
+		ks = x.row(op.In[1], []int64{bi, h / op.Attr.Groups, j}, nil)
+	}
 	dot := 0.0
 	for d, qv := range qs {
 		dot += qv * ks[d]
@@ -429,6 +427,41 @@ func (x *exec) maskAdd(m ir.View, idx []int64) float64 {
 	return 0
 }
 
+// freshRow is the rotated row of a fresh-row attention (ir.FreshRows) at
+// batch row bi and head h of input in (0: the queries; First+2: the new K
+// row), normalised first where the RoPE was, rounded to dt as the RoPE's
+// output (the rotated query) or the cache (the new K row).
+func (x *exec) freshRow(op *ir.Op, f *ir.FreshRows, in int, bi, h int64, dt ir.DType) []float64 {
+	lead := []int64{bi, h, 0}
+	var xs []float64
+	if f.Norm {
+		w := op.In[f.First+5]
+		if in != 0 {
+			w = op.In[f.First+6]
+		}
+		pro := &ir.Prologue{Kind: ir.RMSNorm, Eps: f.Eps, HasWeight: true, DType: f.NormDType}
+		xs = x.normRow([]ir.View{op.In[in], w}, lead, pro, nil)
+	} else {
+		xs = x.row(op.In[in], lead, nil)
+	}
+	return x.rotate(xs, x.row(op.In[f.First], lead, nil), x.row(op.In[f.First+1], lead, nil), dt, nil)
+}
+
+// rotate is RoPE of row xs by cos cs and sin ss, each product and sum
+// rounded to dt as eager rounds them.
+func (x *exec) rotate(xs, cs, ss []float64, dt ir.DType, dst []float64) []float64 {
+	h := len(xs) / 2
+	dst = dst[:0]
+	for j := range xs {
+		rot := xs[(j+h)%len(xs)]
+		if j < h {
+			rot = -rot
+		}
+		dst = append(dst, round(dt, round(dt, xs[j]*cs[j])+round(dt, round(dt, rot)*ss[j])))
+	}
+	return dst
+}
+
 // attentionPartial computes, for each KV chunk s and head h of the box, the
 // head's partial softmax over the chunk: max m, sum l of exp(score-m), and the
 // unnormalised output Σ exp(score-m)·v, into [B, Splits, H, Sq, Dv+2].
@@ -437,7 +470,14 @@ func (x *exec) maskAdd(m ir.View, idx []int64) float64 {
 func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 	q, v := op.In[0], op.In[2]
 	Sq, Dv, S := q.Shape[2], v.Shape[3], op.In[1].Shape[2]
+	f := op.Attr.Fresh
 	for bi := b.Lo[0]; bi < b.Hi[0]; bi++ {
+		pos := int64(-1) // a fresh-row attention's written position: its row comes from the new K and V
+		if f != nil {
+			if p, err := x.index(op.In[f.First+4], []int64{0}, S); err == nil {
+				pos = p
+			} // else the cache write reports it
+		}
 		live := op.Attr.Splits // chunks [0, live) hold visible positions
 		if op.Attr.HasExtent {
 			live = x.splitsBelowExtent(op.In[4], bi, ir.SplitChunk(S, op.Attr.Splits), live)
@@ -450,12 +490,27 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 			}
 			lo, hi := ir.SplitPositions(S, op.Attr.Splits, c, c+1)
 			for h := b.Lo[2]; h < b.Hi[2]; h++ {
+				kvh := h / op.Attr.Groups
+				var knew, vnew []float64
+				if pos >= lo && pos < hi {
+					knew = x.freshRow(op, f, f.First+2, bi, kvh, op.In[1].DType())
+					vnew = x.row(op.In[f.First+3], []int64{bi, kvh, 0}, nil)
+				}
 				for i := int64(0); i < Sq; i++ {
-					qs := x.row(q, []int64{bi, h, i}, nil)
+					var qs []float64
+					if f != nil {
+						qs = x.freshRow(op, f, 0, bi, h, f.QDType)
+					} else {
+						qs = x.row(q, []int64{bi, h, i}, nil)
+					}
 					m := math.Inf(-1)
 					scores := make([]float64, hi-lo)
 					for j := lo; j < hi; j++ {
-						scores[j-lo] = x.score(op, qs, bi, h, i, j)
+						var ks []float64
+						if j == pos {
+							ks = knew
+						}
+						scores[j-lo] = x.score(op, qs, ks, bi, h, i, j)
 						m = math.Max(m, scores[j-lo])
 					}
 					l, acc := 0.0, make([]float64, Dv)
@@ -464,7 +519,10 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 							p := math.Exp(scores[j-lo] - m)
 							l += p
 							if p != 0 {
-								vs := x.row(v, []int64{bi, h / op.Attr.Groups, j}, nil)
+								vs := vnew
+								if j != pos {
+									vs = x.row(v, []int64{bi, kvh, j}, nil)
+								}
 								for d := range acc {
 									acc[d] += p * vs[d]
 								}

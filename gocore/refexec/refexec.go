@@ -72,6 +72,10 @@ type exec struct {
 	audit bool
 	task  *tgraph.Task
 	bad   error
+	// With audit, the elements of buffers read through a Fresh access
+	// (tgraph.Access) that were so read, and those written: one element in
+	// both breaks the access's promise, in whichever order they ran.
+	freshRead, written map[int]map[int64]bool
 }
 
 // check records a violation when element off of buffer buf lies outside the
@@ -90,11 +94,38 @@ func (x *exec) check(buf int, off int64, write bool) {
 		}
 		i := sort.Search(len(a.Ivs), func(i int) bool { return a.Ivs[i].Hi > off })
 		if i < len(a.Ivs) && a.Ivs[i].Lo <= off {
+			x.checkFresh(buf, off, write, a.Fresh)
 			return
 		}
 	}
 	x.bad = fmt.Errorf("refexec audit: task %d (op %d) %s element %d of buffer %s, outside its declared %s",
 		x.task.ID, x.task.Op, verb, off, x.g.Buffers[buf].Name, verb)
+}
+
+// checkFresh records a violation when an element read through a Fresh
+// access is also written in the launch.
+func (x *exec) checkFresh(buf int, off int64, write, fresh bool) {
+	if x.freshRead == nil {
+		x.freshRead, x.written = map[int]map[int64]bool{}, map[int]map[int64]bool{}
+	}
+	mark := func(m map[int]map[int64]bool) {
+		if m[buf] == nil {
+			m[buf] = map[int64]bool{}
+		}
+		m[buf][off] = true
+	}
+	switch {
+	case write:
+		mark(x.written)
+	case fresh:
+		mark(x.freshRead)
+	default:
+		return
+	}
+	if x.freshRead[buf][off] && x.written[buf][off] {
+		x.bad = fmt.Errorf("refexec audit: task %d (op %d) touches element %d of buffer %s, both written in the launch and read through a fresh-row access",
+			x.task.ID, x.task.Op, off, x.g.Buffers[buf].Name)
+	}
 }
 
 // run executes the tasks: as the cuda runtime does when tg is scheduled

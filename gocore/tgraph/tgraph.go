@@ -27,6 +27,11 @@ type Interval struct{ Lo, Hi int64 }
 type Access struct {
 	Buf int
 	Ivs []Interval // sorted, disjoint, non-adjacent
+	// Fresh, on a read: the task never reads the elements that the launch
+	// writes into this buffer (a fresh-row attention's KV cache: the row the
+	// step writes is taken from the new K and V, at a run-time position
+	// inside Ivs). Its reads need no ordering against those writes.
+	Fresh bool
 }
 
 // Box is a tile of an op's output: [Lo[d], Hi[d]) in each dim.

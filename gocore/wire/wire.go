@@ -97,6 +97,10 @@ type Options struct {
 	// on their union: one event, and no relay tasks fanning a producer out
 	// to many (decompose.Coarsen).
 	CoarseEvents bool `json:"coarse_events"`
+	// FreshRows folds the RoPE of a decode attention's queries and its new
+	// K and V rows into the attention, which then runs beside the KV-cache
+	// writes rather than after them (lower.Config).
+	FreshRows bool `json:"fresh_rows"`
 }
 
 type Graph struct {
