@@ -561,49 +561,71 @@ struct DecodeUnits {
   }
 };
 
-// FreshRegs is what a fresh-row attention (ir.FreshRows, op.pro_first the
-// first of its inputs) reads for one unit before its dots, held a lane's
-// elements lane + 32·e: its G query rows and the new K row of their KV head
-// before the RoPE, the cos and sin rows (one tensor broadcast over the
-// heads: the same rows for q and k), and with FLAG_WEIGHT the q and k norm
-// weights. Loaded together, with the unit's first loads.
-template <int D, int G>
-struct FreshRegs {
-  static constexpr int PER = D / 32;
-  float q[G][PER], qw[G][PER], k[PER], kw[PER], c[PER], sn[PER];
+// FreshTypes are a fresh-row attention's element types, as constants
+// (codegen): C of cos and sin, KX and VX of the new K and V rows, W of the
+// norms' weights; QR the rotated query's dtype code; NORMED whether q and k
+// are RMS-normalised first, NORM the norms' rounding. With them the staging's loads and roundings are single
+// instructions, where dtype switches took registers enough to spill.
+template <typename C_, typename KX_, typename VX_, typename W_, int QR_, bool NORMED_, int NORM_>
+struct FreshTypes {
+  using C = C_;
+  using KX = KX_;
+  using VX = VX_;
+  using W = W_;
+  static constexpr int32_t QR = QR_, NORM = NORM_;
+  static constexpr bool NORMED = NORMED_;
 };
 
-template <typename QT, int D, int G, int N>
-__device__ __forceinline__ void load_fresh(FreshRegs<D, G>& f, const Op& op, const Slots<N>& s, int64_t b, int h0,
-                                           int kvh, int lane) {
+// FreshQ is what a fresh-row attention (ir.FreshRows, op.pro_first the
+// first of its inputs) reads of a unit's queries before its dots, a lane's
+// elements lane + 32·e: its G query rows before the RoPE, the cos and sin
+// rows (one tensor broadcast over the heads: the same rows serve the new K
+// row), and with FLAG_WEIGHT the q norm's weights. The new K and V rows are
+// read by put_fresh, in a second batch: all at once, their destinations
+// outnumbered the registers and ptxas spilled them, each spill store
+// waiting for its load.
+template <int D, int G>
+struct FreshQ {
+  static constexpr int PER = D / 32;
+  float q[G][PER], qw[G][PER], c[PER], sn[PER];
+};
+
+// dtype_of is the dtype code of a float kind.
+template <typename X>
+__host__ __device__ constexpr int32_t dtype_of() {
+  return std::is_same<X, __nv_bfloat16>::value ? DT_BFLOAT16 : std::is_same<X, __half>::value ? DT_FLOAT16 : DT_FLOAT32;
+}
+
+// fresh_at is the offset of view v's row at batch row b and head h.
+__device__ __forceinline__ int64_t fresh_at(const View& v, int64_t b, int64_t h) {
+  return v.offset + b * v.stride[0] + h * v.stride[1];
+}
+
+template <class FT, typename QT, int D, int G, int N>
+__device__ __forceinline__ void load_fresh_q(FreshQ<D, G>& f, const Op& op, const Slots<N>& s, int64_t b, int h0,
+                                             int lane) {
   constexpr int PER = D / 32;
   const int F = op.pro_first;
-  const bool norm = op.flags & FLAG_WEIGHT;
-  const View &q = op.in[0], &c = op.in[F], &sn = op.in[F + 1], &kx = op.in[F + 2];
-  auto at = [&](const View& v, int64_t h) { return v.offset + b * v.stride[0] + h * v.stride[1]; };
+  const View &q = op.in[0], &c = op.in[F], &sn = op.in[F + 1], &qw = op.in[F + 5];
 #pragma unroll
   for (int u = 0; u < G; ++u) {
-    const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + at(q, h0 + u);
+    const QT* qrow = reinterpret_cast<const QT*>(base(s, q)) + fresh_at(q, b, h0 + u);
 #pragma unroll
     for (int e = 0; e < PER; ++e) f.q[u][e] = ld_typed(qrow + (lane + 32 * e) * q.stride[3]);
   }
 #pragma unroll
   for (int e = 0; e < PER; ++e) {
     const int64_t j = lane + 32 * e;
-    f.k[e] = ld_float(base(s, kx), kx.dtype, at(kx, kvh) + j * kx.stride[3]);
-    f.c[e] = ld_float(base(s, c), c.dtype, at(c, h0) + j * c.stride[3]);
-    f.sn[e] = ld_float(base(s, sn), sn.dtype, at(sn, h0) + j * sn.stride[3]);
+    f.c[e] = ld_typed(reinterpret_cast<const typename FT::C*>(base(s, c)) + fresh_at(c, b, h0) + j * c.stride[3]);
+    f.sn[e] = ld_typed(reinterpret_cast<const typename FT::C*>(base(s, sn)) + fresh_at(sn, b, h0) + j * sn.stride[3]);
   }
-  if (norm) {
-    const View &qw = op.in[F + 5], &kw = op.in[F + 6];
+  if constexpr (FT::NORMED)
 #pragma unroll
-    for (int e = 0; e < PER; ++e) {
-      const int64_t j = lane + 32 * e;
+    for (int u = 0; u < G; ++u)
 #pragma unroll
-      for (int u = 0; u < G; ++u) f.qw[u][e] = ld_float(base(s, qw), qw.dtype, at(qw, h0 + u) + j * qw.stride[3]);
-      f.kw[e] = ld_float(base(s, kw), kw.dtype, at(kw, kvh) + j * kw.stride[3]);
-    }
-  }
+      for (int e = 0; e < PER; ++e)
+        f.qw[u][e] = ld_typed(reinterpret_cast<const typename FT::W*>(base(s, qw)) + fresh_at(qw, b, h0 + u) +
+                              (lane + 32 * e) * qw.stride[3]);
 }
 
 // fresh_rotate is the RoPE of a warp's row v (RMS-normalised with weight g
@@ -633,56 +655,52 @@ __device__ __forceinline__ void fresh_rotate(float (&v)[PER], const float (&g)[P
 }
 
 // put_fresh writes the unit's rotated queries to the warp's qs [G][D],
-// pre-scaled (as put_queries), and sets dnew to each query's dot with the
-// rotated new K row (rounded to the cache's dtype kdt): the score of the
-// position the step writes, which the unit never reads from the cache.
-template <int D, int G>
-__device__ __forceinline__ void put_fresh(float* qs, float (&dnew)[G], FreshRegs<D, G>& f, const Op& op, int32_t kdt,
-                                          int lane) {
+// pre-scaled (as put_queries); reads the new K row of KV head kvh and sets
+// dnew to each query's dot with it rotated (rounded to the cache's dtype
+// kdt): the score of the position the step writes, which the unit never
+// reads from the cache; and puts the new V row (rounded to vdt, as the
+// cache write stores it) in the warp's vf [D], columns as the unit's
+// output, for fresh_fold. The K and V rows' loads go out first and fly
+// while the queries rotate.
+template <class FT, typename QT, typename T, int D, int G, int N>
+__device__ __forceinline__ void put_fresh(float* qs, float* vf, float (&dnew)[G], FreshQ<D, G>& f, const Op& op,
+                                          const Slots<N>& s, int64_t b, int kvh, int lane) {
   constexpr int PER = D / 32;
   const int F = op.pro_first;
-  const bool norm = op.flags & FLAG_WEIGHT;
-  const int32_t qdt = op.in[0].dtype, kxdt = op.in[F + 2].dtype;
-  fresh_rotate<PER>(f.k, f.kw, f.c, f.sn, norm, op.eps, kxdt, op.pro_dtype, kdt);
+  constexpr bool norm = FT::NORMED;
+  const View &kx = op.in[F + 2], &vx = op.in[F + 3], &kwv = op.in[F + 6];
+  float k[PER], kw[PER], v[PER];
+#pragma unroll
+  for (int e = 0; e < PER; ++e) {
+    const int64_t j = lane + 32 * e;
+    k[e] = ld_typed(reinterpret_cast<const typename FT::KX*>(base(s, kx)) + fresh_at(kx, b, kvh) + j * kx.stride[3]);
+    v[e] = ld_typed(reinterpret_cast<const typename FT::VX*>(base(s, vx)) + fresh_at(vx, b, kvh) +
+                    (lane * PER + e) * vx.stride[3]);
+    kw[e] = FT::NORMED ? ld_typed(reinterpret_cast<const typename FT::W*>(base(s, kwv)) + fresh_at(kwv, b, kvh) +
+                                  j * kwv.stride[3])
+                       : 1.f;
+  }
   __syncwarp();  // the previous reads of qs are done
 #pragma unroll
   for (int u = 0; u < G; ++u) {
-    fresh_rotate<PER>(f.q[u], f.qw[u], f.c, f.sn, norm, op.eps, qdt, op.pro_dtype, op.epi_dtype);
+    fresh_rotate<PER>(f.q[u], f.qw[u], f.c, f.sn, norm, op.eps, dtype_of<QT>(), FT::NORM, FT::QR);
+#pragma unroll
+    for (int e = 0; e < PER; ++e) qs[u * D + lane + 32 * e] = f.q[u][e] * op.scale;
+  }
+  fresh_rotate<PER>(k, kw, f.c, f.sn, norm, op.eps, dtype_of<typename FT::KX>(), FT::NORM, dtype_of<T>());
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
     float d = 0.f;
 #pragma unroll
-    for (int e = 0; e < PER; ++e) {
-      const float qv = f.q[u][e] * op.scale;
-      qs[u * D + lane + 32 * e] = qv;
-      d = fmaf(qv, f.k[e], d);
-    }
+    for (int e = 0; e < PER; ++e) d = fmaf(qs[u * D + lane + 32 * e], k[e], d);
     dnew[u] = warp_sum(d);
   }
+  // The new V row waits in shared memory for fresh_fold, not in registers
+  // through the unit's loop.
+#pragma unroll
+  for (int e = 0; e < PER; ++e) vf[lane * PER + e] = round_float(dtype_of<T>(), v[e]);
   __syncwarp();
 }
-
-// elem_of rounds v to a K/V element type.
-template <typename T>
-__device__ __forceinline__ T elem_of(float v);
-template <>
-__device__ __forceinline__ float elem_of<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 elem_of<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half elem_of<__half>(float v) { return __float2half_rn(v); }
-
-// FreshV is a fresh-row attention's new V row of one unit (in[pro_first +
-// 3], any float dtype): load puts its columns [c0, c0 + n) into e as the
-// cache write would store them (rounded to T).
-struct FreshV {
-  const char* base;
-  int64_t row;  // the row's offset in elements
-  int64_t cs;   // column stride
-  int32_t dtype;
-  template <typename T>
-  __device__ __forceinline__ void load(T* e, int n, int c0) const {
-    for (int c = 0; c < n; ++c) e[c] = elem_of<T>(ld_float(base, dtype, row + (c0 + c) * cs));
-  }
-};
 
 // fresh_position is the cache position a fresh-row attention's new row is
 // written at (in[pro_first + 4], one element; negative counts from the
@@ -690,9 +708,30 @@ struct FreshV {
 template <int N>
 __device__ __forceinline__ int fresh_position(const Op& op, const Slots<N>& s, int S) {
   const View& p = op.in[op.pro_first + 4];
-  const int64_t raw = (int64_t)load_elem(base(s, p), p.dtype, p.offset);
+  const char* pb = base(s, p);
+  const int64_t raw = p.dtype == DT_INT64 ? __ldcg(reinterpret_cast<const long long*>(pb) + p.offset)
+                                          : __ldcg(reinterpret_cast<const int*>(pb) + p.offset);
   const int64_t i = raw < 0 ? raw + S : raw;
   return i >= 0 && i < S ? (int)i : -1;
+}
+
+// fresh_fold adds the row the step writes to a unit's online softmax (m,
+// l, acc: columns lane·PER + e), once its cache rows are done: xf its
+// queries' scores there (-inf: hidden, or not this warp's), the V row in vf
+// (put_fresh).
+template <int G, int PER>
+__device__ __forceinline__ void fresh_fold(float (&m)[G], float (&l)[G], float (&acc)[G][PER], const float (&xf)[G],
+                                           const float* vf, int lane) {
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    if (xf[u] == -INFINITY) continue;  // warp-uniform
+    const float mnew = fmaxf(m[u], xf[u]);
+    const float corr = m[u] == -INFINITY ? 0.f : __expf(m[u] - mnew), p = __expf(xf[u] - mnew);
+    l[u] = l[u] * corr + p;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) acc[u][e] = acc[u][e] * corr + p * vf[lane * PER + e];
+    m[u] = mnew;
+  }
 }
 
 // VRows16 is attention_decode's p·V layout where it suits: a lane reads 16
@@ -775,8 +814,9 @@ __device__ __forceinline__ void to_lane_columns(const float (&av)[UG][VRows16<T,
 // SH is the op's shape as constants (DecodeShape): the unit and chunk
 // arithmetic ahead of a task's first load is then multiplies and shifts,
 // not a chain of integer divisions.
-template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, class SH, bool FR, int N>
+template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, class SH, class FT, int N>
 __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  constexpr bool FR = !std::is_void<FT>::value;
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
   constexpr int KV = 16 / (int)sizeof(T);  // K elements per 16-byte load
   // Loads in flight per lane are bounded to 128 bytes (32 registers): more
@@ -800,6 +840,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   float* qs = reinterpret_cast<float*>(smem) + warp * UG * D;        // this warp's queries [UG][D], pre-scaled
   float* part = reinterpret_cast<float*>(smem) + warps * UG * D;     // [warps][UG][D + 2]: states to merge
   int* row_live = reinterpret_cast<int*>(part + warps * UG * (D + 2));  // ROWS: [rows], each row's live splits a group
+  // FR: this warp's new V row [D], after row_live's B rows (codegen's freshBytes)
+  float* vfresh = reinterpret_cast<float*>(row_live) + (op.in[0].shape[0] + 3) / 4 * 4 + warp * D;
   constexpr int cp = warps < (chunk + 31) / 32 ? warps : (chunk + 31) / 32, units = warps / cp;  // warps a unit, units a round
   const int sub = warp % cp;
   // One batch row: the first round's unit as it is when every split is live
@@ -810,8 +852,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   float qv[UG][PER];
   // FR: the fresh-row inputs (FreshRegs), the position the step writes,
   // and each query's score there.
-  using Fresh = FreshRegs<FR ? D : 32, UG>;
-  Fresh fr;
+  FreshQ<FR ? D : 32, UG> fr;
   float dnew[UG];
   const int pos = FR ? fresh_position(op, s, S) : -1;
   DecodeUnit guess{-1, -1, -1};
@@ -824,7 +865,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     }
     if (warp / cp < units && warp / cp < all.n) {
       guess = all.unit(warp / cp, splits, UG);
-      if constexpr (FR) load_fresh<QT, D, UG>(fr, op, s, guess.b, guess.h0, guess.h0 / G, lane);
+      if constexpr (FR) load_fresh_q<FT, QT, D, UG>(fr, op, s, guess.b, guess.h0, lane);
       else load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
     }
   }
@@ -838,6 +879,9 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     float m[UG], l[UG], acc[UG][PER];
     clear_softmax(m, l, acc);
     float av[UG][V16::VEC] = {};  // kV16: the lane's columns of its row group
+    float xf[UG];                 // FR: the queries' scores at pos, for fresh_fold (-inf: none here)
+#pragma unroll
+    for (int u = 0; u < UG; ++u) xf[u] = -INFINITY;
     if (active) {
       const T* krows = reinterpret_cast<const T*>(base(s, k)) + k.offset + b * k.stride[0] + kvh * k.stride[1];
       const T* vrows = reinterpret_cast<const T*>(base(s, v)) + v.offset + b * v.stride[0] + kvh * v.stride[1];
@@ -848,18 +892,12 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
       const bool guessed = !ROWS && i0 == 0 && b == guess.b && h0 == guess.h0;
       if constexpr (FR) {
-        if (!guessed) load_fresh<QT, D, UG>(fr, op, s, b, h0, kvh, lane);
-        put_fresh<D, UG>(qs, dnew, fr, op, k.dtype, lane);
+        if (!guessed) load_fresh_q<FT, QT, D, UG>(fr, op, s, b, h0, lane);
+        put_fresh<FT, QT, T, D, UG>(qs, vfresh, dnew, fr, op, s, b, kvh, lane);
       } else if (guessed) {
         put_queries<D, UG>(qs, qv, op.scale, lane);
       } else {
         stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
-      }
-      // FR: the new V row, read in place of the cache's row at pos.
-      FreshV vnew{};
-      if constexpr (FR) {
-        const View& vx = op.in[op.pro_first + 3];
-        vnew = FreshV{base(s, vx), vx.offset + b * vx.stride[0] + kvh * vx.stride[1], vx.stride[3], vx.dtype};
       }
       if (i0 == 0) mark_staged();  // trace builds: the extent and q read
       for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
@@ -868,7 +906,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         bool live = false;
 #pragma unroll
         for (int u = 0; u < UG; ++u) {
-          sc[u] = j >= j_hi ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : sc[0];
+          sc[u] = j >= j_hi || (FR && j == pos) ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : sc[0];
           live = live || sc[u] != -INFINITY;
         }
         // q·k of each head for this lane's position: its K row read whatever
@@ -878,8 +916,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         float dot[UG];
 #pragma unroll
         for (int u = 0; u < UG; ++u) dot[u] = 0.f;
-        // FR: row pos is being written; a neighbour is read in its place and
-        // its score replaced by the new row's (dnew).
+        // FR: row pos is being written; a neighbour is read in its place (its
+        // score hidden above; fresh_fold adds the new row after the loop).
         const int jk = FR && j == pos ? (j > 0 ? j - 1 : min(j + 1, S - 1)) : min(j, S - 1);
         const T* krow = krows + jk * ks;
         if constexpr (FAST) {
@@ -900,10 +938,6 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             for (int u = 0; u < UG; ++u) dot[u] += qs[u * D + d] * kd;
           }
         }
-        if constexpr (FR)
-          if (j == pos)
-#pragma unroll
-            for (int u = 0; u < UG; ++u) dot[u] = dnew[u];
         const unsigned live_rows = __ballot_sync(0xffffffffu, live);
         // The live rows' V for the lane's columns, VB rows a batch.
         auto load_v = [&](VRaw (&vr)[VB], int r0) {
@@ -911,9 +945,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           for (int r = 0; r < VB; ++r) {
             vr[r] = VRaw{};
             const T* vrow = vrows + min(jg + r0 + r, S - 1) * vs;
-            if (FR && jg + r0 + r == pos) {  // warp-uniform
-              if ((live_rows >> (r0 + r)) & 1u) vnew.load(reinterpret_cast<T*>(&vr[r]), PER, lane * PER < D ? lane * PER : 0);
-            } else if constexpr (FAST) {
+            if constexpr (FAST) {
               if ((live_rows >> (r0 + r)) & 1u) vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
             } else if ((live_rows >> (r0 + r)) & 1u) {
               T* e = reinterpret_cast<T*>(&vr[r]);
@@ -930,9 +962,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             for (int i = 0; i < V16::BATCH; ++i) {
               const int r = rsub + V16::RPL * (i0 + i);
               vr[i] = make_uint4(0, 0, 0, 0);
-              if (!((live_rows >> r) & 1u)) continue;
-              if (FR && jg + r == pos) vnew.load(reinterpret_cast<T*>(&vr[i]), V16::VEC, c0);
-              else vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
+              if ((live_rows >> r) & 1u) vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
             }
           };
           softmax_step(m, l, av, sc, dot, pr);
@@ -972,10 +1002,20 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           }
         }
       }
+      // FR: the warp whose positions hold pos scores the new row there.
+      if constexpr (FR)
+        if (pos >= j_lo && pos < j_hi && (pos - j_lo) / 32 % cp == sub)
+#pragma unroll
+          for (int u = 0; u < UG; ++u) {
+            const float a = u == 0 || mask_hs != 0 ? mask.add(pos, u * mask_hs) : mask.add(pos);
+            xf[u] = a == -INFINITY ? -INFINITY : a + dnew[u];
+          }
     }
     if (i0 == 0) mark_dots();  // trace builds: the first round's K and V done
     if constexpr (kV16)
       if (active) to_lane_columns<T, D, UG>(av, acc, qs, lane);
+    if constexpr (FR)
+      if (active) fresh_fold<UG, PER>(m, l, acc, xf, vfresh, lane);
     if (cp > 1) {  // the unit's warps merge into its first
 #pragma unroll
       for (int u = 0; u < UG; ++u) store_partial<D>(part + (warp * UG + u) * (D + 2), 1, m[u], l[u], acc[u], lane);
@@ -1104,7 +1144,7 @@ struct DecodeShape {
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
 // more warps than heads, wph warps split a head's positions (interleaved) and
 // the first of them merges their states through shared memory.
-template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, bool FR = false, int N>
+template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, class FT = void, int N>
 __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(D <= 256, "head dim up to 256");
   constexpr int PER = SoftmaxState<D, G>::PER;
@@ -1116,11 +1156,11 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   if (Sq == 1) {  // [lo, hi) are flat (head group, chunk) units (ir.Op.DecodeUnits)
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
-        attention_decode<T, QT, MT, D, R, ROWS, true, UG, SH, FR>(op, lo, hi, s, smem);
+        attention_decode<T, QT, MT, D, R, ROWS, true, UG, SH, FT>(op, lo, hi, s, smem);
         return;
       }
     }
-    attention_decode<T, QT, MT, D, R, ROWS, false, UG, SH, FR>(op, lo, hi, s, smem);
+    attention_decode<T, QT, MT, D, R, ROWS, false, UG, SH, FT>(op, lo, hi, s, smem);
     return;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;

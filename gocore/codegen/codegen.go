@@ -465,24 +465,32 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			// ROWS: a decode batch's rows share the task's rounds.
 			// DecodeShape: the unit arithmetic's operands as constants.
 			// FR: the queries' RoPE and the step's new K and V rows folded in.
-			fresh := op.Attr.Fresh
-			if fresh != nil {
+			ft := "void"
+			if fresh := op.Attr.Fresh; fresh != nil {
 				if err := freshOnGPU(op); err != nil {
 					return "", err
 				}
 				proFirst, epiDType = fresh.First, int(fresh.QDType)
+				wT := "float"
 				if fresh.Norm {
 					proDType, eps = int(fresh.NormDType), fresh.Eps
 					flags |= flagWeight
+					wT = cType[op.In[fresh.First+5].DType()]
 				}
+				ft = fmt.Sprintf("mpk::FreshTypes<%s, %s, %s, %s, %d, %v, %d>", cType[op.In[fresh.First].DType()],
+					cType[op.In[fresh.First+2].DType()], cType[op.In[fresh.First+3].DType()], wT, fresh.QDType, fresh.Norm, proDType)
 			}
-			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %v>(op, lo, hi, s, c.smem)",
+			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s>(op, lo, hi, s, c.smem)",
 				T, cType[op.In[0].DType()], maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(),
-				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G, fresh != nil)
+				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G, ft)
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and each batch row's live splits).
 		ug := int(op.HeadsPerUnit())
-		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, (Threads/32)*ug*(2*int(D)+2)*4+4*int(op.In[0].Shape[0]))
+		decodeBytes := (Threads/32)*ug*(2*int(D)+2)*4 + 4*int(op.In[0].Shape[0])
+		if op.Attr.Fresh != nil { // each warp's new V row, after the rows' (rounded up to 4)
+			decodeBytes = (Threads/32)*ug*(2*int(D)+2)*4 + 4*int((op.In[0].Shape[0]+3)/4*4) + (Threads/32)*int(D)*4
+		}
+		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, decodeBytes)
 		if op.Attr.SharedKV {
 			k, v := op.In[1], op.In[2]
 			C := ir.SplitChunk(k.Shape[2], op.Attr.Splits)

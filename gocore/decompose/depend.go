@@ -143,29 +143,39 @@ func Coarsen(tg *tgraph.Graph, preds [][]int, maxShare float64) [][]int {
 			waited[tg.Tasks[p].Op] = true
 		}
 	}
-	for lo := 0; lo < len(tg.Tasks); {
-		op, hi := tg.Tasks[lo].Op, lo
-		for hi < len(tg.Tasks) && tg.Tasks[hi].Op == op {
-			hi++
-		}
+	coarsen := func(lo, hi int) {
 		if coarse := sharedUnion(preds, lo, hi, maxShare); coarse != nil {
 			for id := lo; id < hi; id++ {
 				out[id] = coarse
 			}
 			unions = append(unions, coarse)
-		} else if op >= 0 && !waited[op] {
-			sinks = append(sinks, [2]int{lo, hi})
+		}
+	}
+	for lo := 0; lo < len(tg.Tasks); {
+		op, hi := tg.Tasks[lo].Op, lo
+		for hi < len(tg.Tasks) && tg.Tasks[hi].Op == op {
+			hi++
+		}
+		if op >= 0 && !waited[op] {
+			sinks = append(sinks, [2]int{lo, hi}) // after the others' unions are known
+		} else {
+			coarsen(lo, hi)
 		}
 		lo = hi
 	}
 	for _, r := range sinks {
+		joined := false
 		for _, u := range unions {
 			if containsSets(u, preds[r[0]:r[1]]) {
 				for id := r[0]; id < r[1]; id++ {
 					out[id] = u
 				}
+				joined = true
 				break
 			}
+		}
+		if !joined {
+			coarsen(r[0], r[1])
 		}
 	}
 	return out

@@ -385,9 +385,9 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-coarse-events", dest="coarse_events", action="store_false",
                    help="turn off option coarse_events: every task then waits on exactly the producer tasks it reads, "
                         "through empty relay tasks where a producer feeds many sets")
-    p.add_argument("--fresh-rows", dest="fresh_rows", action="store_true",
-                   help="turn on option fresh_rows: a decode attention applies its RoPE and takes the step's new K "
-                        "and V rows itself, beside the KV-cache writes (off by default: slower so far, bench/NOTES.md)")
+    p.add_argument("--no-fresh-rows", dest="fresh_rows", action="store_false",
+                   help="turn off option fresh_rows: a decode attention then waits for separate RoPE and KV-cache "
+                        "write tasks")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
 
