@@ -37,3 +37,31 @@ func TestCoarsen(t *testing.T) {
 		t.Errorf("at a share of 3 the op keeps its sets: task 4 waits on %v", got[4])
 	}
 }
+
+// TestCoarsenSinkJoinsAUnion: an op no task waits on (a fresh-row
+// attention's KV-cache writes), whose sets lie in another op's union, waits
+// on that union, so its producers trigger one event; an op some task waits
+// on keeps its own sets.
+func TestCoarsenSinkJoinsAUnion(t *testing.T) {
+	ops := []int{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 4}
+	g := &tgraph.Graph{}
+	for id, op := range ops {
+		g.Tasks = append(g.Tasks, &tgraph.Task{ID: id, Op: op})
+	}
+	preds := [][]int{
+		nil, nil, nil, nil,
+		{0, 1, 2}, {1, 2, 3}, {0, 2, 3}, {0, 1, 3}, // op 1: coarsened to [0 1 2 3]
+		{0, 1}, {1, 2}, // op 2: a sink whose overlapping sets lie in op 1's union
+		{2, 3}, // op 3: waited on by op 4
+		{10},
+	}
+	got := Coarsen(g, preds, 1)
+	for id := 8; id < 10; id++ {
+		if !slices.Equal(got[id], []int{0, 1, 2, 3}) {
+			t.Errorf("sink task %d waits on %v, want op 1's union [0 1 2 3]", id, got[id])
+		}
+	}
+	if !slices.Equal(got[10], preds[10]) {
+		t.Errorf("task 10, waited on, waits on %v, want its own set %v", got[10], preds[10])
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"mpk/gocore/compiler"
+	"mpk/gocore/ir"
 	"mpk/gocore/refexec"
 	"mpk/gocore/wire"
 )
@@ -17,6 +18,11 @@ import (
 // audited compiles a recorded request for the reference target, lets edit
 // change its task graph, and runs it with the access audit on random inputs.
 func audited(t *testing.T, path string, edit func(*compiler.Compiled)) (*compiler.Compiled, int, error) {
+	return auditedWith(t, path, func(*wire.Options) {}, edit)
+}
+
+// auditedWith is audited with the request's options changed by opts first.
+func auditedWith(t *testing.T, path string, opts func(*wire.Options), edit func(*compiler.Compiled)) (*compiler.Compiled, int, error) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -27,6 +33,7 @@ func audited(t *testing.T, path string, edit func(*compiler.Compiled)) (*compile
 		t.Fatal(derr)
 	}
 	req.Options.Target = "reference"
+	opts(&req.Options)
 	c, werr := compiler.Compile(req)
 	if werr != nil {
 		t.Fatal(werr)
@@ -111,5 +118,59 @@ func TestAccessAuditCatchesAnUndeclaredAccess(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "outside its declared "+verb) {
 			t.Fatalf("trimmed the %s of task %d: the audit said %v", verb, victim, err)
 		}
+	}
+}
+
+// TestAccessAuditFreshRows: with fresh_rows, each decode attention reads the
+// KV cache through Fresh accesses (nothing ordered against the step's cache
+// writes, which run beside it); the audit checks that no element it reads
+// so is written in the launch, on qwen3-0.6b (q/k norms, batch 1) and
+// wide-llama (batch 3). Marking a read of what the launch writes Fresh (the
+// o projection's read of the attention's partials) is caught.
+func TestAccessAuditFreshRows(t *testing.T) {
+	fresh := func(o *wire.Options) { o.FreshRows = true }
+	for _, name := range []string{"qwen3-0.6b-decode.json.zst", "wide-llama-batch3-decode.json.zst"} {
+		if testing.Short() {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			c, n, err := auditedWith(t, filepath.Join("..", "testdata", name), fresh, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != len(c.Tasks.Tasks) {
+				t.Fatalf("ran %d of %d tasks", n, len(c.Tasks.Tasks))
+			}
+			folded := 0
+			for _, op := range c.Ops.Ops {
+				if op.Attr.Fresh != nil {
+					folded++
+				}
+			}
+			if folded == 0 {
+				t.Fatal("no attention took the fresh rows")
+			}
+		})
+	}
+	path := filepath.Join("..", "testdata", "tiny-llama-decode.json")
+	c, _, err := auditedWith(t, path, fresh, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range c.Ops.Ops {
+		if op.Attr.Fresh != nil { // head dim 16: a rotated pair spans two lanes
+			t.Fatalf("tiny-llama's attention (head dim 16) took the fresh rows: op %d", op.ID)
+		}
+	}
+	lie := func(c *compiler.Compiled) { // the o projection's read of the partials, marked Fresh
+		for _, tk := range c.Tasks.Tasks {
+			if tk.Op >= 0 && c.Ops.Ops[tk.Op].Attr.Pro != nil && c.Ops.Ops[tk.Op].Attr.Pro.Kind == ir.AttnMerge {
+				tk.Reads[0].Fresh = true
+			}
+		}
+	}
+	if _, _, err := auditedWith(t, path, func(o *wire.Options) { o.NumWorkers = 132 }, lie); err == nil ||
+		!strings.Contains(err.Error(), "read through a fresh-row access") {
+		t.Fatalf("a Fresh read of the partials the attention writes: the audit said %v", err)
 	}
 }
