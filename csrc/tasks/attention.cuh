@@ -804,7 +804,11 @@ __device__ __forceinline__ void to_lane_columns(const float (&av)[UG][VRows16<T,
 // in[4] is the mask's extent per batch row and the chunks from it on are
 // skipped (their partials unwritten: the merge reads none past the extent),
 // so a long cache's empty chunks cost no rounds. Rows as decode_rows_ok
-// says; FAST false reads them element by element (any layout).
+// says; FAST false reads them element by element (any layout). With FT
+// (FreshTypes; void: none) the op is a fresh-row attention (ir.FreshRows):
+// its queries are rotated as they are staged (put_fresh), and the position
+// the step writes is hidden in the loop and its new row folded in after it
+// (fresh_fold), so no task reads the cache row the step's writes store.
 // A lane's bytes of V loads in flight (a batch of rows); fewer make the
 // unrolled body smaller (it runs cold, once per layer) but take more round
 // trips (bench/NOTES.md).
@@ -850,7 +854,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   // under the register cap the queries' destinations are spilled, and a
   // spill store waits for its load.
   float qv[UG][PER];
-  // FR: the fresh-row inputs (FreshRegs), the position the step writes,
+  // FR: the queries' fresh-row inputs (FreshQ), the position the step writes,
   // and each query's score there.
   FreshQ<FR ? D : 32, UG> fr;
   float dnew[UG];
