@@ -48,6 +48,16 @@ __device__ __forceinline__ int64_t dtype_size(int32_t dt) {
   }
 }
 
+// dtype_of is the dtype code of a float element type.
+template <typename X>
+__host__ __device__ constexpr int32_t dtype_of();
+template <>
+__host__ __device__ constexpr int32_t dtype_of<float>() { return DT_FLOAT32; }
+template <>
+__host__ __device__ constexpr int32_t dtype_of<__nv_bfloat16>() { return DT_BFLOAT16; }
+template <>
+__host__ __device__ constexpr int32_t dtype_of<__half>() { return DT_FLOAT16; }
+
 // The dtype-generic element helpers below are __noinline__: every task uses
 // them, so one shared copy stays in the instruction cache, where inlined
 // copies of their dtype switches made each task variant tens of KB of code

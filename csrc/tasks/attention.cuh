@@ -580,7 +580,7 @@ struct FreshTypes {
 // first of its inputs) reads of a unit's queries before its dots, a lane's
 // elements lane + 32·e: its G query rows before the RoPE, the cos and sin
 // rows (one tensor broadcast over the heads: the same rows serve the new K
-// row), and with FLAG_WEIGHT the q norm's weights. The new K and V rows are
+// row), and when FT::NORMED the q norm's weights. The new K and V rows are
 // read by put_fresh, in a second batch: all at once, their destinations
 // outnumbered the registers and ptxas spilled them, each spill store
 // waiting for its load.
@@ -589,12 +589,6 @@ struct FreshQ {
   static constexpr int PER = D / 32;
   float q[G][PER], qw[G][PER], c[PER], sn[PER];
 };
-
-// dtype_of is the dtype code of a float kind.
-template <typename X>
-__host__ __device__ constexpr int32_t dtype_of() {
-  return std::is_same<X, __nv_bfloat16>::value ? DT_BFLOAT16 : std::is_same<X, __half>::value ? DT_FLOAT16 : DT_FLOAT32;
-}
 
 // fresh_at is the offset of view v's row at batch row b and head h.
 __device__ __forceinline__ int64_t fresh_at(const View& v, int64_t b, int64_t h) {
@@ -630,8 +624,9 @@ __device__ __forceinline__ void load_fresh_q(FreshQ<D, G>& f, const Op& op, cons
 
 // fresh_rotate is the RoPE of a warp's row v (RMS-normalised with weight g
 // first when norm), rounding as rope_normed: the norm to xdt then ndt, each
-// product and sum of the rotation to dt. D / 2 is a multiple of 32, so
-// element lane + 32·e pairs with lane + 32·(e + PER / 2) in the same lane.
+// product and sum of the rotation to dt (rotate_pair). D / 2 is a multiple
+// of 32, so element lane + 32·e pairs with lane + 32·(e + PER / 2) in the
+// same lane.
 template <int PER>
 __device__ __forceinline__ void fresh_rotate(float (&v)[PER], const float (&g)[PER], const float (&c)[PER],
                                              const float (&sn)[PER], bool norm, float eps, int32_t xdt, int32_t ndt,
@@ -648,9 +643,8 @@ __device__ __forceinline__ void fresh_rotate(float (&v)[PER], const float (&g)[P
   }
 #pragma unroll
   for (int e = 0; e < hp; ++e) {
-    const float x1 = v[e], x2 = v[e + hp];
-    v[e] = round_float(dt, round_float(dt, x1 * c[e]) + round_float(dt, round_float(dt, -x2) * sn[e]));
-    v[e + hp] = round_float(dt, round_float(dt, x2 * c[e + hp]) + round_float(dt, round_float(dt, x1) * sn[e + hp]));
+    const float2 r = rotate_pair(v[e], v[e + hp], c[e], sn[e], c[e + hp], sn[e + hp], dt);
+    v[e] = r.x, v[e + hp] = r.y;
   }
 }
 

@@ -91,13 +91,6 @@ __device__ __forceinline__ void split_x8(uint32_t addr, uint4& hi, uint4& lo) {
   lo = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
-template <typename T>
-constexpr int32_t dtype_of();
-template <>
-constexpr int32_t dtype_of<__nv_bfloat16>() { return DT_BFLOAT16; }
-template <>
-constexpr int32_t dtype_of<__half>() { return DT_FLOAT16; }
-
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }

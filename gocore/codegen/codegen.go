@@ -470,15 +470,17 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				if err := freshOnGPU(op); err != nil {
 					return "", err
 				}
-				proFirst, epiDType = fresh.First, int(fresh.QDType)
+				// The fresh inputs start at pro_first; the dtypes and whether
+				// q and k are normalised are FreshTypes' constants.
+				proFirst = fresh.First
 				wT := "float"
 				if fresh.Norm {
-					proDType, eps = int(fresh.NormDType), fresh.Eps
-					flags |= flagWeight
+					eps = fresh.Eps
 					wT = cType[op.In[fresh.First+5].DType()]
 				}
 				ft = fmt.Sprintf("mpk::FreshTypes<%s, %s, %s, %s, %d, %v, %d>", cType[op.In[fresh.First].DType()],
-					cType[op.In[fresh.First+2].DType()], cType[op.In[fresh.First+3].DType()], wT, fresh.QDType, fresh.Norm, proDType)
+					cType[op.In[fresh.First+2].DType()], cType[op.In[fresh.First+3].DType()], wT, fresh.QDType, fresh.Norm,
+					fresh.NormDType)
 			}
 			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s>(op, lo, hi, s, c.smem)",
 				T, cType[op.In[0].DType()], maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(),
