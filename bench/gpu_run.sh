@@ -7,6 +7,7 @@
 #   pytest:<path>      pytest -m gpu on that path (a ~ in ARGS is a space: -k,batch~or~steps)
 #   host:<model>       bench/host_time.py: host time of one call (JSON host_<model>.json)
 #   env:<NAME>:<VALUE> export NAME=VALUE for the jobs after it (e.g. MPK_NVCC_EXTRA)
+#   core:<file>        use .prebuilt/<file> as the Go core for the jobs after it (an A/B of core builds)
 # Logs and JSON go to $OUT/results.tgz (the device returns few files); each
 # job's last lines are printed. A failing job does not stop the others.
 set -uo pipefail
@@ -25,6 +26,7 @@ for job in ${JOBS:-check:tiny-llama}; do
   echo "== $job"
   case $kind in
     env) export "$what=$extra"; echo "$what=$extra" ;;
+    core) cp ".prebuilt/$what" python/mpk/libmpkcore.so; echo "core .prebuilt/$what" ;;
     check) timeout "${JOB_TIMEOUT:-300}" python3 -m mpk check --model "$what" --target cuda --dtype bfloat16 $extra >"$W/check_${n}_$what.log" 2>&1
            tail -1 "$W/check_${n}_$what.log" ;;
     bench) timeout "${JOB_TIMEOUT:-500}" python3 bench/decode.py --models ${what//+/ } $extra --json "$W/bench_$n.json" >"$W/bench_$n.log" 2>&1

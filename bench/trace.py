@@ -90,7 +90,7 @@ def layer_timeline(recs, labels, ring) -> None:
     attention's first start), the mean task time, and for the weight ring the mean pages
     landed ahead of a task at its start, its first warp's wait for pages, and
     (streamed tasks) when x was staged and the dots done, from its start."""
-    attn = [i for i, l in enumerate(labels) if l == "attention"]
+    attn = [i for i, l in enumerate(labels) if l.split("+")[-1] == "attention"]  # "rope+attention" with fresh_rows
     if len(attn) < 2:
         return
     lo, hi = attn[len(attn) // 2 - 1], attn[len(attn) // 2]
