@@ -33,17 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "cuda_check.h"
 #include "runtime/ring.cuh"
 #include "tasks/stream.cuh"
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
 
 using bf16 = __nv_bfloat16;
 constexpr int kConsumerWarps = MPK_THREADS / 32;
