@@ -187,6 +187,74 @@ __device__ __forceinline__ void stream_dots(const R ring, uint32_t& seq, uint64_
   }
 }
 
+// owned_rows is how many whole rows of K a page holds when a warp should
+// own it (stream_rows): at least two, so the owner has independent sums to
+// interleave; 0 otherwise.
+template <typename T, int K>
+__host__ __device__ constexpr int owned_rows() {
+  constexpr int SLOT = kPageBytes / (int)sizeof(T), CHUNK = StreamOf<T>::CHUNK;
+  return page_split(K, SLOT, CHUNK) == 1 && K % CHUNK == 0 && SLOT / K >= 2 ? SLOT / K : 0;
+}
+
+// stream_rows consumes a task's pages of `rows` weight rows of K (page seq
+// onwards; seq is advanced past them) with each page owned by one warp, the
+// task's page p by warp p mod W: the owner waits for it (wait_owned), dots
+// each of its whole rows with the M rows of x (in shared memory, fp32
+// [M][K]), its lanes sweeping a row 16 bytes each (one warp sum a row, the
+// page's rows interleaved), releases the page for every warp, and writes
+// the dots to dot[row·M + m].
+template <typename T, int K, int M, class R, class Wait>
+__device__ __forceinline__ void stream_rows(const R ring, uint32_t& seq, int rows, const float* xs, float* dot,
+                                            Wait wait_owned) {
+  constexpr int VEC = StreamOf<T>::VEC, CHUNK = StreamOf<T>::CHUNK;
+  constexpr int RP = owned_rows<T, K>();  // rows a page
+  constexpr int STEPS = K / CHUNK;        // a lane's loads a row
+  static_assert(RP >= 2, "stream_rows wants pages of two whole rows or more");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pages = (rows + RP - 1) / RP;
+  for (int p = warp; p < pages; p += kConsumerWarps) {
+    const uint32_t q = seq + (uint32_t)p;
+    wait_owned(q);
+    const uint32_t pg = smem_u32(ring.page(q));
+    const int n = min(RP, rows - p * RP);  // rows in this page (the task's last may hold fewer)
+    float acc[RP][M];
+#pragma unroll
+    for (int r = 0; r < RP; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+#pragma unroll 1
+    for (int i = 0; i < STEPS; ++i) {
+      const int col = i * CHUNK + lane * VEC;
+      float xv[M][VEC];
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int v = 0; v < VEC; v += 4) {
+          const float4 f = *reinterpret_cast<const float4*>(xs + m * K + col + v);
+          xv[m][v] = f.x, xv[m][v + 1] = f.y, xv[m][v + 2] = f.z, xv[m][v + 3] = f.w;
+        }
+#pragma unroll
+      for (int r = 0; r < RP; ++r) {
+        const uint4 raw = r < n ? ld_shared_16(pg + (r * K + col) * (int)sizeof(T)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[r][m] += dot_regs<T>(raw, xv[m]);
+      }
+    }
+    ring.release_owned(q, kConsumerWarps);
+#pragma unroll
+    for (int r = 0; r < RP; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[r][m] = warp_sum(acc[r][m]);
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < RP; ++r)
+        if (r < n)
+#pragma unroll
+          for (int m = 0; m < M; ++m) dot[(p * RP + r) * M + m] = acc[r][m];
+  }
+  seq += (uint32_t)pages;
+}
+
 // row_dot is row r's dot with row m of x: its partials summed in order.
 template <typename T, int K, int M>
 __device__ __forceinline__ float row_dot(const float* part, int r, int m) {
