@@ -9,12 +9,8 @@
 // `seq` lives in slot seq % P and is that slot's (seq / P)-th fill, so a
 // side waits on a slot's barrier with parity (seq / P) & 1. A parity wait is
 // only meaningful one phase ahead, so both sides take pages strictly in
-// order: the loader fills page seq once page seq - P is released, and a
-// consumer warp that reads every page reads page seq only after it released
-// page seq - 1. A page read by one warp alone (owned: tasks/stream.cuh's
-// stream_rows) is released by that warp for all, and its owner waits for
-// it only once the loader has issued it (issued > seq): the slot's previous
-// page, whoever owned it, has then landed and been released.
+// order: the loader fills page seq once page seq - P is released, and every
+// consumer warp reads page seq only after it released page seq - 1.
 #pragma once
 #include <stdint.h>
 
@@ -75,7 +71,6 @@ template <int P>
 struct RingBars {
   uint64_t full[P];   // one arrival (the loader's expect) plus the page's bytes
   uint64_t empty[P];  // the consumers' releases (see Ring::init)
-  uint32_t issued;    // pages the loader has issued (release / acquire, CTA scope)
 };
 
 // Ring is a worker's view of its page ring: P pages of PAGE bytes at `pages`.
@@ -93,7 +88,6 @@ struct Ring {
       mbar_init(&bars->full[i], 1);
       mbar_init(&bars->empty[i], consumer_warps);
     }
-    bars->issued = 0;
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
 
@@ -107,19 +101,6 @@ struct Ring {
     uint64_t* bar = &bars->full[seq % P];
     mbar_expect_bytes(bar, bytes);
     bulk_load(page(seq), src, bytes, bar, policy);
-    note_issued(seq);
-  }
-
-  // Loader side: page seq is issued (after its expect: a wait on it is valid).
-  __device__ __forceinline__ void note_issued(uint32_t seq) const {
-    asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"(smem_u32(&bars->issued)), "r"(seq + 1) : "memory");
-  }
-
-  // Has the loader issued page seq? (an owner before it waits for the page)
-  __device__ __forceinline__ bool was_issued(uint32_t seq) const {
-    uint32_t n;
-    asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(n) : "r"(smem_u32(&bars->issued)) : "memory");
-    return (int32_t)(n - seq) > 0;
   }
 
   // Loader side (one thread): start filling page seq with `rows` segments of
@@ -130,7 +111,6 @@ struct Ring {
     uint64_t* bar = &bars->full[seq % P];
     mbar_expect_bytes(bar, rows * seg);
     for (int r = 0; r < rows; ++r) bulk_load(page(seq) + r * seg, src + r * row_bytes, seg, bar, policy);
-    note_issued(seq);
   }
 
   // Has page seq landed? (the consumers before reading it; the loader to
@@ -143,15 +123,6 @@ struct Ring {
   __device__ __forceinline__ void release(uint32_t seq) const {
     __syncwarp();
     if ((threadIdx.x & 31) == 0) mbar_arrive(&bars->empty[seq % P]);
-  }
-
-  // Consumer side: the owner of page seq releases it for all `warps`
-  // consumer warps (Ring::init's count), after its last read.
-  __device__ __forceinline__ void release_owned(uint32_t seq, uint32_t warps) const {
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0)
-      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(&bars->empty[seq % P])), "r"(warps)
-                   : "memory");
   }
 };
 

@@ -464,27 +464,6 @@ __device__ __forceinline__ void wait_page(const R& ring, uint32_t q, const int32
   ring.ready(q);
 }
 
-// wait_owned returns once page q, owned by this warp (stream_rows), has
-// landed: lane 0 waits until the loader has issued it (before that a parity
-// wait on its slot could see the slot's previous page), then polls.
-template <class R>
-__device__ __forceinline__ void wait_owned(const R& ring, uint32_t q, const int32_t* abort) {
-#ifdef MPK_TRACE
-  const uint64_t t0 = threadIdx.x == 0 ? globaltimer() : 0;
-#endif
-  if (threadIdx.x % 32 == 0) {
-    for (uint32_t polls = 0; !ring.was_issued(q); ++polls)
-      if ((polls & 1023) == 1023 && aborting(abort)) break;
-    for (uint32_t polls = 0; !ring.ready(q); ++polls)
-      if ((polls & 1023) == 1023 && aborting(abort)) break;
-  }
-#ifdef MPK_TRACE
-  if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t0);
-#endif
-  __syncwarp();
-  ring.ready(q);
-}
-
 // first_epi loads the epilogue's inputs of this thread's first output (r =
 // threadIdx.x of the task's outs, output row r % M, column lo + r / M), in
 // flight while the weights stream.
@@ -554,19 +533,11 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   const int outs = (hi - lo) * M;
   const bool fast_epi = !std::is_same<EPI, NoEpi>::value && epi_fast(op);
   const EpiIn pre = first_epi<EPI>(op, lo, outs, M, fast_epi, s);
-  // Pages of whole rows go to one warp each (part: a dot a row and row of
-  // x); else every warp takes a span of every page (part: its partials).
-#ifdef MPK_NO_OWNED_PAGES
-  constexpr bool OWNED = false;
-#else
-  constexpr bool OWNED = owned_rows<T, K>() >= 2;
-#endif
-  if constexpr (OWNED) stream_rows<T, K, M>(ring, seq, hi - lo, xs, part, [&](uint32_t q) { wait_owned(ring, q, c.abort); });
-  else stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
+  stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
   consumer_sync();
   mark_dots();
   for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
-    store_out<RESID, EPI>(op, r % M, lo + r / M, OWNED ? part[r] : row_dot<T, K, M>(part, r / M, r % M), s,
+    store_out<RESID, EPI>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s,
                           fast_epi && r < MPK_THREADS ? &pre : nullptr);
   return seq;
 }
