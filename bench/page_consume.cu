@@ -15,6 +15,9 @@
 //   owned  owner_dots: each page's whole rows computed by one warp, which
 //          alone waits for the page and releases it (~1.6x faster here, and
 //          slower in the megakernel: bench/NOTES.md, eighteenth session)
+//   +spin  / +sleep: the same with a warp in the signaller's place polling
+//          shared memory without a pause / with 32 ns sleeps (the megakernel's
+//          signaller polls without one)
 // The first repetition runs cold (code and x not yet cached); the median of
 // the others warm.
 //
@@ -32,6 +35,7 @@
 #include "cuda_check.h"
 #include "runtime/ring.cuh"
 #include "runtime/roles.cuh"
+#include "runtime/runtime.cuh"
 #include "tasks/stream.cuh"
 
 
@@ -92,9 +96,12 @@ __device__ __forceinline__ void owner_dots(const Ring& ring, uint32_t seq, int p
 
 // MODE 0: stream_dots; 1: the ring protocol alone; 2: owner_dots. w holds kReps tasks'
 // weights back to back (PAGES pages of E elements each); out[rep][row] the
-// last block's dots; ns[rep][block] the consumers' time.
-template <int K, int PAGES, int MODE>
-__global__ void __launch_bounds__(MPK_THREADS + 32, 1)
+// last block's dots; ns[rep][block] the consumers' time. SPIN: a warp in the
+// signaller's place (warp 17) polls a shared-memory word all along, as
+// module.cuh's signal_tasks waits for its consumers: 0 none, 1 without a
+// pause, 2 with a 32 ns __nanosleep between polls.
+template <int K, int PAGES, int MODE, int SPIN = 0>
+__global__ void __launch_bounds__(MPK_THREADS + 64, 1)
     consume(const bf16* w, const float* x, float* out, uint64_t* ns) {
   constexpr int E = mpk::page_elems(K, mpk::kPageBytes / 2, mpk::StreamOf<bf16>::CHUNK);
   constexpr int ROWS = PAGES * E / K;
@@ -102,9 +109,16 @@ __global__ void __launch_bounds__(MPK_THREADS + 32, 1)
   const Ring ring = mpk::ring_at<kSlots>(smem);
   float* xs = reinterpret_cast<float*>(smem + mpk::ring_bars_bytes<kSlots>() + kSlots * mpk::kPageBytes);
   float* part = xs + K;
-  if (threadIdx.x == 0) ring.init(MODE == 2 ? 1 : mpk::kConsumerWarps);
+  __shared__ uint32_t s_stop;
+  if (threadIdx.x == 0) ring.init(MODE == 2 ? 1 : mpk::kConsumerWarps), s_stop = 0;
   for (int k = threadIdx.x; k < K; k += blockDim.x) xs[k] = x[k];
   __syncthreads();
+  if (threadIdx.x / 32 == mpk::kConsumerWarps + 1) {  // the spinner
+    if (SPIN > 0 && threadIdx.x % 32 == 0)
+      while (mpk::ld_acquire_cta(&s_stop) == 0)
+        if (SPIN == 2) __nanosleep(32);
+    return;
+  }
   if (threadIdx.x / 32 == mpk::kConsumerWarps) {  // the loader: every repetition's pages, in order
     if (threadIdx.x % 32 == 0) {
       uint64_t policy;  // evict-first, as the megakernel's weights
@@ -144,9 +158,10 @@ __global__ void __launch_bounds__(MPK_THREADS + 32, 1)
         out[rep * ROWS + r] = MODE == 0 ? mpk::row_dot<bf16, K, 1>(part, r, 0) : part[r];
     mpk::consumer_sync();  // part is rewritten by the next repetition
   }
+  if (threadIdx.x == 0) mpk::st_release_cta(&s_stop, 1);
 }
 
-template <int K, int PAGES, int MODE>
+template <int K, int PAGES, int MODE, int SPIN = 0>
 void run(const char* name, int sms) {
   constexpr int E = mpk::page_elems(K, mpk::kPageBytes / 2, mpk::StreamOf<bf16>::CHUNK);
   constexpr int ROWS = PAGES * E / K;
@@ -165,8 +180,8 @@ void run(const char* name, int sms) {
   CK(cudaMemcpy(w, hw.data(), welems * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(x, hx.data(), K * 4, cudaMemcpyHostToDevice));
   const int bytes = mpk::ring_bars_bytes<kSlots>() + kSlots * mpk::kPageBytes + (K + PAGES * E / 32) * 4;
-  CK(cudaFuncSetAttribute(consume<K, PAGES, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  consume<K, PAGES, MODE><<<sms, MPK_THREADS + 32, bytes>>>(w, x, out, ns);
+  CK(cudaFuncSetAttribute(consume<K, PAGES, MODE, SPIN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  consume<K, PAGES, MODE, SPIN><<<sms, MPK_THREADS + 64, bytes>>>(w, x, out, ns);
   CK(cudaDeviceSynchronize());
   std::vector<uint64_t> hns((size_t)kReps * sms);
   CK(cudaMemcpy(hns.data(), ns, hns.size() * 8, cudaMemcpyDeviceToHost));
@@ -191,7 +206,8 @@ void run(const char* name, int sms) {
       }
     err = sqrt(num / den);
   }
-  printf("%-5s K %5d  pages %d (%d rows)  cold %6.0f ns  warm %6.0f ns  (%4.0f ns a page)%s", name, K, PAGES, ROWS,
+  printf("%-5s %-6s K %5d  pages %d (%d rows)  cold %6.0f ns  warm %6.0f ns  (%4.0f ns a page)%s", name,
+         SPIN == 0 ? "" : SPIN == 1 ? "+spin" : "+sleep", K, PAGES, ROWS,
          per_rep[0], warm[warm.size() / 2], warm[warm.size() / 2] / PAGES, MODE == 1 ? "\n" : "");
   if (MODE != 1) printf("  rel err %.1e\n", err);
   CK(cudaFree(w));
@@ -214,6 +230,13 @@ int main() {
   run<2048, 4, 0>("dots", sms);
   run<2048, 4, 1>("ring", sms);
   run<2048, 4, 2>("owned", sms);
+  // a warp spinning beside them (the signaller's wait), without and with a pause
+  run<1024, 3, 0, 1>("dots", sms);
+  run<1024, 3, 0, 2>("dots", sms);
+  run<1024, 3, 2, 1>("owned", sms);
+  run<1024, 3, 2, 2>("owned", sms);
+  run<2048, 4, 2, 1>("owned", sms);
+  run<2048, 4, 2, 2>("owned", sms);
   run<3072, 3, 0>("dots", sms);
   run<3072, 3, 2>("owned", sms);
   run<8192, 8, 0>("dots", sms);
