@@ -109,14 +109,21 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
 
 // signal_tasks is the signaller's loop (one lane): once the consumers have
 // finished the j-th task of worker w's queue (*done > j), its event gets the
-// release add.
+// release add. Its poll of shared memory shares a scheduler with consumer
+// warps; MPK_SIGNAL_SLEEP_NS > 0 pauses that long between polls (an A/B
+// knob, off: bench/NOTES.md, eighteenth session).
+#ifndef MPK_SIGNAL_SLEEP_NS
+#define MPK_SIGNAL_SLEEP_NS 0
+#endif
 __device__ __noinline__ void signal_tasks(const mpk::State& st, int w, const uint32_t* done) {
   const int q0 = queue_start[w];
   for (int q = q0; q < queue_start[w + 1]; ++q) {
     const int e = tasks[queue[q]].trigger;
     if (e < 0) continue;
-    for (uint32_t polls = 0; mpk::ld_acquire_cta(done) <= (uint32_t)(q - q0); ++polls)
+    for (uint32_t polls = 0; mpk::ld_acquire_cta(done) <= (uint32_t)(q - q0); ++polls) {
+      if (MPK_SIGNAL_SLEEP_NS > 0) __nanosleep(MPK_SIGNAL_SLEEP_NS);
       if ((polls & 1023) == 1023 && mpk::aborting(st.abort)) return;
+    }
     mpk::red_release(st.counters + e, 1);
   }
 }
