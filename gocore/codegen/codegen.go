@@ -486,12 +486,14 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				T, cType[op.In[0].DType()], maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(),
 				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G, ft)
 		}
-		// Per-warp softmax states (decode: each warp's queries and states, and each batch row's live splits).
-		ug := int(op.HeadsPerUnit())
-		decodeBytes := (Threads/32)*ug*(2*int(D)+2)*4 + 4*int(op.In[0].Shape[0])
-		if op.Attr.Fresh != nil { // each warp's new V row, after the rows' (rounded up to 4)
-			decodeBytes = (Threads/32)*ug*(2*int(D)+2)*4 + 4*int((op.In[0].Shape[0]+3)/4*4) + (Threads/32)*int(D)*4
+		// Per-warp softmax states (decode: each warp's queries and states, and
+		// each batch row's live splits; fresh rows: then each warp's new V
+		// row, after the rows' counts rounded up to 4).
+		ug, rows, vrows := int(op.HeadsPerUnit()), int(op.In[0].Shape[0]), 0
+		if op.Attr.Fresh != nil {
+			rows, vrows = (rows+3)/4*4, (Threads/32)*int(D)*4
 		}
+		decodeBytes := (Threads/32)*ug*(2*int(D)+2)*4 + 4*rows + vrows
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, decodeBytes)
 		if op.Attr.SharedKV {
 			k, v := op.In[1], op.In[2]
