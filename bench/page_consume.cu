@@ -36,6 +36,7 @@
 #include "runtime/ring.cuh"
 #include "runtime/roles.cuh"
 #include "runtime/runtime.cuh"
+#include "tasks/linear.cuh"
 #include "tasks/stream.cuh"
 
 
@@ -44,20 +45,10 @@ constexpr int kSlots = 10;  // the megakernel's ring at batch 1
 constexpr int kReps = 16;
 using Ring = mpk::Ring<kSlots>;
 
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// wait_landed: lane 0 polls, then the warp takes the barrier (linear.cuh's wait_page).
-__device__ __forceinline__ void wait_landed(const Ring& ring, uint32_t q) {
-  if (threadIdx.x % 32 == 0)
-    while (!ring.ready(q)) {
-    }
-  __syncwarp();
-  ring.ready(q);
-}
+// The consumers wait for a page as the megakernel's do (linear.cuh's
+// wait_page); nothing aborts here.
+__device__ int32_t g_no_abort = 0;
+__device__ __forceinline__ void wait_landed(const Ring& ring, uint32_t q) { mpk::wait_page(ring, q, &g_no_abort); }
 
 // owner_dots (a candidate design, bench/NOTES.md eighteenth session): page
 // p of the task belongs to warp p % 16, which alone waits for it, computes
@@ -121,8 +112,7 @@ __global__ void __launch_bounds__(MPK_THREADS + 64, 1)
   }
   if (threadIdx.x / 32 == mpk::kConsumerWarps) {  // the loader: every repetition's pages, in order
     if (threadIdx.x % 32 == 0) {
-      uint64_t policy;  // evict-first, as the megakernel's weights
-      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+      const uint64_t policy = mpk::weight_policy();  // evict-first, as the megakernel's weights
       for (uint32_t seq = 0; seq < (uint32_t)(kReps * PAGES); ++seq) {
         while (!ring.slot_free(seq)) {
         }
@@ -139,7 +129,7 @@ __global__ void __launch_bounds__(MPK_THREADS + 64, 1)
         while (!ring.ready(seq + p)) {
         }
     mpk::consumer_sync();
-    if (threadIdx.x == 0) t0 = now_ns();
+    if (threadIdx.x == 0) t0 = mpk::globaltimer();
     if constexpr (MODE == 0) {
       mpk::stream_dots<bf16, K, 1>(ring, seq, (uint64_t)PAGES * E, xs, part, [&](uint32_t q) { wait_landed(ring, q); });
     } else if constexpr (MODE == 1) {
@@ -152,7 +142,7 @@ __global__ void __launch_bounds__(MPK_THREADS + 64, 1)
       seq += PAGES;
     }
     mpk::consumer_sync();
-    if (threadIdx.x == 0) ns[rep * gridDim.x + blockIdx.x] = now_ns() - t0;
+    if (threadIdx.x == 0) ns[rep * gridDim.x + blockIdx.x] = mpk::globaltimer() - t0;
     if (MODE != 1 && blockIdx.x == gridDim.x - 1)
       for (int r = threadIdx.x; r < ROWS; r += MPK_THREADS)
         out[rep * ROWS + r] = MODE == 0 ? mpk::row_dot<bf16, K, 1>(part, r, 0) : part[r];
