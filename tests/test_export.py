@@ -39,7 +39,8 @@ def test_export_small_graph(fake_core):
                               "skip_validate": False, "drop_dependency": False, "check_ir": False, "trace": False,
                               "round_intermediates": False, "split_rows": True,
                               "prefill_rows": True, "split_k": True, "gemm": True,
-                              "coarse_events": True, "fresh_rows": True}
+                              "coarse_events": True, "fresh_rows": True,
+                              "pair_linears": True}
     g = req["graph"]
     kinds = [i["kind"] for i in g["inputs"]]
     assert kinds.count("param") == 1 and kinds.count("input") == 1 and kinds.count("buffer") == 1

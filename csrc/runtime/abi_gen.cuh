@@ -66,6 +66,8 @@ struct Stream {
   int32_t row_span;  // tile pages: bytes of each row the task reads (K of them), row_bytes apart
   int64_t row_bytes;  // tile pages: bytes from one weight row to the next
   int32_t col_major;  // tile pages: 1: each block of columns' row groups, block after block (gemm); 0: each row group's blocks
+  int32_t pair_slot;  // a paired linear's second weight: its pointer slot; -1: none
+  int64_t pair_offset;  // bytes from that slot's base to the task's first row (bytes of them, after the first weight's)
 };
 
 }  // namespace mpk

@@ -82,9 +82,13 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     const mpk::Stream sd = streams[queue[q]];
     const char* src = static_cast<const char*>(slots.p[sd.slot]) + sd.offset;
     if (sd.tile_rows == 0) {
-      for (int64_t off = 0; off < sd.bytes; off += sd.page_bytes, ++seq) {
-        if (!acquire(queue[q])) return;
-        ring.fill(seq, src + off, (uint32_t)min((int64_t)sd.page_bytes, sd.bytes - off), policy);
+      // A paired Linear's second weight (pair_slot >= 0): the same rows' bytes, pages of their own after the first's.
+      for (int part = 0; part < (sd.pair_slot >= 0 ? 2 : 1); ++part) {
+        if (part == 1) src = static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset;
+        for (int64_t off = 0; off < sd.bytes; off += sd.page_bytes, ++seq) {
+          if (!acquire(queue[q])) return;
+          ring.fill(seq, src + off, (uint32_t)min((int64_t)sd.page_bytes, sd.bytes - off), policy);
+        }
       }
       continue;
     }

@@ -144,6 +144,7 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
 __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(sizeof(T) == 2, "GEMM streams take 2-byte weights");
+  static_assert(!kIsPair<EPI>, "a paired Linear streams with x in registers only (stream.For)");
   static_assert(K % kGemmCols == 0 && M >= 1 && M <= 64, "codegen and the task library disagree on a GEMM stream");
   using S = typename std::conditional<LO, float, T>::type;  // x's staged type
   constexpr int MT = gemm_m_tiles(M), WK = gemm_warps_k(M), MTW = MT < 2 ? MT : 2, KW = kGemmCols / WK;

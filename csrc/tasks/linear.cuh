@@ -345,7 +345,27 @@ __device__ __forceinline__ void stage_x(MergePro<D, H, CHUNK, R, SPLITS>, const 
 struct NoEpi {};
 template <typename E>
 struct ExprEpi {};
+// PairEpi is ExprEpi whose input J (Load(J), 1-based) is not read from
+// memory: it is the product of x with the op's second weight (a gate
+// projection paired with the up projection, ir.Epilogue.Pair), rounded to
+// dtype DT as that Linear's store rounded it.
+template <typename E, int J, int DT>
+struct PairEpi {};
 constexpr int kMaxEpiInputs = MPK_MAX_EPI_INPUTS;  // inputs besides the product (ir.MaxEpilogueInputs)
+
+// pair_input is the epilogue input (1-based) a pair's second product takes; 0 for others.
+template <typename EPI>
+struct PairOf {
+  static constexpr int J = 0;
+  static constexpr int DT = 0;
+};
+template <typename E, int J_, int DT_>
+struct PairOf<PairEpi<E, J_, DT_>> {
+  static constexpr int J = J_;
+  static constexpr int DT = DT_;
+};
+template <typename EPI>
+constexpr bool kIsPair = PairOf<EPI>::J > 0;
 
 // EpiIn holds an epilogue's inputs at one output index, loaded before the
 // task streams its weights so the store does not wait for them.
@@ -366,6 +386,7 @@ __device__ __forceinline__ EpiIn load_epi(const Op& op, int64_t m, int64_t n, co
   if constexpr (!std::is_same<EPI, NoEpi>::value) {
 #pragma unroll
     for (int j = 0; j < kMaxEpiInputs; ++j) {
+      if (j + 1 == PairOf<EPI>::J) continue;  // a weight: its product comes from the task's dots
       const View& v = op.in[min(op.epi_first + j, op.num_in - 1)];
       e.v[j] = ld_float(base(s, v), v.dtype, v.offset + m * v.stride[0] + n);
     }
@@ -382,17 +403,31 @@ __device__ __forceinline__ double eval_epi(ExprEpi<E>, double product, const dou
   return E::eval(in, idx);
 }
 
+template <typename E, int J, int DT>
+__device__ __forceinline__ double eval_epi(PairEpi<E, J, DT>, double product, const double* extra, const int64_t* idx) {
+  return eval_epi(ExprEpi<E>{}, product, extra, idx);
+}
+
+// set_pair puts a pair's second product, rounded as its own store rounded
+// it, in the epilogue's input PairOf<EPI>::J.
+template <typename EPI>
+__device__ __forceinline__ void set_pair(double* extra, float pair) {
+  if constexpr (kIsPair<EPI>) extra[PairOf<EPI>::J - 1] = round_float(PairOf<EPI>::DT, pair);
+}
+
 // store_out_any is store_out for any layout, element by element (out of
 // line, as the staging's: stage_plain_any).
 template <bool RESID, typename EPI, int N>
-__device__ __noinline__ void store_out_any(const Op& op, int64_t m, int64_t n, float acc, const Slots<N>& s) {
+__device__ __noinline__ void store_out_any(const Op& op, int64_t m, int64_t n, float acc, const Slots<N>& s,
+                                           float pair) {
   int64_t oi[2] = {m, n};
   if constexpr (!std::is_same<EPI, NoEpi>::value) {
     double extra[kMaxEpiInputs];
     for (int j = 0; j < kMaxEpiInputs; ++j) {
       const View& v = op.in[min(op.epi_first + j, op.num_in - 1)];
-      extra[j] = load_elem(base(s, v), v.dtype, offset_of(v, oi));
+      extra[j] = j + 1 == PairOf<EPI>::J ? 0.0 : load_elem(base(s, v), v.dtype, offset_of(v, oi));
     }
+    set_pair<EPI>(extra, pair);
     store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi),
                eval_epi(EPI{}, round_to(op.epi_dtype, (double)acc), extra, oi));
   } else {
@@ -405,10 +440,11 @@ __device__ __noinline__ void store_out_any(const Op& op, int64_t m, int64_t n, f
 
 // store_out writes out[m, n] = acc (+ residual[m, n]), or the epilogue of
 // acc, rounding as eager does: the product to its dtype, then the result.
-// pre holds the epilogue inputs at (m, n) when the caller loaded them.
+// pre holds the epilogue inputs at (m, n) when the caller loaded them; pair
+// is a paired Linear's second product at (m, n).
 template <bool RESID, typename EPI, int N>
 __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, float acc, const Slots<N>& s,
-                                          const EpiIn* pre = nullptr) {
+                                          const EpiIn* pre = nullptr, float pair = 0.f) {
   const View& r = op.in[2];
   if constexpr (!std::is_same<EPI, NoEpi>::value) {
     if (epi_fast(op)) {
@@ -417,6 +453,7 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
       const EpiIn e = pre ? *pre : load_epi<EPI>(op, m, n, s);
 #pragma unroll
       for (int j = 0; j < kMaxEpiInputs; ++j) extra[j] = e.v[j];
+      set_pair<EPI>(extra, pair);
       const float v = (float)eval_epi(EPI{}, round_float(op.epi_dtype, acc), extra, oi);
       st_float(base(s, op.out), op.out.dtype, op.out.offset + m * op.out.stride[0] + n, v);
       return;
@@ -427,7 +464,7 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
     st_float(base(s, op.out), op.out.dtype, op.out.offset + m * op.out.stride[0] + n, v);
     return;
   }
-  store_out_any<RESID, EPI>(op, m, n, acc, s);
+  store_out_any<RESID, EPI>(op, m, n, acc, s, pair);
 }
 
 // mark_staged records, in a trace build, when a streamed task had x staged;
@@ -488,24 +525,31 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   const bool vec = (reinterpret_cast<uintptr_t>(W) % 16 == 0) && (row_stride % VEC == 0) && (K % VEC == 0);
   const uint64_t policy = weight_policy();
+  // A pair's second weight (PairEpi), read the same way.
+  const View& w2 = op.in[kIsPair<EPI> ? op.epi_first + PairOf<EPI>::J - 1 : 1];
+  const T* W2 = reinterpret_cast<const T*>(base(s, w2)) + w2.offset;
+  const bool vec2 = (reinterpret_cast<uintptr_t>(W2) % 16 == 0) && (w2.stride[0] % VEC == 0) && (K % VEC == 0);
+  auto dot = [&](const T* row, bool v) {
+    float acc = 0.f;
+    if (v) {
+#pragma unroll 4
+      for (int k = lane * VEC; k < K; k += 32 * VEC) {
+        const uint4 raw = CONST ? ld_weight(row + k, policy) : __ldcg(reinterpret_cast<const uint4*>(row + k));
+        acc += dot16(raw, xs + k, static_cast<T*>(nullptr));
+      }
+    } else {
+      for (int k = lane; k < K; k += 32) acc += to_float(CONST ? row[k] : __ldcg(row + k)) * xs[k];
+    }
+    return warp_sum(acc);
+  };
   for (int64_t m = 0; m < x.shape[0]; ++m) {
     consumer_sync();
     stage_x<K>(PRO{}, op, m, xs, s);
     consumer_sync();
     for (int n = lo + warp; n < hi; n += warps) {
-      const T* row = W + (int64_t)n * row_stride;
-      float acc = 0.f;
-      if (vec) {
-#pragma unroll 4
-        for (int k = lane * VEC; k < K; k += 32 * VEC) {
-          const uint4 raw = CONST ? ld_weight(row + k, policy) : __ldcg(reinterpret_cast<const uint4*>(row + k));
-          acc += dot16(raw, xs + k, static_cast<T*>(nullptr));
-        }
-      } else {
-        for (int k = lane; k < K; k += 32) acc += to_float(CONST ? row[k] : __ldcg(row + k)) * xs[k];
-      }
-      acc = warp_sum(acc);
-      if (lane == 0) store_out<RESID, EPI>(op, m, n, acc, s);
+      const float acc = dot(W + (int64_t)n * row_stride, vec);
+      const float pair = kIsPair<EPI> ? dot(W2 + (int64_t)n * w2.stride[0], vec2) : 0.f;
+      if (lane == 0) store_out<RESID, EPI>(op, m, n, acc, s, nullptr, pair);
     }
   }
 }
@@ -534,11 +578,16 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   const bool fast_epi = !std::is_same<EPI, NoEpi>::value && epi_fast(op);
   const EpiIn pre = first_epi<EPI>(op, lo, outs, M, fast_epi, s);
   stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
+  // A pair's second weight: its rows follow in the ring (the loader's
+  // pair_offset), their partials after the first's.
+  float* part2 = part + (int64_t)(hi - lo) * (K / stream_span<T, K>(kPageBytes)) * M;
+  if constexpr (kIsPair<EPI>) stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part2, wait);
   consumer_sync();
   mark_dots();
   for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
     store_out<RESID, EPI>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s,
-                          fast_epi && r < MPK_THREADS ? &pre : nullptr);
+                          fast_epi && r < MPK_THREADS ? &pre : nullptr,
+                          kIsPair<EPI> ? row_dot<T, K, M>(part2, r / M, r % M) : 0.f);
   return seq;
 }
 

@@ -273,6 +273,7 @@ __device__ __forceinline__ void stage_rows(MergePro<D, H, CHUNK, R, SPLITS>, con
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename PRO, typename EPI, int N>
 __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   constexpr int C = tile_cols(K, (int)sizeof(T));
+  static_assert(!kIsPair<EPI>, "a paired Linear streams with x in registers only (stream.For)");
   static_assert(C > 0, "K does not split into tile pages");
   static_assert(sizeof(T) == 2, "tile streams take 2-byte weights");
   constexpr int RT = LO ? 8 : 16;  // rows of x an m-tile takes

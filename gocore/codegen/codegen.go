@@ -242,13 +242,13 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 	fmt.Fprintf(src, "__device__ const mpk::Stream streams[%d] = {\n", max(1, len(tg.Tasks)))
 	for _, t := range tg.Tasks {
 		if t.Op < 0 {
-			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0},\n")
+			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0},\n")
 			continue
 		}
 		op := gen.g.Ops[t.Op]
 		p, ok := gen.plans[op]
 		if !ok {
-			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0},\n")
+			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0},\n")
 			continue
 		}
 		w := op.In[1]
@@ -262,13 +262,17 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 			}
 			first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes
 			bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
-			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
+			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d, -1, 0},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
 				rows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes, colMajor)
 			continue
 		}
-		first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes
+		rowsAt := func(w ir.View) int64 { return (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes }
 		bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.K * p.ElemBytes
-		fmt.Fprintf(src, "  {%d, %d, %d, %d, 0, 0, 0, 0},\n", gen.l.slot[w.Buf], p.PageBytes, first, bytes)
+		pairSlot, pairFirst := -1, int64(0)
+		if w2, ok := op.PairWeight(); ok {
+			pairSlot, pairFirst = gen.l.slot[w2.Buf], rowsAt(w2)
+		}
+		fmt.Fprintf(src, "  {%d, %d, %d, %d, 0, 0, 0, 0, %d, %d},\n", gen.l.slot[w.Buf], p.PageBytes, rowsAt(w), bytes, pairSlot, pairFirst)
 	}
 	src.WriteString("};\n\n")
 }
@@ -417,6 +421,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if e := op.Attr.Epi; e != nil {
 			epiFirst, epiDType = e.First, int(e.DType)
 			epi = fmt.Sprintf("mpk::ExprEpi<Expr%d>", gen.expr(e.Expr, touchesF64(op)))
+			if e.Pair > 0 { // Load(Pair) is the second weight's product (ir.Epilogue.Pair)
+				epi = fmt.Sprintf("mpk::PairEpi<Expr%d, %d, %d>", gen.expr(e.Expr, touchesF64(op)), e.Pair, int(e.PairDType))
+			}
 		}
 		if p, ok := gen.plans[op]; ok && p.Gemm { // x staged a block at a time: never reused (no xkey)
 			code = fmt.Sprintf("mpk::linear_gemm<%s, %d, %d, %v, kRingSlots, %v, %s>(op, lo, hi, s, c)",

@@ -189,30 +189,36 @@ func TestStreamTable(t *testing.T) {
 	for _, c := range []struct {
 		fixture    string
 		kind       string
+		pair       bool
 		minStreams int
 	}{
 		// a layer: q, k and v share the workers (lower's shareSiblingWorkers),
-		// then one task per worker for each of o, gate, up and down
-		{"qwen3-0.6b-decode.json.zst", "rows", 132 * 5 * 28},
-		{"wide-llama-batch3-decode.json.zst", "tiles", 2 * 7 * 8},
+		// then one task per worker for each of o, gate, up and down, or (with
+		// pair_linears) of o, gate and up paired, and down
+		{"qwen3-0.6b-decode.json.zst", "rows", false, 132 * 5 * 28},
+		{"qwen3-0.6b-decode.json.zst", "rows", true, 132 * 4 * 28},
+		{"wide-llama-batch3-decode.json.zst", "tiles", true, 2 * 7 * 8},
 	} {
 		req := loadRequest(t, c.fixture)
-		req.Options.Target, req.Options.NumWorkers = "cuda", 132
+		req.Options.Target, req.Options.NumWorkers, req.Options.PairLinears = "cuda", 132, c.pair
 		comp, err := Compile(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkStreams(t, c.fixture, comp, c.kind, c.minStreams)
+		// Every layer's gate and up pair where x sits in registers (batch 1), none at batch 3 (tiles).
+		if paired := checkStreams(t, c.fixture, comp, c.kind, c.minStreams); (paired > 0) != (c.pair && c.kind == "rows") {
+			t.Errorf("%s: %d paired tasks with pair_linears %v", c.fixture, paired, c.pair)
+		}
 	}
 }
 
 // checkStreams checks comp's loader table (TestStreamTable): its Linears
 // stream pages of whole rows ("rows"), tile pages ("tiles") or GEMM pages
 // ("gemm": 32 rows' segments of 256 columns, a block of columns at a time).
-func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStreams int) {
+func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStreams int) (paired int) {
 	t.Helper()
 	src := comp.Result.CUDA["module.cu"]
-	const F = 8 // slot, page bytes, offset, bytes, tile rows, row span, row bytes, column-major
+	const F = 10 // slot, page bytes, offset, bytes, tile rows, row span, row bytes, column-major, pair slot, pair offset
 	rows := table(t, src, "mpk::Stream streams")
 	if len(rows) != F*len(comp.Tasks.Tasks) {
 		t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", name, len(rows), F, len(comp.Tasks.Tasks))
@@ -220,7 +226,7 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	if constant(t, src, "kRingPages") < 4 {
 		t.Fatalf("%s: kRingPages %d: the ring is too small to stream", name, constant(t, src, "kRingPages"))
 	}
-	streamed := 0
+	streamed, paired := 0, 0
 	for i, task := range comp.Tasks.Tasks {
 		r := rows[F*i : F*i+F]
 		if task.Op < 0 || comp.Ops.Ops[task.Op].Kind != ir.Linear {
@@ -237,6 +243,18 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		if r[0] != w.Buf.Index || int64(r[3]) != n*stride*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*stride)*esz {
 			t.Fatalf("%s: task %d (%s, rows %d of K %d): stream row %v", name, i, comp.Tasks.Name(i), n, K, r)
 		}
+		// A pair's second weight: the same rows of its own buffer (pages of whole rows only).
+		if w2, ok := op.PairWeight(); ok {
+			if kind != "rows" || r[8] != w2.Buf.Index || int64(r[9]) != (w2.Offset+task.Box.Lo[1]*K)*esz || w2.Strides[0] != K {
+				t.Fatalf("%s: task %d (%s): paired stream row %v", name, i, comp.Tasks.Name(i), r)
+			}
+		} else if r[8] != -1 || r[9] != 0 {
+			t.Fatalf("%s: task %d (%s): unpaired stream row %v names a second weight", name, i, comp.Tasks.Name(i), r)
+		}
+		if r[8] >= 0 {
+			paired++
+		}
+
 		switch kind {
 		case "rows":
 			if int64(r[1])%(K*esz) != 0 || r[1] > 16384 || r[4] != 0 || r[5] != 0 || r[7] != 0 || stride != K {
@@ -265,4 +283,5 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 			t.Errorf("%s: %s streams %v, want %v", name, k, !(kind == k), kind == k)
 		}
 	}
+	return paired
 }

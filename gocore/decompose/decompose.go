@@ -425,8 +425,12 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 		if op.Attr.Residual {
 			read(op.In[2], b)
 		}
-		if op.Attr.Epi != nil { // read at the output index
-			for _, v := range op.EpiIn() {
+		if e := op.Attr.Epi; e != nil { // read at the output index
+			for j, v := range op.EpiIn() {
+				if j+1 == e.Pair { // the second weight: its rows of the task, as In[1]'s
+					read(v, tgraph.Box{Lo: []int64{b.Lo[1], 0}, Hi: []int64{b.Hi[1], K}})
+					continue
+				}
 				read(v, b)
 			}
 		}

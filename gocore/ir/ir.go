@@ -324,6 +324,21 @@ type Epilogue struct {
 	First int
 	Expr  *Expr
 	DType DType
+	// Pair > 0 makes Load(Pair) the product of x with a second weight,
+	// In[First+Pair-1] ([N, K], like In[1]), rounded to PairDType: the
+	// Linear that made that operand (a gate projection) folded in beside
+	// this one (lower's pairLinears), so one task streams both weights'
+	// rows and meets their products in the store.
+	Pair      int
+	PairDType DType
+}
+
+// PairWeight returns the second weight of a paired Linear (Epilogue.Pair).
+func (op *Op) PairWeight() (View, bool) {
+	if op.Kind != Linear || op.Attr.Epi == nil || op.Attr.Epi.Pair == 0 {
+		return View{}, false
+	}
+	return op.In[op.Attr.Epi.First+op.Attr.Epi.Pair-1], true
 }
 
 // XKey identifies the x a Linear stages: its prologue's kind, parameters
@@ -371,7 +386,8 @@ func (op *Op) LinearX() DType {
 	return op.In[0].DType()
 }
 
-// EpiIn returns the inputs of op's epilogue besides the product.
+// EpiIn returns the inputs of op's epilogue besides the product (a paired
+// Linear's second weight among them: Epilogue.Pair).
 func (op *Op) EpiIn() []View { return op.In[op.Attr.Epi.First:] }
 
 // IterShape is the index space op's tasks tile: the output, except for ops

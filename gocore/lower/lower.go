@@ -49,12 +49,16 @@ type Config struct {
 	// FreshRows folds a decode attention's RoPE and the step's new K and V
 	// rows into it (freshRows): one dependent stage fewer a layer.
 	FreshRows bool
+	// PairLinears folds a gate projection into the up projection whose
+	// store reads it (pairLinears): one dependent stage fewer a layer.
+	PairLinears bool
 }
 
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, FreshRows: o.FreshRows}
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, FreshRows: o.FreshRows,
+		PairLinears: o.PairLinears}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -38,6 +38,10 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		splitLinearRows(g)
 		g.Renumber()
 	}
+	if cfg.Workers > 0 && cfg.PairLinears { // after split_k and split_rows: they copy a Linear and its epilogue as it was
+		pairLinears(g)
+		g.Renumber()
+	}
 	if cfg.Workers > 0 {
 		shareSiblingWorkers(g, cfg.Workers)
 	}

@@ -24,6 +24,13 @@ func audited(t *testing.T, path string, edit func(*compiler.Compiled)) (*compile
 // auditedWith is audited with the request's options changed by opts first.
 func auditedWith(t *testing.T, path string, opts func(*wire.Options), edit func(*compiler.Compiled)) (*compiler.Compiled, int, error) {
 	t.Helper()
+	c, n, _, err := auditedOutputs(t, path, opts, edit)
+	return c, n, err
+}
+
+// auditedOutputs is auditedWith that also returns the graph's outputs.
+func auditedOutputs(t *testing.T, path string, opts func(*wire.Options), edit func(*compiler.Compiled)) (*compiler.Compiled, int, [][]byte, error) {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +62,7 @@ func auditedWith(t *testing.T, path string, opts func(*wire.Options), edit func(
 	}
 	n, err := refexec.RunAudited(c.Ops, c.Tasks, ptrs, 3)
 	runtime.KeepAlive(mems)
-	return c, n, err
+	return c, n, mems[len(c.Ops.Inputs):], err
 }
 
 // TestAccessAudit runs every real lowering in testdata on the reference
@@ -172,5 +179,43 @@ func TestAccessAuditFreshRows(t *testing.T) {
 	if _, _, err := auditedWith(t, path, func(o *wire.Options) { o.NumWorkers = 132 }, lie); err == nil ||
 		!strings.Contains(err.Error(), "read through a fresh-row access") {
 		t.Fatalf("a Fresh read of the partials the attention writes: the audit said %v", err)
+	}
+}
+
+// TestPairLinears: with pair_linears, each layer's gate projection folds
+// into its up projection (one task streams both weights' rows and meets the
+// products in its store); the audit checks the paired tasks' declared reads
+// (the second weight's rows), and the step's outputs equal, bit for bit,
+// those of the same graph with the gate its own op (qwen3-0.6b, batch 1).
+func TestPairLinears(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two runs of a real model's reference math")
+	}
+	path := filepath.Join("..", "testdata", "qwen3-0.6b-decode.json.zst")
+	run := func(pair bool) (*compiler.Compiled, [][]byte) {
+		c, n, outs, err := auditedOutputs(t, path, func(o *wire.Options) { o.FreshRows, o.PairLinears = true, pair }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != len(c.Tasks.Tasks) {
+			t.Fatalf("ran %d of %d tasks", n, len(c.Tasks.Tasks))
+		}
+		return c, outs
+	}
+	plain, want := run(false)
+	paired, got := run(true)
+	pairs := 0
+	for _, op := range paired.Ops.Ops {
+		if _, ok := op.PairWeight(); ok {
+			pairs++
+		}
+	}
+	if layers := 28; pairs != layers || len(paired.Ops.Ops) != len(plain.Ops.Ops)-layers {
+		t.Fatalf("%d paired Linears, %d ops against %d unpaired: want one pair a layer", pairs, len(paired.Ops.Ops), len(plain.Ops.Ops))
+	}
+	for i := range want {
+		if string(got[i]) != string(want[i]) {
+			t.Fatalf("output %d differs with the pairs", i)
+		}
 	}
 }

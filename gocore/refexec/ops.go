@@ -235,23 +235,31 @@ func (x *exec) rope(op *ir.Op, b tgraph.Box) error {
 }
 
 func (x *exec) linear(op *ir.Op, b tgraph.Box) error {
-	w := op.In[1]
 	dt := op.Out.DType()
 	var xs, ws []float64
+	dot := func(w ir.View, n int64) float64 {
+		ws = x.row(w, []int64{n}, ws)
+		acc := 0.0
+		for k, v := range xs {
+			acc += v * ws[k]
+		}
+		return acc
+	}
+	w2, paired := op.PairWeight()
 	for m := b.Lo[0]; m < b.Hi[0]; m++ {
 		xs = x.linearInput(op, m, xs)
 		for n := b.Lo[1]; n < b.Hi[1]; n++ {
-			ws = x.row(w, []int64{n}, ws)
-			acc := 0.0
-			for k, v := range xs {
-				acc += v * ws[k]
-			}
+			acc := dot(op.In[1], n)
 			idx := []int64{m, n}
 			if op.Attr.Residual {
 				acc = round(dt, acc) + x.load(op.In[2], idx)
 			}
 			if epi := op.Attr.Epi; epi != nil {
-				acc = x.epilogue(op, round(epi.DType, acc), idx)
+				pair := 0.0
+				if paired { // the second weight's product, rounded as its own Linear stored it
+					pair = round(epi.PairDType, dot(w2, n))
+				}
+				acc = x.epilogue(op, round(epi.DType, acc), pair, idx)
 			}
 			x.store(op.Out, idx, acc)
 		}
@@ -260,11 +268,15 @@ func (x *exec) linear(op *ir.Op, b tgraph.Box) error {
 }
 
 // epilogue is what a Linear with an epilogue stores at idx, given its
-// product rounded as the folded op read it.
-func (x *exec) epilogue(op *ir.Op, product float64, idx []int64) float64 {
+// product rounded as the folded op read it (and a pair's second product).
+func (x *exec) epilogue(op *ir.Op, product, pair float64, idx []int64) float64 {
 	e := op.Attr.Epi.Expr.Map(func(n *ir.Expr) *ir.Expr {
-		if n.Op == ir.ELoad && n.Input == 0 {
-			return &ir.Expr{Op: ir.EConst, Const: product}
+		if n.Op == ir.ELoad && (n.Input == 0 || n.Input == op.Attr.Epi.Pair) {
+			c := product
+			if n.Input != 0 {
+				c = pair
+			}
+			return &ir.Expr{Op: ir.EConst, Const: c}
 		}
 		if n.Op == ir.ELoad {
 			return ir.Load(n.Input - 1)

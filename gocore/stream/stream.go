@@ -61,6 +61,9 @@ type Plan struct {
 	// block (pages of GemmPageRows rows, column-block-major), the products
 	// accumulating in registers across K (mpk::linear_gemm).
 	Gemm bool
+	// Pair: a paired Linear (ir.Epilogue.Pair) streams the task's rows of
+	// its second weight after those of its first, in registers only.
+	Pair bool
 }
 
 // tileCols mirrors mpk::tile_cols: the columns of a tile page of K-wide rows
@@ -182,6 +185,13 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		return Plan{M: M, K: K, ElemBytes: esz, PageBytes: GemmPageRows * GemmCols * esz, Split: K / GemmCols, Gemm: true,
 			Cols: GemmCols, XLow: op.LinearX().Size() > esz, RowStride: w.Strides[0]}, true
 	}
+	if w2, ok := op.PairWeight(); ok { // both weights stream alike, x in registers
+		p, ok := regPlan(M, K, esz)
+		same := w2.DType() == w.DType() && w2.Rank() == 2 && w2.Shape[0] == w.Shape[0] && w2.Shape[1] == K &&
+			w2.Strides[1] == 1 && w2.Strides[0] == K && w2.Offset*esz%16 == 0 && w2.Buf.Kind == ir.Input && !written(w2.Buf)
+		p.Pair = true
+		return p, ok && same && w.Strides[0] == K
+	}
 	if p, ok := regPlan(M, K, esz); ok && w.Strides[0] == K {
 		return p, true
 	}
@@ -269,7 +279,7 @@ func (p Plan) Tasks(N int64, workers int) int64 {
 	if p.Gemm { // GemmRows a task: lower's splitLinearK spreads a short N over the workers
 		return (N + GemmRows - 1) / GemmRows
 	}
-	bytes := N * p.K * p.ElemBytes
+	bytes := N * p.K * p.ElemBytes * p.weights()
 	parts := (bytes + TaskBytes - 1) / TaskBytes
 	W := int64(workers)
 	parts = (parts + W - 1) / W * W
@@ -286,7 +296,15 @@ func (p Plan) PartialFloats(rows int64) int64 {
 	if p.Tiles {
 		return (2*consumerWarps*TileRows + rows) * p.M
 	}
-	return rows * p.K / chunk(p.ElemBytes) * p.M
+	return rows * p.weights() * p.K / chunk(p.ElemBytes) * p.M
+}
+
+// weights is how many weights a task streams rows of: 2 for a pair.
+func (p Plan) weights() int64 {
+	if p.Pair {
+		return 2
+	}
+	return 1
 }
 
 // Writers returns a function telling whether any op of g writes a buffer.

@@ -101,6 +101,9 @@ type Options struct {
 	// K and V rows into the attention, which then runs beside the KV-cache
 	// writes rather than after them (lower.Config).
 	FreshRows bool `json:"fresh_rows"`
+	// PairLinears folds a gate projection into the up projection that reads
+	// it: one task streams both weights' rows (lower.Config).
+	PairLinears bool `json:"pair_linears"`
 }
 
 type Graph struct {

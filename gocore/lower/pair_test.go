@@ -1,0 +1,60 @@
+package lower
+
+import (
+	"testing"
+
+	"mpk/gocore/ir"
+)
+
+// mlp builds a gate and an up projection of x (M rows, K = 256, N = 64)
+// whose store computes SiLU(gate)·up (fuseEpilogue's result), and lets edit
+// change the graph before pairLinears runs; it returns the up projection.
+func mlp(t *testing.T, M int64, edit func(b *builder, x ir.View, gate, up *ir.Op)) (*ir.Graph, *ir.Op, *ir.Op) {
+	t.Helper()
+	b := newBuilder()
+	x := b.input("x", ir.BF16, M, 256)
+	gate := b.op(ir.Linear, b.temp("g", ir.F32, M, 64), x, b.param("Wg", ir.BF16, 64, 256))
+	up := b.op(ir.Linear, b.temp("u", ir.F32, M, 64), x, b.param("Wu", ir.BF16, 64, 256), gate.Out)
+	up.Attr.Epi = &ir.Epilogue{First: 2, DType: ir.F32, Expr: ir.Apply(ir.EMul, ir.Apply(ir.ESilu, ir.Load(1)), ir.Load(0))}
+	b.output(up.Out)
+	if edit != nil {
+		edit(b, x, gate, up)
+	}
+	run(t, b.g, pairLinears)
+	return b.g, gate, up
+}
+
+func TestPairLinears(t *testing.T) {
+	g, gate, up := mlp(t, 1, nil)
+	w2, ok := up.PairWeight()
+	if !ok || w2.Buf != gate.In[1].Buf || up.Attr.Epi.Pair != 1 || up.Attr.Epi.PairDType != ir.F32 || len(g.Ops) != 1 {
+		t.Fatalf("gate and up did not pair: %s, pair %+v", kinds(g), up.Attr.Epi)
+	}
+	// Each of these keeps the gate an op of its own.
+	for name, c := range map[string]struct {
+		M    int64
+		edit func(b *builder, x ir.View, gate, up *ir.Op)
+	}{
+		"gate's product also an output": {1, func(b *builder, _ ir.View, gate, _ *ir.Op) { b.output(gate.Out) }},
+		"gate reads another x": {1, func(b *builder, _ ir.View, gate, _ *ir.Op) {
+			gate.In[0] = b.input("x2", ir.BF16, 1, 256)
+		}},
+		"a weight of another dtype": {1, func(b *builder, _ ir.View, gate, _ *ir.Op) {
+			gate.In[1] = b.param("Wg2", ir.F16, 64, 256)
+		}},
+		"x written between them": {1, func(b *builder, x ir.View, gate, up *ir.Op) {
+			w := b.op(ir.Copy, x, b.input("y", ir.BF16, 1, 256))
+			b.g.Ops = []*ir.Op{gate, w, up}
+		}},
+		"gate with a residual": {1, func(b *builder, _ ir.View, gate, _ *ir.Op) {
+			gate.Attr.Residual = true
+			gate.In = append(gate.In, b.input("r", ir.F32, 1, 64))
+		}},
+		"x not in registers (4 rows: tiles)": {4, nil},
+	} {
+		g, gate, up := mlp(t, c.M, c.edit)
+		if _, ok := up.PairWeight(); ok || len(g.Ops) < 2 || g.Ops[0] != gate {
+			t.Errorf("%s: paired anyway: %s", name, kinds(g))
+		}
+	}
+}
