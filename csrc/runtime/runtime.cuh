@@ -188,17 +188,6 @@ __device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
   return v;
 }
 
-// ld_relaxed and fence_acquire: a poll that observes a release, then the
-// fence, acquire as ld_acquire does (the PTX memory model's fence pattern),
-// so several polls may be in flight at once.
-__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void fence_acquire() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
 __device__ __forceinline__ void red_release(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -281,51 +270,13 @@ __device__ __noinline__ void give_up(const State& st, int32_t code, int worker, 
 // warp's, ahead of the consumers), always hot: a sleep's wake-up comes late
 // (a back-off with __nanosleep(100) added ~0.9 us to every dependent task's
 // start, bench/NOTES.md).
-//
-// MPK_POLL_DEPTH > 1 keeps that many polls in flight, issued MPK_POLL_GAP
-// cycles apart: one L2 round trip a poll, so a serial poll sees the counter
-// change a round trip after it lands on average, and DEPTH polls in flight
-// a round trip / DEPTH after (an A/B knob, bench/NOTES.md, nineteenth session).
-#ifndef MPK_POLL_DEPTH
-#define MPK_POLL_DEPTH 1
-#endif
-#ifndef MPK_POLL_GAP
-#define MPK_POLL_GAP 256
-#endif
 __device__ bool wait_event(const State& st, int e, uint32_t need, int worker, int task) {
   uint32_t seen = ld_acquire(st.counters + e);
   if ((int32_t)(seen - need) >= 0) return true;
   uint64_t start = globaltimer();
-#if MPK_POLL_DEPTH > 1
-  uint32_t v[MPK_POLL_DEPTH];
-#pragma unroll
-  for (int d = 0; d < MPK_POLL_DEPTH; ++d) {
-    if (d > 0)
-      for (const long long t0 = clock64(); clock64() - t0 < MPK_POLL_GAP;) {
-      }
-    v[d] = ld_relaxed(st.counters + e);
-  }
-#endif
   for (unsigned polls = 0;; ++polls) {
-#if MPK_POLL_DEPTH > 1
-    bool ok = false;
-#pragma unroll
-    for (int d = 0; d < MPK_POLL_DEPTH; ++d) {  // each check waits for its own poll only
-      seen = v[d];
-      if ((int32_t)(seen - need) >= 0) {
-        ok = true;
-        break;
-      }
-      v[d] = ld_relaxed(st.counters + e);
-    }
-    if (ok) {
-      fence_acquire();
-      return true;
-    }
-#else
     seen = ld_acquire(st.counters + e);
     if ((int32_t)(seen - need) >= 0) return true;
-#endif
     if ((polls & 255) != 255) continue;
     if (aborting(st.abort)) return false;
     uint64_t waited = globaltimer() - start;
