@@ -161,6 +161,56 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, X xs, 
   stage_norm_any(op, m, xs, K, scratch, s);
 }
 
+// The deferred RMSNorm of a streamed Linear: x·w is staged without waiting
+// for the row's sum of squares, whose warp partials land in s_norm_part; the
+// store scales each product by the row's rsqrt (norm_inv). One block-wide
+// reduction and barrier fewer before the dots (q/k/v staged 0.3 us sooner,
+// qwen3-0.6b 1.394 -> 1.372 ms: bench/NOTES.md, nineteenth session). Exact
+// up to fp32 reassociation, so only where x and the prologue's result are
+// fp32 (no rounding in between: lower/widen.go). Namespace-scope shared
+// memory: a task that reuses the staged x (q, k, v) reuses the partials too.
+// MPK_NORM_DEFER=0 stages the normalised x as before (an A/B knob).
+#ifndef MPK_NORM_DEFER
+#define MPK_NORM_DEFER 1
+#endif
+constexpr int kMaxDeferRows = 2;  // x in registers: one or two rows (stream.regPlan)
+__shared__ float s_norm_part[kMaxDeferRows][kConsumerWarps];
+
+template <int K, int M, int N>
+__device__ __forceinline__ bool norm_deferred(const Op& op, const Slots<N>& s) {
+  if constexpr (!MPK_NORM_DEFER || M > kMaxDeferRows) return false;
+  const View &x = op.in[0], &w = op.in[op.pro_first];
+  return x.dtype == DT_FLOAT32 && op.pro_dtype == DT_FLOAT32 && float_row2(x) &&
+         (!(op.flags & FLAG_WEIGHT) || float_row2(w));
+}
+
+template <int K, int N>
+__device__ __forceinline__ void stage_norm_deferred(const Op& op, int m, float* xs, const Slots<N>& s) {
+  const View &x = op.in[0], &w = op.in[op.pro_first];
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  float v[per_thread(K)], g[per_thread(K)];
+  load_x_row<K>(base(s, x), x, m, v);
+  if (has_w) load_x_row<K>(base(s, w), w, m, g);
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < per_thread(K); ++i) {
+    const int k = threadIdx.x + i * MPK_THREADS;
+    ss += v[i] * v[i];  // zero past K
+    if (k < K) xs[k] = has_w ? v[i] * g[i] : v[i];
+  }
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) s_norm_part[m][threadIdx.x / 32] = ss;
+}
+
+// norm_inv is row m's rsqrt(mean(x²) + eps) from the staged partials.
+template <int K>
+__device__ __forceinline__ float norm_inv(const Op& op, int m) {
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kConsumerWarps; ++i) ss += s_norm_part[m][i];
+  return rsqrtf(ss / (float)K + op.eps);
+}
+
 template <int K, typename E, int N, typename X>
 __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, X xs, const Slots<N>& s) {
   if (pro_end(op) - op.pro_first == 1 && float_row2(op.in[0]) && float_row2(op.in[op.pro_first]) &&
@@ -565,9 +615,14 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
                 "codegen and the task library disagree on this stream's page size");
   float* xs = reinterpret_cast<float*>(c.smem);  // [M][K]
   float* part = xs + M * K;                      // the chunk partials
+  // Same for every op of one xkey, so a reused x was staged the same way.
+  const bool defer = std::is_same<PRO, NormPro>::value && norm_deferred<K, M>(op, s);
   if (!c.x_ready) {
 #pragma unroll 1
-    for (int m = 0; m < M; ++m) stage_x<K>(PRO{}, op, m, xs + m * K, s);
+    for (int m = 0; m < M; ++m) {
+      if (defer) stage_norm_deferred<K>(op, m, xs + m * K, s);
+      else stage_x<K>(PRO{}, op, m, xs + m * K, s);
+    }
     consumer_sync();
   }
   mark_staged();
@@ -584,10 +639,12 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   if constexpr (kIsPair<EPI>) stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part2, wait);
   consumer_sync();
   mark_dots();
-  for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
-    store_out<RESID, EPI>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M), s,
+  for (int r = threadIdx.x; r < outs; r += MPK_THREADS) {
+    const float inv = defer ? norm_inv<K>(op, r % M) : 1.f;
+    store_out<RESID, EPI>(op, r % M, lo + r / M, row_dot<T, K, M>(part, r / M, r % M) * inv, s,
                           fast_epi && r < MPK_THREADS ? &pre : nullptr,
-                          kIsPair<EPI> ? row_dot<T, K, M>(part2, r / M, r % M) : 0.f);
+                          kIsPair<EPI> ? row_dot<T, K, M>(part2, r / M, r % M) * inv : 0.f);
+  }
   return seq;
 }
 
