@@ -35,6 +35,7 @@
 
 #include "cuda_check.h"
 #include "runtime/ring.cuh"
+#include "runtime/runtime.cuh"
 #include "tasks/stream.cuh"
 
 
@@ -115,36 +116,18 @@ __global__ void gemv_ref(const bf16* w, const float* x, float* y, int N, int K, 
   }
 }
 
-__device__ __forceinline__ uint32_t ld_acquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // spin_until polls cond; past a second it reports and traps (a hang is a bug here).
 template <class C>
 __device__ __forceinline__ void spin_until(C cond, const char* what, uint32_t seq) {
   uint64_t t0 = 0;
   for (uint32_t polls = 0; !cond(); ++polls) {
     if ((polls & 255) != 255) continue;
-    if (t0 == 0) t0 = now_ns();
-    else if (now_ns() - t0 > 1000000000ull) {
+    if (t0 == 0) t0 = mpk::globaltimer();
+    else if (mpk::globaltimer() - t0 > 1000000000ull) {
       printf("HANG block %d thread %d: %s %u\n", blockIdx.x, threadIdx.x, what, seq);
       __trap();
     }
   }
-}
-
-__device__ __forceinline__ uint64_t evict_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
 }
 
 // Per task, with TRACE: when its wait began and ended, x was staged, its
@@ -169,13 +152,13 @@ struct Args {
 
 // wait_matrix: thread 0 spins until every task of matrix i-1 finished in this launch.
 __device__ __forceinline__ void mark(const Args& a, int task, int i) {
-  if (a.trace && threadIdx.x == 0) a.trace[task].t[i] = now_ns();
+  if (a.trace && threadIdx.x == 0) a.trace[task].t[i] = mpk::globaltimer();
 }
 
 __device__ __forceinline__ void wait_previous(const Args& a, const Task& t) {
   if (a.dep && t.matrix > 0 && threadIdx.x == 0) {
     const uint32_t need = (uint32_t)a.tasks_of[t.matrix - 1] * a.epoch;
-    spin_until([&] { return (int32_t)(ld_acquire(a.counters + t.matrix - 1) - need) >= 0; }, "matrix", t.matrix);
+    spin_until([&] { return (int32_t)(mpk::ld_acquire(a.counters + t.matrix - 1) - need) >= 0; }, "matrix", t.matrix);
   }
 }
 
@@ -209,16 +192,6 @@ __device__ __forceinline__ void stage_x(const Task& t, float* xs) {
 }
 
 enum { kCopy = 0, kStream = 1 };
-
-__device__ __forceinline__ uint32_t ld_acquire_cta(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.cta.shared.u32 %0, [%1];" : "=r"(v) : "r"(mpk::smem_u32(p)) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void st_release_cta(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.cta.shared.u32 [%0], %1;" ::"r"(mpk::smem_u32(p)), "r"(v) : "memory");
-}
 
 // consume runs one task after its wait: stage x, then the task's pages.
 template <int K, int M, int V, class R>
@@ -275,22 +248,22 @@ __global__ void __launch_bounds__(kBlock, 1) ring_kernel(Args a) {
   if (threadIdx.x >= MPK_THREADS + 32) {  // the signaller
     if (threadIdx.x == MPK_THREADS + 32) {
       for (int q = q0; q < q1; ++q) {
-        spin_until([&] { return ld_acquire_cta(done) > (uint32_t)(q - q0); }, "done", q);
+        spin_until([&] { return mpk::ld_acquire_cta(done) > (uint32_t)(q - q0); }, "done", q);
         const int id = a.queue[q];
-        if (a.trace) a.trace[id].t[4] = now_ns();
+        if (a.trace) a.trace[id].t[4] = mpk::globaltimer();
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.counters + a.tasks[id].matrix) : "memory");
-        if (a.trace) a.trace[id].t[5] = now_ns();
+        if (a.trace) a.trace[id].t[5] = mpk::globaltimer();
       }
     }
     return;
   }
   if (threadIdx.x >= MPK_THREADS) {  // the loader: one lane issues
     if (threadIdx.x == MPK_THREADS) {
-      const uint64_t policy = evict_first();
+      const uint64_t policy = mpk::weight_policy();
       uint32_t seq = 0;
       for (int q = q0; q < q1; ++q) {
         const Task& t = a.tasks[a.queue[q]];
-        if (a.trace) a.trace[a.queue[q]].load0 = now_ns();
+        if (a.trace) a.trace[a.queue[q]].load0 = mpk::globaltimer();
         const uint64_t bytes = (uint64_t)t.rows * t.K * sizeof(bf16);
         const uint64_t page = (uint64_t)mpk::page_elems(t.K, mpk::kPageBytes / 2, mpk::StreamOf<bf16>::CHUNK) * 2;
         const char* src = reinterpret_cast<const char*>(t.w);
@@ -298,7 +271,7 @@ __global__ void __launch_bounds__(kBlock, 1) ring_kernel(Args a) {
           spin_until([&] { return ring.slot_free(seq) && (seq < F || ring.ready(seq - F)); }, "free slot", seq);
           ring.fill(seq, src + off, (uint32_t)(bytes - off < page ? bytes - off : page), policy);
         }
-        if (a.trace) a.trace[a.queue[q]].load1 = now_ns();
+        if (a.trace) a.trace[a.queue[q]].load1 = mpk::globaltimer();
       }
     }
     return;
@@ -319,7 +292,7 @@ __global__ void __launch_bounds__(kBlock, 1) ring_kernel(Args a) {
       case 12288: consume<12288, M, V>(a, id, t, ring, seq, xs, part); break;
     }
     mpk::consumer_sync();
-    if (threadIdx.x == 0) st_release_cta(done, (uint32_t)(q - q0 + 1));
+    if (threadIdx.x == 0) mpk::st_release_cta(done, (uint32_t)(q - q0 + 1));
   }
 }
 
@@ -329,7 +302,7 @@ __global__ void __launch_bounds__(MPK_THREADS, 1) reg_kernel(Args a) {
   extern __shared__ __align__(128) char smem[];
   float* xs = reinterpret_cast<float*>(smem);
   const int w = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint64_t policy = evict_first();
+  const uint64_t policy = mpk::weight_policy();
   for (int q = a.queue_start[w]; q < a.queue_start[w + 1]; ++q) {
     const Task t = a.tasks[a.queue[q]];
     wait_previous(a, t);
