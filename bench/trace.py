@@ -1,10 +1,14 @@
 """Where a decode step's time goes inside the megakernel: compile with
 options={"trace": True}, run a few steps, read each task's wait/start/end
-timestamps from the module, and print time per op kind, then the timeline of
-the ops of one layer in the middle (when its tasks started and ended). With
---json, the records are written for bench/plot.py's per-worker timeline.
+timestamps from the module, and print time per op kind, the timeline of the
+ops of one layer in the middle (when its tasks started and ended), and the
+chain of dependent stages averaged over the middle layers (the layer period
+and the hops between stages). With --json, the records are written for
+bench/plot.py's per-worker timeline and for --from-json, which prints the
+same tables again from them, anywhere (no GPU).
 
-    python bench/trace.py --model qwen3-0.6b --json trace.json"""
+    python bench/trace.py --model qwen3-0.6b --json trace.json
+    python bench/trace.py --from-json trace.json"""
 
 from __future__ import annotations
 
@@ -13,12 +17,21 @@ import ctypes
 import json
 from collections import defaultdict
 
-import torch
-
-from mpk import check
-
 
 def main() -> None:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--from-json")
+    known, _ = pre.parse_known_args()
+    if known.from_json:  # the tables again, from a --json run's records: neither torch nor mpk needed
+        with open(known.from_json) as f:
+            d = json.load(f)
+        recs = [tuple(r) for r in d["records"]]
+        ring = [tuple(r) for r in d.get("ring", [])] or [(0, 0, 0, 0)] * len(recs)
+        report(d["model"], recs, d["labels"], ring)
+        return
+    import torch
+
+    from mpk import check
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-0.6b")
     p.add_argument("--cache-tokens", type=int, default=512)
@@ -26,6 +39,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=1, help="sequences a step")
     p.add_argument("--prefill", type=int, default=1, help="tokens of each sequence a step (a prompt chunk)")
     p.add_argument("--json", help="write the step's task records here")
+    p.add_argument("--from-json", help="print the tables from records a --json run wrote (no GPU)")
     check.add_lowering_flags(p)
     a = p.parse_args()
     check.ensure_backend_registered()
@@ -59,6 +73,18 @@ def main() -> None:
     ring = [(buf[W * i + 4] & 0xffffffff, buf[W * i + 4] >> 32, buf[W * i + 5] & 0xffffffff, buf[W * i + 5] >> 32)
             for i in range(n)]
     t0 = min(r[0] for r in recs)
+    report(a.model, recs, labels, ring)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": a.model, "labels": labels, "device": torch.cuda.get_device_name(),
+                       "records": [[w - t0, s - t0, e - t0, op, worker] for w, s, e, op, worker in recs],
+                       "ring": [list(r) for r in ring]}, f)
+        print(f"wrote {a.json}")
+
+
+def report(model, recs, labels, ring) -> None:
+    """Prints the time per op kind, one layer's timeline and the layers' chain."""
+    t0 = min(r[0] for r in recs)
     t1 = max(r[2] for r in recs)
     busy, wait, count = defaultdict(float), defaultdict(float), defaultdict(int)
     per_worker_busy, per_worker_wait = defaultdict(float), defaultdict(float)
@@ -71,17 +97,13 @@ def main() -> None:
         per_worker_wait[worker] += (s - w) / 1e3
     span = (t1 - t0) / 1e3
     workers = len(per_worker_busy)
-    print(f"{a.model}: step span {span:.1f} us over {workers} workers; mean busy {sum(per_worker_busy.values()) / workers:.1f} us, "
+    print(f"{model}: step span {span:.1f} us over {workers} workers; mean busy {sum(per_worker_busy.values()) / workers:.1f} us, "
           f"mean waiting {sum(per_worker_wait.values()) / workers:.1f} us per worker")
     print(f"{'op kind':28} {'tasks':>6} {'busy us (sum)':>14} {'mean us':>8} {'wait us (sum)':>14}")
     for label in sorted(busy, key=lambda k: -busy[k]):
         print(f"{label:28} {count[label]:6d} {busy[label]:14.1f} {busy[label] / count[label]:8.2f} {wait[label]:14.1f}")
     layer_timeline(recs, labels, ring)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"model": a.model, "labels": labels, "device": torch.cuda.get_device_name(),
-                       "records": [[w - t0, s - t0, e - t0, op, worker] for w, s, e, op, worker in recs]}, f)
-        print(f"wrote {a.json}")
+    layer_chain(recs, labels)
 
 
 def layer_timeline(recs, labels, ring) -> None:
@@ -112,6 +134,57 @@ def layer_timeline(recs, labels, ring) -> None:
         print(f"{labels[op] + '#' + str(op):34} {len(rs):5d} {(min(r[1] for r in rs) - t0) / 1e3:11.1f} "
               f"{(max(r[2] for r in rs) - t0) / 1e3:9.1f} {sum(r[2] - r[1] for r in rs) / len(rs) / 1e3:8.2f} "
               f"{mean(3):6.1f} {mean(4) / 1e3:8.2f} {mean(5) / 1e3:6.2f} {mean(6) / 1e3:6.2f}")
+
+
+def layer_chain(recs, labels, min_tasks: int = 32) -> None:
+    """The chain of dependent stages of a layer, averaged over the middle
+    layers (all but the first two and the last two): for each op between one
+    attention op and the next with at least min_tasks tasks (a stage spread
+    over the workers), when its first task started and its last ended (us
+    from the attention's first start) and its mean task; ops whose spans
+    overlap run side by side (q, k and v), and a hop is the gap from a group's
+    last end to the next group's first start. Also the layer period (from one
+    attention's first start to the next's)."""
+    attn = [i for i, l in enumerate(labels) if l.split("+")[-1] == "attention"]
+    if len(attn) < 6:
+        return
+    first, last, busy, tasks = {}, {}, defaultdict(float), defaultdict(int)
+    for _, s, e, op, _ in recs:
+        first[op], last[op] = min(first.get(op, s), s), max(last.get(op, e), e)
+        busy[op] += e - s
+        tasks[op] += 1
+    layers = range(2, len(attn) - 2)
+    periods = [(first[attn[i + 1]] - first[attn[i]]) / 1e3 for i in layers]
+    print(f"\nthe layers' chain (mean over layers {layers.start}..{layers.stop - 1}; us from the attention's first start)")
+    print(f"layer period {sum(periods) / len(periods):.1f} us (min {min(periods):.1f}, max {max(periods):.1f})")
+    rows = defaultdict(lambda: [0.0, 0.0, 0.0])  # position in the layer -> start, end, mean task (sums)
+    names = {}
+    for i in layers:
+        a0 = first[attn[i]]
+        for op in range(attn[i], attn[i + 1]):
+            if tasks.get(op, 0) < min_tasks:
+                continue
+            r = rows[op - attn[i]]
+            r[0] += (first[op] - a0) / 1e3
+            r[1] += (last[op] - a0) / 1e3
+            r[2] += busy[op] / tasks[op] / 1e3
+            names[op - attn[i]] = labels[op]
+    n = len(layers)
+    stages = sorted(((r[0] / n, r[1] / n, r[2] / n, names[k]) for k, r in rows.items()), key=lambda r: r[0])
+    print(f"{'op':34} {'start':>7} {'end':>7} {'mean us':>8} {'hop us':>7}")
+    group_end, hops = None, 0.0
+    for start, end, mean, name in stages:
+        hop = ""
+        if group_end is not None and start >= group_end:  # a new group: the gap from the last one's end
+            hop = f"{start - group_end:7.1f}"
+            hops += start - group_end
+            group_end = end
+        else:
+            group_end = end if group_end is None else max(group_end, end)
+        print(f"{name:34} {start:7.1f} {end:7.1f} {mean:8.2f} {hop:>7}")
+    to_next = sum(periods) / len(periods) - group_end
+    print(f"{'next attention':34} {sum(periods) / len(periods):7.1f} {'':7} {'':8} {to_next:7.1f}")
+    print(f"hops in all: {hops + to_next:.1f} us a layer")
 
 
 if __name__ == "__main__":

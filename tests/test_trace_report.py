@@ -1,0 +1,44 @@
+"""bench/trace.py's chain of dependent stages, on synthetic records (no GPU):
+the layer period, each stage's span, side-by-side ops grouped, and the hops."""
+
+import importlib.util
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location("bench_trace", Path(__file__).parent.parent / "bench" / "trace.py")
+trace = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(trace)
+
+
+def layers(n: int, period_ns: int = 40_000):
+    """n layers of: attention (32 tasks) 0-10 us, o 12-15, q and k side by
+    side 16-20 and 16-21, a 1-task op (not a stage) at 30; so the hops are 2,
+    1 and (to the next attention) 19 us."""
+    labels, recs = [], []
+    for i in range(n):
+        t = i * period_ns
+        for name, start, end, tasks in (("rope+attention", 0, 10, 32), ("linear", 12, 15, 132),
+                                        ("q", 16, 20, 66), ("k", 16, 21, 66), ("kv_write", 30, 31, 1)):
+            op = len(labels)
+            labels.append(name)
+            recs += [(t + start * 1000, t + start * 1000, t + end * 1000, op, w) for w in range(tasks)]
+    return labels, recs
+
+
+def test_layer_chain(capsys):
+    labels, recs = layers(8)
+    trace.layer_chain(recs, labels)
+    out = capsys.readouterr().out
+    assert "layer period 40.0 us (min 40.0, max 40.0)" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line and line.split()[0] in
+            ("rope+attention", "linear", "q", "k", "next")}
+    assert rows["linear"] == ["12.0", "15.0", "3.00", "2.0"]
+    assert rows["q"] == ["16.0", "20.0", "4.00", "1.0"]
+    assert rows["k"] == ["16.0", "21.0", "5.00"]  # beside q: no hop of its own
+    assert rows["next"] == ["attention", "40.0", "19.0"]
+    assert "hops in all: 22.0 us a layer" in out
+
+
+def test_layer_chain_needs_layers(capsys):
+    labels, recs = layers(4)  # too few to leave middle layers out of the first and last two
+    trace.layer_chain(recs, labels)
+    assert capsys.readouterr().out == ""
