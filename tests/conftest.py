@@ -118,3 +118,16 @@ def fake_core(monkeypatch, fresh_dynamo):
     return reqs
 
 
+@pytest.fixture(scope="session")
+def build_shared():
+    """build_shared(src, out, *flags) compiles C source src into the shared
+    library out with the system C compiler (the fake modules of the call-path
+    tests); a test that asks for it is skipped where there is none."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+
+    def build(src: Path, out: Path, *flags: str) -> Path:
+        subprocess.run([cc, "-shared", "-fPIC", *flags, str(src), "-o", str(out)], check=True)
+        return out
+    return build

@@ -262,16 +262,12 @@ int32_t mpk_trace(void* out, int32_t n) { return 0; }
 
 
 @pytest.fixture(scope="module")
-def fake_module(tmp_path_factory):
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
+def fake_module(tmp_path_factory, build_shared):
     d = tmp_path_factory.mktemp("fakemod")
     (d / "m.c").write_text(FAKE_MODULE)
-    subprocess.run([cc, "-shared", "-fPIC", f"-I{build.csrc_dir()}", str(d / "m.c"), "-o", str(d / "m.so")],
-                   check=True)
+    build_shared(d / "m.c", d / "m.so", f"-I{build.csrc_dir()}")
     (d / "bad.c").write_text("int mpk_num_slots(void) { return 1; }\n")
-    subprocess.run([cc, "-shared", "-fPIC", str(d / "bad.c"), "-o", str(d / "bad.so")], check=True)
+    build_shared(d / "bad.c", d / "bad.so")
     return d
 
 

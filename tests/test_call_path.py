@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import inspect
-import os
-import shutil
-import subprocess
 
 import pytest
 import torch
@@ -65,21 +62,16 @@ int32_t mpk_trace(void* out, int32_t n) { return 0; }
 
 
 @pytest.fixture(scope="module")
-def fake_module(tmp_path_factory):
+def fake_module(tmp_path_factory, build_shared):
     """fake_module(n_in, n_out): the path of a fake module taking that many."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler")
     d = tmp_path_factory.mktemp("fakecall")
     (d / "m.c").write_text(FAKE)
     built = {}
 
     def make(n_in: int, n_out: int):
         if (n_in, n_out) not in built:
-            so = d / f"m{n_in}_{n_out}.so"
-            subprocess.run([cc, "-shared", "-fPIC", f"-DN_IN={n_in}", f"-DN_OUT={n_out}", f"-I{build.csrc_dir()}",
-                            str(d / "m.c"), "-o", str(so)], check=True)
-            built[n_in, n_out] = so
+            built[n_in, n_out] = build_shared(d / "m.c", d / f"m{n_in}_{n_out}.so", f"-DN_IN={n_in}",
+                                              f"-DN_OUT={n_out}", f"-I{build.csrc_dir()}")
         return built[n_in, n_out]
     return make
 
