@@ -617,6 +617,20 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   float* part = xs + M * K;                      // the chunk partials
   // Same for every op of one xkey, so a reused x was staged the same way.
   const bool defer = std::is_same<PRO, NormPro>::value && norm_deferred<K, M>(op, s);
+#if defined(MPK_TRACE) && defined(MPK_PROBE_WARM)
+  // Probe (not for use): x is staged once untimed, so the staging the trace
+  // times (from here to mark_staged) runs warm code; x comes from L2 both
+  // times (__ldcg), so the difference from a plain trace is the cold code's.
+  if (!c.x_ready) {
+#pragma unroll 1
+    for (int m = 0; m < M; ++m) {
+      if (defer) stage_norm_deferred<K>(op, m, xs + m * K, s);
+      else stage_x<K>(PRO{}, op, m, xs + m * K, s);
+    }
+    consumer_sync();
+    if (threadIdx.x == 0) s_trace_start = globaltimer();
+  }
+#endif
   if (!c.x_ready) {
 #pragma unroll 1
     for (int m = 0; m < M; ++m) {
