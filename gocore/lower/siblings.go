@@ -19,10 +19,10 @@ func shareSiblingWorkers(g *ir.Graph, workers int) {
 		if j-i > 1 {
 			var rows int64
 			for _, op := range g.Ops[i:j] {
-				rows += op.Out.Shape[1]
+				rows += weightRows(op)
 			}
 			for _, op := range g.Ops[i:j] {
-				op.Attr.Workers = max(1, int64(workers)*op.Out.Shape[1]/rows)
+				op.Attr.Workers = max(1, int64(workers)*weightRows(op)/rows)
 			}
 		}
 		i = j
@@ -44,6 +44,15 @@ func siblings(run []*ir.Op, op *ir.Op) bool {
 		}
 	}
 	return true
+}
+
+// weightRows is the weight rows a Linear streams: its output's columns, twice
+// for a pair (ir.Epilogue.Pair).
+func weightRows(op *ir.Op) int64 {
+	if _, ok := op.PairWeight(); ok {
+		return 2 * op.Out.Shape[1]
+	}
+	return op.Out.Shape[1]
 }
 
 func shareable(op *ir.Op) bool {

@@ -30,3 +30,19 @@ func TestShareSiblingWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestShareSiblingWorkersWithAPair: a paired Linear (gate and up in one op)
+// streams two weights' rows, so its share counts its rows twice.
+func TestShareSiblingWorkersWithAPair(t *testing.T) {
+	b := newBuilder()
+	x := b.input("x", ir.BF16, 1, 8)
+	q := b.op(ir.Linear, b.temp("q", ir.BF16, 1, 32), x, b.param("Wq", ir.BF16, 32, 8))
+	up := b.op(ir.Linear, b.temp("u", ir.BF16, 1, 32), x, b.param("Wu", ir.BF16, 32, 8), b.param("Wg", ir.BF16, 32, 8))
+	up.Attr.Epi = &ir.Epilogue{First: 2, Pair: 1, DType: ir.F32, PairDType: ir.F32,
+		Expr: ir.Apply(ir.EMul, ir.Apply(ir.ESilu, ir.Load(1)), ir.Load(0))}
+	b.output(q.Out, up.Out)
+	run(t, b.g, func(g *ir.Graph) { shareSiblingWorkers(g, 132) })
+	if q.Attr.Workers != 44 || up.Attr.Workers != 88 {
+		t.Errorf("workers q %d, pair %d; want 44 and 88", q.Attr.Workers, up.Attr.Workers)
+	}
+}
