@@ -33,7 +33,7 @@ for job in ${JOBS:-check:tiny-llama}; do
     bench) timeout "${JOB_TIMEOUT:-500}" python3 bench/decode.py --models ${what//+/ } $extra --json "$W/bench_$n.json" >"$W/bench_$n.log" 2>&1
            tail -12 "$W/bench_$n.log" ;;
     trace) timeout "${JOB_TIMEOUT:-200}" python3 bench/trace.py --model "$what" $extra --json "$W/trace_${n}_$what.json" >"$W/trace_${n}_$what.log" 2>&1
-           tail -40 "$W/trace_${n}_$what.log" ;;
+           tail -60 "$W/trace_${n}_$what.log" ;;
     host) timeout "${JOB_TIMEOUT:-500}" python3 bench/host_time.py --model "$what" $extra --json "$W/host_$what.json" >"$W/host_$what.log" 2>&1
           tail -9 "$W/host_$what.log" ;;
     cu) nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Icsrc $extra "bench/$what" -o "$W/cu_$n" >"$W/cu_${n}_${what%.cu}.log" 2>&1 &&

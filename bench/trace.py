@@ -26,7 +26,7 @@ def main() -> None:
         with open(known.from_json) as f:
             d = json.load(f)
         recs = [tuple(r) for r in d["records"]]
-        ring = [tuple(r) for r in d.get("ring", [])] or [(0, 0, 0, 0)] * len(recs)
+        ring = [tuple(r) for r in d.get("ring", [])] or None  # older records have no ring columns
         report(d["model"], recs, d["labels"], ring)
         return
     import torch
@@ -83,7 +83,8 @@ def main() -> None:
 
 
 def report(model, recs, labels, ring) -> None:
-    """Prints the time per op kind, one layer's timeline and the layers' chain."""
+    """Prints the time per op kind, one layer's timeline and the layers' chain
+    (ring: per task, pages landed, stall, staged and dots ns; None if not recorded)."""
     t0 = min(r[0] for r in recs)
     t1 = max(r[2] for r in recs)
     busy, wait, count = defaultdict(float), defaultdict(float), defaultdict(int)
@@ -102,8 +103,8 @@ def report(model, recs, labels, ring) -> None:
     print(f"{'op kind':28} {'tasks':>6} {'busy us (sum)':>14} {'mean us':>8} {'wait us (sum)':>14}")
     for label in sorted(busy, key=lambda k: -busy[k]):
         print(f"{label:28} {count[label]:6d} {busy[label]:14.1f} {busy[label] / count[label]:8.2f} {wait[label]:14.1f}")
-    layer_timeline(recs, labels, ring)
-    layer_chain(recs, labels)
+    layer_timeline(recs, labels, ring or [(0, 0, 0, 0)] * len(recs))
+    layer_chain(recs, labels, ring)
 
 
 def layer_timeline(recs, labels, ring) -> None:
@@ -136,12 +137,14 @@ def layer_timeline(recs, labels, ring) -> None:
               f"{mean(3):6.1f} {mean(4) / 1e3:8.2f} {mean(5) / 1e3:6.2f} {mean(6) / 1e3:6.2f}")
 
 
-def layer_chain(recs, labels, min_tasks: int = 32) -> None:
+def layer_chain(recs, labels, ring=None, min_tasks: int = 32) -> None:
     """The chain of dependent stages of a layer, averaged over the middle
     layers (all but the first two and the last two): for each op between one
     attention op and the next with at least min_tasks tasks (a stage spread
     over the workers), when its first task started and its last ended (us
-    from the attention's first start) and its mean task; ops whose spans
+    from the attention's first start), its mean task, and (from ring: a
+    task's pages landed, stall, staged and dots ns) when its tasks had x
+    staged and the dots done on average, from their start; ops whose spans
     overlap run side by side (q, k and v), and a hop is the gap from a group's
     last end to the next group's first start. Also the layer period (from one
     attention's first start to the next's)."""
@@ -149,15 +152,19 @@ def layer_chain(recs, labels, min_tasks: int = 32) -> None:
     if len(attn) < 6:
         return
     first, last, busy, tasks = {}, {}, defaultdict(float), defaultdict(int)
-    for _, s, e, op, _ in recs:
+    staged, dots = defaultdict(float), defaultdict(float)
+    for (_, s, e, op, _), r in zip(recs, ring or [(0, 0, 0, 0)] * len(recs)):
         first[op], last[op] = min(first.get(op, s), s), max(last.get(op, e), e)
         busy[op] += e - s
         tasks[op] += 1
+        staged[op] += r[2]
+        dots[op] += r[3]
     layers = range(2, len(attn) - 2)
     periods = [(first[attn[i + 1]] - first[attn[i]]) / 1e3 for i in layers]
     print(f"\nthe layers' chain (mean over layers {layers.start}..{layers.stop - 1}; us from the attention's first start)")
     print(f"layer period {sum(periods) / len(periods):.1f} us (min {min(periods):.1f}, max {max(periods):.1f})")
-    rows = defaultdict(lambda: [0.0, 0.0, 0.0])  # position in the layer -> start, end, mean task (sums)
+    # position in the layer -> start, end, mean task, staged, dots (sums over the layers)
+    rows = defaultdict(lambda: [0.0] * 5)
     names = {}
     for i in layers:
         a0 = first[attn[i]]
@@ -167,13 +174,14 @@ def layer_chain(recs, labels, min_tasks: int = 32) -> None:
             r = rows[op - attn[i]]
             r[0] += (first[op] - a0) / 1e3
             r[1] += (last[op] - a0) / 1e3
-            r[2] += busy[op] / tasks[op] / 1e3
+            for j, total in ((2, busy), (3, staged), (4, dots)):
+                r[j] += total[op] / tasks[op] / 1e3
             names[op - attn[i]] = labels[op]
     n = len(layers)
-    stages = sorted(((r[0] / n, r[1] / n, r[2] / n, names[k]) for k, r in rows.items()), key=lambda r: r[0])
-    print(f"{'op':34} {'start':>7} {'end':>7} {'mean us':>8} {'hop us':>7}")
+    stages = sorted(([v / n for v in r] + [names[k]] for k, r in rows.items()), key=lambda r: r[0])
+    print(f"{'op':34} {'start':>7} {'end':>7} {'mean us':>8} {'staged':>7} {'dots':>7} {'hop us':>7}")
     group_end, hops = None, 0.0
-    for start, end, mean, name in stages:
+    for start, end, mean, st, dt, name in stages:
         hop = ""
         if group_end is not None and start >= group_end:  # a new group: the gap from the last one's end
             hop = f"{start - group_end:7.1f}"
@@ -181,9 +189,10 @@ def layer_chain(recs, labels, min_tasks: int = 32) -> None:
             group_end = end
         else:
             group_end = end if group_end is None else max(group_end, end)
-        print(f"{name:34} {start:7.1f} {end:7.1f} {mean:8.2f} {hop:>7}")
+        st, dt = (f"{st:7.2f}", f"{dt:7.2f}") if ring else ("-", "-")  # records without ring columns
+        print(f"{name:34} {start:7.1f} {end:7.1f} {mean:8.2f} {st:>7} {dt:>7} {hop:>7}")
     to_next = sum(periods) / len(periods) - group_end
-    print(f"{'next attention':34} {sum(periods) / len(periods):7.1f} {'':7} {'':8} {to_next:7.1f}")
+    print(f"{'next attention':34} {sum(periods) / len(periods):7.1f} {'':7} {'':8} {'':7} {'':7} {to_next:7.1f}")
     print(f"hops in all: {hops + to_next:.1f} us a layer")
 
 

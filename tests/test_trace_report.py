@@ -26,16 +26,26 @@ def layers(n: int, period_ns: int = 40_000):
 
 def test_layer_chain(capsys):
     labels, recs = layers(8)
-    trace.layer_chain(recs, labels)
+    # landed, stall, staged and dots ns: q's tasks staged at 1 or 2 us (1.5 on average), dots at 3
+    ring = [(0, 0, (1000 if w % 2 else 2000) if labels[op] == "q" else 0, 3000 if labels[op] == "q" else 0)
+            for _, _, _, op, w in recs]
+    trace.layer_chain(recs, labels, ring)
     out = capsys.readouterr().out
     assert "layer period 40.0 us (min 40.0, max 40.0)" in out
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line and line.split()[0] in
             ("rope+attention", "linear", "q", "k", "next")}
-    assert rows["linear"] == ["12.0", "15.0", "3.00", "2.0"]
-    assert rows["q"] == ["16.0", "20.0", "4.00", "1.0"]
-    assert rows["k"] == ["16.0", "21.0", "5.00"]  # beside q: no hop of its own
+    assert rows["linear"] == ["12.0", "15.0", "3.00", "0.00", "0.00", "2.0"]
+    assert rows["q"] == ["16.0", "20.0", "4.00", "1.50", "3.00", "1.0"]
+    assert rows["k"] == ["16.0", "21.0", "5.00", "0.00", "0.00"]  # beside q: no hop of its own
     assert rows["next"] == ["attention", "40.0", "19.0"]
     assert "hops in all: 22.0 us a layer" in out
+
+
+def test_layer_chain_without_ring(capsys):
+    labels, recs = layers(8)
+    trace.layer_chain(recs, labels)  # records from before the ring columns: dashes, not zeros
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if line}
+    assert rows["q"] == ["16.0", "20.0", "4.00", "-", "-", "1.0"]
 
 
 def test_layer_chain_needs_layers(capsys):
