@@ -604,6 +604,18 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
   }
 }
 
+// stage_stream_x stages a streamed Linear's M rows of x as fp32 [M][K] in
+// xs (the norm's scale deferred to the store where defer says: norm_deferred).
+template <int K, int M, typename PRO, int N>
+__device__ __forceinline__ void stage_stream_x(const Op& op, float* xs, bool defer, const Slots<N>& s) {
+#pragma unroll 1
+  for (int m = 0; m < M; ++m) {
+    if (defer) stage_norm_deferred<K>(op, m, xs + m * K, s);
+    else stage_x<K>(PRO{}, op, m, xs + m * K, s);
+  }
+  consumer_sync();
+}
+
 // linear_stream: the rows [lo, hi) of W (contiguous, hi - lo rows of K)
 // arrive as pages of PAGE bytes in the worker's ring of P slots, in the order
 // the loader (runtime/module.cuh) issued them; x's M rows are staged once
@@ -622,23 +634,11 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   // times (from here to mark_staged) runs warm code; x comes from L2 both
   // times (__ldcg), so the difference from a plain trace is the cold code's.
   if (!c.x_ready) {
-#pragma unroll 1
-    for (int m = 0; m < M; ++m) {
-      if (defer) stage_norm_deferred<K>(op, m, xs + m * K, s);
-      else stage_x<K>(PRO{}, op, m, xs + m * K, s);
-    }
-    consumer_sync();
+    stage_stream_x<K, M, PRO>(op, xs, defer, s);
     if (threadIdx.x == 0) s_trace_start = globaltimer();
   }
 #endif
-  if (!c.x_ready) {
-#pragma unroll 1
-    for (int m = 0; m < M; ++m) {
-      if (defer) stage_norm_deferred<K>(op, m, xs + m * K, s);
-      else stage_x<K>(PRO{}, op, m, xs + m * K, s);
-    }
-    consumer_sync();
-  }
+  if (!c.x_ready) stage_stream_x<K, M, PRO>(op, xs, defer, s);
   mark_staged();
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
