@@ -25,11 +25,10 @@ using Ring = mpk::Ring<kRingSlots>;
 constexpr int kScratchOffset = mpk::ring_bars_bytes<kRingSlots>() + kRingPages * mpk::kPageBytes;
 constexpr int kDynamicSharedBytes = kScratchOffset + kSharedBytes;
 // Pages in flight per worker: enough for HBM, few enough that the other L2
-// traffic (activations, counters) does not queue behind them (bench/NOTES.md).
-#ifndef MPK_INFLIGHT_PAGES
-#define MPK_INFLIGHT_PAGES 2
-#endif
+// traffic (activations, counters) does not queue behind them (bench/NOTES.md);
+// MPK_QUIET_PAGES outside the consumers' dots (runtime/runtime.cuh).
 constexpr uint32_t kInFlightPages = MPK_INFLIGHT_PAGES;
+constexpr uint32_t kQuietPages = MPK_QUIET_PAGES;
 
 // With MPK_TRACE, per task: when its wait began, when it started, when it
 // ended (globaltimer ns), its op and worker, how many pages of the ring had
@@ -59,10 +58,14 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
   const uint64_t policy = mpk::weight_policy();
   uint32_t seq = 0;
   // acquire waits until page seq may be issued; false: the launch is over.
+  // may_issue: page seq's slot is free and fewer than the phase's depth are in flight.
+  auto may_issue = [&]() {
+    const uint32_t depth = !mpk::kQuietStream || *(volatile uint32_t*)&mpk::s_dots ? kInFlightPages : kQuietPages;
+    return ring.slot_free(seq) && depth > 0 && (seq < depth || ring.ready(seq - depth));
+  };
   auto acquire = [&](int t) {
     uint64_t start = 0;
-    for (uint32_t polls = 0; !(ring.slot_free(seq) && (seq < kInFlightPages || ring.ready(seq - kInFlightPages)));
-         ++polls) {
+    for (uint32_t polls = 0; !may_issue(); ++polls) {
       if ((polls & 1023) != 1023) continue;
       const uint64_t now = mpk::globaltimer();
       if (start == 0) start = now;
@@ -70,7 +73,8 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
         if (!mpk::aborting(st.abort)) mpk::give_up(st, MPK_ABORT_WAIT, w, t, -1, seq, 0, now - start);
         // Pages in flight land on their own; wait for them before the CTA's
         // shared memory goes away.
-        for (uint32_t s = seq > kInFlightPages ? seq - kInFlightPages : 0; s < seq; ++s)
+        constexpr uint32_t most = kInFlightPages > kQuietPages ? kInFlightPages : kQuietPages;
+        for (uint32_t s = seq > most ? seq - most : 0; s < seq; ++s)
           while (!ring.ready(s)) {
           }
         return false;
@@ -215,6 +219,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     s_done = 0;
     s_ready = 0;
     s_xkey = -1;
+    mpk::s_dots = 0;
     mpk::s_fault = mpk::Fault{st.abort, st.status, w, -1, -1};
     if (kRingPages > 0) ring.init(mpk::kConsumerWarps);
   }
@@ -278,6 +283,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
 #endif
       seq = run_task(f.op, task.lo, task.hi, s_slots, c);
     }
+    mpk::set_dots_phase(0);  // a task that ended in its dots (aborting) leaves the stream quiet
     // Read before the barrier: past it, the fetcher may refill this buffer.
     const int staged = task.op >= 0 ? f.op.xkey : -1;
     mpk::consumer_sync();

@@ -232,6 +232,26 @@ __shared__ uint64_t s_trace_start;
 __shared__ uint32_t s_trace_staged, s_trace_dots;
 #endif
 
+// The weight stream's depth by phase (bench/hop.cu: pages in flight on every
+// worker lengthen every other L2 round trip, a grid-wide hop 1.8 -> 2.7 us
+// with one page in flight an SM, 3.9 with two): the loader keeps
+// MPK_INFLIGHT_PAGES in flight while the consumers multiply pages (s_dots =
+// 1, from a streamed task's staging done to its products done) and
+// MPK_QUIET_PAGES otherwise (hops, staging, attention, stores), at least 1
+// so a page always comes. Where the two are equal s_dots is never read.
+#ifndef MPK_INFLIGHT_PAGES
+#define MPK_INFLIGHT_PAGES 2
+#endif
+#ifndef MPK_QUIET_PAGES
+#define MPK_QUIET_PAGES 1
+#endif
+static_assert(MPK_QUIET_PAGES >= 1, "a quiet stream still brings its pages (a task waiting for one must get it)");
+constexpr bool kQuietStream = MPK_QUIET_PAGES != MPK_INFLIGHT_PAGES;
+__shared__ uint32_t s_dots;
+__device__ __forceinline__ void set_dots_phase(uint32_t on) {
+  if (kQuietStream && threadIdx.x == 0) *(volatile uint32_t*)&s_dots = on;
+}
+
 // index_error records the first out-of-range index of the launch (the op,
 // the index as read, the size it indexes) and raises the abort flag: the
 // launch finishes without the bad write and the host raises MpkRuntimeError.

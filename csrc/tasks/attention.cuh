@@ -897,7 +897,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       } else {
         stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
       }
-      if (i0 == 0) mark_staged();  // trace builds: the extent and q read
+      if (i0 == 0) mark_staged_trace();  // trace builds: the extent and q read
       for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
         float sc[UG];
@@ -1009,7 +1009,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             xf[u] = a == -INFINITY ? -INFINITY : a + dnew[u];
           }
     }
-    if (i0 == 0) mark_dots();  // trace builds: the first round's K and V done
+    if (i0 == 0) mark_dots_trace();  // trace builds: the first round's K and V done
     if constexpr (kV16)
       if (active) to_lane_columns<T, D, UG>(av, acc, qs, lane);
     if constexpr (FR)

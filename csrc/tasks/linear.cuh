@@ -517,17 +517,27 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
   store_out_any<RESID, EPI>(op, m, n, acc, s, pair);
 }
 
-// mark_staged records, in a trace build, when a streamed task had x staged;
-// mark_dots when its products were done.
-__device__ __forceinline__ void mark_staged() {
+// mark_staged_trace records, in a trace build, when a task had x staged;
+// mark_dots_trace when its products were done. A streamed task calls
+// mark_staged and mark_dots, which also tell the loader when the consumers
+// multiply pages (set_dots_phase).
+__device__ __forceinline__ void mark_staged_trace() {
 #ifdef MPK_TRACE
   if (threadIdx.x == 0) s_trace_staged = (uint32_t)(globaltimer() - s_trace_start);
 #endif
 }
-__device__ __forceinline__ void mark_dots() {
+__device__ __forceinline__ void mark_dots_trace() {
 #ifdef MPK_TRACE
   if (threadIdx.x == 0) s_trace_dots = (uint32_t)(globaltimer() - s_trace_start);
 #endif
+}
+__device__ __forceinline__ void mark_staged() {
+  set_dots_phase(1);
+  mark_staged_trace();
+}
+__device__ __forceinline__ void mark_dots() {
+  set_dots_phase(0);
+  mark_dots_trace();
 }
 
 // wait_page returns once page q of a weight ring has landed: lane 0 polls,
