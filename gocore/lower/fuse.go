@@ -168,3 +168,154 @@ func permutedStrides(out, src, dst ir.View) ([]int64, bool) {
 	}
 	return st, true
 }
+
+// maxInlineNodes bounds the expression an elementwise producer may have to be
+// computed again in a consumer while other ops still read its result.
+const maxInlineNodes = 16
+
+// inlineProducers inlines elementwise producers into the elementwise ops that
+// read them, where fuseElementwise cannot: the consumer reads a broadcast or
+// a reshape of the whole result (a position scalar, a constant, an arange
+// viewed [1, 1, 1, S]), or other ops read it too (a small producer is then
+// computed again in the consumer). It runs after the pattern passes and CSE,
+// on what they left as plain elementwise ops: a decode step's preamble (the
+// mask, RoPE's angles) is chains of one-task ops, each link a hop of a few us
+// before the first attention can start (bench/NOTES.md). Consumers go from
+// the last: a chain folds into its end before a write between its links
+// (the position's in-place increment) stops it.
+func inlineProducers(g *ir.Graph) {
+	for changed := true; changed; {
+		changed = false
+		u := analyze(g)
+		index := opIndex(g)
+		for j := len(g.Ops) - 1; j >= 0 && !changed; j-- {
+			c := g.Ops[j]
+			if c.Kind != ir.Elementwise {
+				continue
+			}
+			for i, v := range c.In {
+				p := u.soleWriter(v.Buf)
+				if p == nil || p == c || p.Kind != ir.Elementwise || v.Buf.Kind != ir.Temp {
+					continue
+				}
+				if !u.onlyReader(v.Buf, c) && exprNodes(p.Attr.Expr) > maxInlineNodes {
+					continue
+				}
+				dims, ok := walkedDims(v, p)
+				if !ok || writtenBetween(g, index[p], index[c], p.In) || writesAny(c, p.In) {
+					continue
+				}
+				if ins, e := inlineWalked(c, i, p, dims); len(ins) <= ir.MaxInputs { // the task ABI's limit
+					c.In, c.Attr.Expr = ins, e
+					changed = true
+					break
+				}
+			}
+		}
+		deadCode(g)
+	}
+}
+
+// walkedDims matches the dims of v, c's view of producer p's whole result, to
+// the result's: dims[d] = k where v's dim d walks the result's dim k, -1 where
+// v broadcasts (size 1 or stride 0). ok when v starts where the result does,
+// walks each of its dims longer than 1 exactly once, and p's inputs are
+// views of p's shape (as every elementwise op's are).
+func walkedDims(v ir.View, p *ir.Op) ([]int, bool) {
+	out := p.Out
+	if v.Offset != out.Offset || !out.IsWhole() {
+		return nil, false
+	}
+	for _, w := range p.In {
+		if len(w.Shape) != len(out.Shape) {
+			return nil, false
+		}
+	}
+	dims := make([]int, len(v.Shape))
+	used := make([]bool, len(out.Shape))
+	for d := range v.Shape {
+		dims[d] = -1
+		if v.Shape[d] == 1 || v.Strides[d] == 0 {
+			continue
+		}
+		for k := range out.Shape {
+			if !used[k] && out.Shape[k] == v.Shape[d] && out.Strides[k] == v.Strides[d] {
+				dims[d], used[k] = k, true
+				break
+			}
+		}
+		if dims[d] < 0 {
+			return nil, false
+		}
+	}
+	for k, n := range out.Shape {
+		if n > 1 && !used[k] {
+			return nil, false
+		}
+	}
+	return dims, true
+}
+
+// inlineWalked returns c's inputs and expression with p's expression in
+// place of c's loads of input i, c's view of p's result walking it as dims
+// says (walkedDims): p's inputs become views over c's shape and p's index
+// along its dim k becomes c's along the dim that walks k (0 for a dim of
+// size 1).
+func inlineWalked(c *ir.Op, i int, p *ir.Op, dims []int) ([]ir.View, *ir.Expr) {
+	from := make([]int, len(p.Out.Shape)) // p's dim k -> c's dim walking it, or -1
+	for k := range from {
+		from[k] = -1
+	}
+	for d, k := range dims {
+		if k >= 0 {
+			from[k] = d
+		}
+	}
+	base := len(c.In)
+	ins := append([]ir.View{}, c.In...)
+	for _, w := range p.In {
+		nw := ir.View{Buf: w.Buf, Offset: w.Offset, Shape: append([]int64(nil), c.Out.Shape...), Strides: make([]int64, len(c.Out.Shape))}
+		for d, k := range dims {
+			if k >= 0 {
+				nw.Strides[d] = w.Strides[k]
+			}
+		}
+		ins = append(ins, nw)
+	}
+	pe := p.Attr.Expr.Map(func(n *ir.Expr) *ir.Expr {
+		switch n.Op {
+		case ir.ELoad:
+			return ir.Load(base + n.Input)
+		case ir.EIndex:
+			if from[n.Dim] < 0 {
+				return ir.Const(0)
+			}
+			return ir.Index(from[n.Dim])
+		}
+		return n
+	})
+	e := c.Attr.Expr.Map(func(n *ir.Expr) *ir.Expr {
+		if n.Op == ir.ELoad && n.Input == i {
+			return pe
+		}
+		return n
+	})
+	return compactInputs(ins, e)
+}
+
+// writesAny reports whether op writes a buffer one of vs views.
+func writesAny(op *ir.Op, vs []ir.View) bool {
+	for _, v := range vs {
+		if op.Out.Buf == v.Buf {
+			return true
+		}
+	}
+	return false
+}
+
+// exprNodes counts e's nodes (a shared node once).
+func exprNodes(e *ir.Expr) int {
+	n := 0
+	e.Map(func(x *ir.Expr) *ir.Expr { n++; return x })
+	return n
+}
