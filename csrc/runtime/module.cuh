@@ -29,6 +29,9 @@ constexpr int kDynamicSharedBytes = kScratchOffset + kSharedBytes;
 // MPK_QUIET_PAGES outside the consumers' dots (runtime/runtime.cuh).
 constexpr uint32_t kInFlightPages = MPK_INFLIGHT_PAGES;
 constexpr uint32_t kQuietPages = MPK_QUIET_PAGES;
+#ifndef MPK_INFLIGHT_BYTES
+#define MPK_INFLIGHT_BYTES 1  // in_flight_pages: depth by bytes, not pages
+#endif
 
 // With MPK_TRACE, per task: when its wait began, when it started, when it
 // ended (globaltimer ns), its op and worker, how many pages of the ring had
@@ -46,8 +49,18 @@ struct TraceRecord {
 __device__ TraceRecord trace_records[kNumTasks];
 #endif
 
+// in_flight_pages is how many of a stream's pages the loader keeps in flight
+// while the consumers multiply pages: kInFlightPages of full ones' bytes (a
+// page of whole rows holds less where a row does not divide it: qwen3's down
+// projections, K = 3,072 to 12,288, fill 12 KB of 16).
+__device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
+  const int64_t page = sd.tile_rows > 0 ? (int64_t)sd.tile_rows * sd.page_bytes : sd.page_bytes;
+  if (!MPK_INFLIGHT_BYTES || page <= 0 || page >= mpk::kPageBytes) return kInFlightPages;
+  return (uint32_t)((kInFlightPages * mpk::kPageBytes + page - 1) / page);
+}
+
 // load_weights is the loader's loop (one lane): every page of every streamed
-// task of worker w, in queue order, at most kInFlightPages in flight. A slot
+// task of worker w, in queue order, at most in_flight_pages in flight. A slot
 // that stays busy past the budget means the consumers stopped: it gives up.
 // A stream's pages are contiguous bytes, or tile pages (tasks/tiles.cuh):
 // row groups in order, each group's column blocks left to right; or, for a
@@ -57,10 +70,11 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
                                           int w) {
   const uint64_t policy = mpk::weight_policy();
   uint32_t seq = 0;
+  uint32_t full = kInFlightPages;  // the current stream's depth in the dots (in_flight_pages)
   // acquire waits until page seq may be issued; false: the launch is over.
   // may_issue: page seq's slot is free and fewer than the phase's depth are in flight.
   auto may_issue = [&]() {
-    const uint32_t depth = !mpk::kQuietStream || *(volatile uint32_t*)&mpk::s_dots ? kInFlightPages : kQuietPages;
+    const uint32_t depth = !mpk::kQuietStream || *(volatile uint32_t*)&mpk::s_dots ? full : kQuietPages;
     return ring.slot_free(seq) && depth > 0 && (seq < depth || ring.ready(seq - depth));
   };
   auto acquire = [&](int t) {
@@ -71,10 +85,9 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
       if (start == 0) start = now;
       if (mpk::aborting(st.abort) || now - start > st.budget_ns) {
         if (!mpk::aborting(st.abort)) mpk::give_up(st, MPK_ABORT_WAIT, w, t, -1, seq, 0, now - start);
-        // Pages in flight land on their own; wait for them before the CTA's
-        // shared memory goes away.
-        constexpr uint32_t most = kInFlightPages > kQuietPages ? kInFlightPages : kQuietPages;
-        for (uint32_t s = seq > most ? seq - most : 0; s < seq; ++s)
+        // Pages in flight land on their own; wait for every slot's last fill
+        // (page s for s in [seq - slots, seq)) before the CTA's shared memory goes away.
+        for (uint32_t s = seq > kRingSlots ? seq - kRingSlots : 0; s < seq; ++s)
           while (!ring.ready(s)) {
           }
         return false;
@@ -84,6 +97,7 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
   };
   for (int q = queue_start[w]; q < queue_start[w + 1]; ++q) {
     const mpk::Stream sd = streams[queue[q]];
+    full = in_flight_pages(sd);
     const char* src = static_cast<const char*>(slots.p[sd.slot]) + sd.offset;
     if (sd.tile_rows == 0) {
       // A paired Linear's second weight (pair_slot >= 0): the same rows' bytes, pages of their own after the first's.
