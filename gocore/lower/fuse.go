@@ -319,3 +319,82 @@ func exprNodes(e *ir.Expr) int {
 	e.Map(func(x *ir.Expr) *ir.Expr { n++; return x })
 	return n
 }
+
+// foldRepeatedCat folds a cat of one view repeated along its last dim (RoPE's
+// angles: cat(freqs, freqs)) into the elementwise ops that read all of it:
+// each then runs over [..., k, n] instead of [..., k·n], reading the view with
+// a stride of 0 along k, and the cat, a one-task link before the first
+// attention, goes. A cat with any other reader stays.
+func foldRepeatedCat(g *ir.Graph) {
+	u := analyze(g)
+	for _, cat := range g.Ops {
+		last := cat.Out.Rank() - 1
+		if cat.Kind != ir.Cat || cat.Attr.Dim != last || last < 0 || cat.Out.Buf.Kind != ir.Temp || !cat.Out.IsWhole() ||
+			u.outputs[cat.Out.Buf.ID] || !repeatsOneView(cat.In) {
+			continue
+		}
+		readers := u.readers[cat.Out.Buf.ID]
+		ok := len(readers) > 0
+		for _, c := range readers {
+			ok = ok && splittable(c, cat)
+		}
+		if !ok {
+			continue
+		}
+		a, k := cat.In[0], int64(len(cat.In))
+		for _, c := range readers {
+			for i, v := range c.In {
+				if v.Buf == cat.Out.Buf {
+					c.In[i] = splitLast(a, k, 0)
+				} else {
+					c.In[i] = splitLast(v, k, v.Shape[last]/k*v.Strides[last])
+				}
+			}
+			c.Out = splitLast(c.Out, k, c.Out.Shape[last]/k*c.Out.Strides[last])
+		}
+	}
+	deadCode(g)
+}
+
+// repeatsOneView reports whether vs are one view, at least twice.
+func repeatsOneView(vs []ir.View) bool {
+	for _, v := range vs[1:] {
+		if !sameLayout(v, vs[0]) {
+			return false
+		}
+	}
+	return len(vs) > 1
+}
+
+// splittable reports whether c is an elementwise op over cat's shape that reads
+// cat's result whole and nothing at an index it computes (no EIndex: the split
+// would change its meaning).
+func splittable(c, cat *ir.Op) bool {
+	if c.Kind != ir.Elementwise || !c.Out.IsWhole() || !equalShape(c.Out.Shape, cat.Out.Shape) {
+		return false
+	}
+	indexed := false
+	c.Attr.Expr.Map(func(n *ir.Expr) *ir.Expr { indexed = indexed || n.Op == ir.EIndex; return n })
+	for _, v := range c.In {
+		if v.Buf == cat.Out.Buf && !sameLayout(v, cat.Out) || len(v.Shape) != len(cat.Out.Shape) {
+			return false
+		}
+	}
+	return !indexed
+}
+
+// splitLast views v's last dim of k·n as [k, n]: the n elements stride as
+// before, the k blocks stride by `outer` (0: v itself is the block, repeated).
+func splitLast(v ir.View, k, outer int64) ir.View {
+	last := len(v.Shape) - 1
+	n := v.Shape[last]
+	if outer == 0 {
+		n = v.Shape[last] // v is one block of the repeated cat
+	} else {
+		n /= k
+	}
+	w := ir.View{Buf: v.Buf, Offset: v.Offset}
+	w.Shape = append(append(append([]int64(nil), v.Shape[:last]...), k), n)
+	w.Strides = append(append(append([]int64(nil), v.Strides[:last]...), outer), v.Strides[last])
+	return w
+}

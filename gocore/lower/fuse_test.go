@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/wire"
 )
 
 // decodeMask builds Hugging Face's decode mask chain over S cache slots as the
@@ -121,4 +122,67 @@ func TestInlineProducers(t *testing.T) {
 			t.Errorf("ops %q, want both: y reads half of a", kinds(b.g))
 		}
 	})
+}
+
+func TestFoldRepeatedCat(t *testing.T) {
+	// RoPE's angles: emb = cat(freqs, freqs) along the last dim, cos and sin of it.
+	build := func(extraReader bool) (*builder, ir.View, *ir.Op, *ir.Op) {
+		b := newBuilder()
+		freqs := b.input("freqs", ir.F32, 1, 1, 4)
+		emb, cs, sn := b.temp("emb", ir.F32, 1, 1, 8), b.temp("cos", ir.F32, 1, 1, 8), b.temp("sin", ir.F32, 1, 1, 8)
+		cat := b.op(ir.Cat, emb, freqs, freqs)
+		cat.Attr.Dim = 2
+		c := b.ew(cs, castF32(ir.Apply(ir.ECos, ir.Load(0))), emb)
+		s := b.ew(sn, castF32(ir.Apply(ir.ESin, ir.Load(0))), emb)
+		b.output(cs, sn)
+		if extraReader {
+			ext := b.temp("ext", ir.I32, 1)
+			b.op(ir.MaskExtent, ext, strided(emb, 0, sh(1), sh(1)))
+			b.output(ext)
+		}
+		return b, freqs, c, s
+	}
+	t.Run("read only by elementwise ops, it folds", func(t *testing.T) {
+		b, freqs, c, s := build(false)
+		run(t, b.g, foldRepeatedCat)
+		if got := kinds(b.g); got != "elementwise elementwise" {
+			t.Fatalf("ops %q, want the cat gone", got)
+		}
+		for _, op := range []*ir.Op{c, s} {
+			in, out := op.In[0], op.Out
+			if in.Buf != freqs.Buf || !equalShape(in.Shape, sh(1, 1, 2, 4)) || in.Strides[2] != 0 || in.Strides[3] != 1 ||
+				!equalShape(out.Shape, sh(1, 1, 2, 4)) || out.Strides[2] != 4 || !out.IsWhole() {
+				t.Errorf("%s reads %v into %v, want freqs [1 1 2 4] repeated (stride 0) into its whole [1 1 2 4]", out.Buf.Name, in, out)
+			}
+		}
+	})
+	t.Run("another kind of reader keeps it", func(t *testing.T) {
+		b, _, _, _ := build(true)
+		run(t, b.g, foldRepeatedCat)
+		if got := kinds(b.g); got != "cat elementwise elementwise mask_extent" {
+			t.Errorf("ops %q, want the cat kept", got)
+		}
+	})
+}
+
+func TestOuterProductIsElementwise(t *testing.T) {
+	l := &lowerer{g: &ir.Graph{}, node: &wire.Node{Name: "freqs"}}
+	inv := l.g.NewTemp("inv", ir.F32, []int64{1, 4, 1})
+	pos := l.g.NewTemp("pos", ir.F32, []int64{1, 1, 3})
+	out := l.matmul(inv, pos)
+	if len(l.g.Ops) != 1 || l.g.Ops[0].Kind != ir.Elementwise {
+		t.Fatalf("ops %q, want one elementwise op", kinds(l.g))
+	}
+	op := l.g.Ops[0]
+	if got, want := op.Attr.Expr.String(), "float32(mul(in0,in1))"; got != want {
+		t.Errorf("expr %s, want %s", got, want)
+	}
+	if !equalShape(out.Shape, sh(1, 4, 3)) || op.In[0].Strides[2] != 0 || op.In[0].Strides[1] != 1 || op.In[1].Strides[1] != 0 || op.In[1].Strides[2] != 1 {
+		t.Errorf("out %v from %v and %v: want inv broadcast along the columns and pos along the rows", out, op.In[0], op.In[1])
+	}
+	mm := &lowerer{g: &ir.Graph{}, node: &wire.Node{Name: "mm"}}
+	mm.matmul(mm.g.NewTemp("a", ir.F32, []int64{1, 4, 2}), mm.g.NewTemp("b", ir.F32, []int64{1, 2, 3}))
+	if got := kinds(mm.g); got != "matmul" {
+		t.Errorf("K = 2: ops %q, want a matmul", got)
+	}
 }

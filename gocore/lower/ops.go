@@ -87,6 +87,15 @@ func (l *lowerer) matmul(a, bm ir.View) ir.View {
 		l.failf("matmul of %s by %s: mixed dtypes", a.DType(), bm.DType())
 	}
 	out := l.temp(a.DType(), []int64{a.Shape[0], a.Shape[1], bm.Shape[2]})
+	if a.Shape[2] == 1 {
+		// An outer product (RoPE's angles: inv_freq @ position) is elementwise,
+		// one rounding of one product as the matmul's, so it folds into its readers.
+		av := ir.View{Buf: a.Buf, Offset: a.Offset, Shape: out.Shape, Strides: []int64{a.Strides[0], a.Strides[1], 0}}
+		bv := ir.View{Buf: bm.Buf, Offset: bm.Offset, Shape: out.Shape, Strides: []int64{bm.Strides[0], 0, bm.Strides[2]}}
+		l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{av.Clone(), bv.Clone()}, Out: out,
+			Attr: ir.Attrs{Expr: ir.Cast(a.DType(), ir.Apply(ir.EMul, ir.Load(0), ir.Load(1)))}})
+		return out
+	}
 	l.emit(&ir.Op{Kind: ir.Matmul, In: []ir.View{a, bm}, Out: out})
 	return out
 }

@@ -68,6 +68,7 @@ var rewrites = []struct {
 	{"norm_rope", foldNormIntoRoPE},
 	{"rope_kv", foldRoPEIntoCacheWrite},
 	{"share", shareRepeatedOps},
+	{"fold_repeated_cat", foldRepeatedCat},
 	{"inline_producers", inlineProducers},
 	{"dce", deadCode},
 	{"bind_outputs", bindOutputs},
