@@ -383,14 +383,13 @@ func splittable(c, cat *ir.Op) bool {
 	return !indexed
 }
 
-// splitLast views v's last dim of k·n as [k, n]: the n elements stride as
-// before, the k blocks stride by `outer` (0: v itself is the block, repeated).
+// splitLast views v's last dim as [k, n]: the n elements stride as before
+// and the k blocks by outer. A view over the cat's shape (last dim k·n)
+// passes n·stride; outer = 0 repeats v itself (last dim n) k times.
 func splitLast(v ir.View, k, outer int64) ir.View {
 	last := len(v.Shape) - 1
 	n := v.Shape[last]
-	if outer == 0 {
-		n = v.Shape[last] // v is one block of the repeated cat
-	} else {
+	if outer != 0 {
 		n /= k
 	}
 	w := ir.View{Buf: v.Buf, Offset: v.Offset}
