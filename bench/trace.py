@@ -103,8 +103,33 @@ def report(model, recs, labels, ring) -> None:
     print(f"{'op kind':28} {'tasks':>6} {'busy us (sum)':>14} {'mean us':>8} {'wait us (sum)':>14}")
     for label in sorted(busy, key=lambda k: -busy[k]):
         print(f"{label:28} {count[label]:6d} {busy[label]:14.1f} {busy[label] / count[label]:8.2f} {wait[label]:14.1f}")
+    preamble(recs, labels)
     layer_timeline(recs, labels, ring or [(0, 0, 0, 0)] * len(recs))
     layer_chain(recs, labels, ring)
+
+
+def preamble(recs, labels) -> None:
+    """Prints the ops the step runs before its first attention (op ids below
+    the attention's, relays left out): each one's tasks, first start, last end
+    and first wait, us from the step's start. The first attention starts when
+    the last of the chains it waits on (the q/k/v projections, the mask's
+    extent, RoPE's angles) ends."""
+    attention = [op for _, _, _, op, _ in recs if op >= 0 and "attention" in labels[op]]
+    if not attention:
+        return
+    first = min(attention)
+    t0 = min(r[0] for r in recs)
+    spans = defaultdict(lambda: [0, float("inf"), 0.0, float("inf")])  # tasks, start, end, wait
+    for w, s, e, op, _ in recs:
+        if 0 <= op <= first:
+            sp = spans[op]
+            sp[0] += 1
+            sp[1], sp[2], sp[3] = min(sp[1], s - t0), max(sp[2], e - t0), min(sp[3], w - t0)
+    print("\nthe preamble (ops before the first attention; us from the step's start)")
+    print(f"{'op':34} {'tasks':>6} {'waited':>8} {'start':>8} {'end':>8}")
+    for op in sorted(spans):
+        n, start, end, waited = spans[op]
+        print(f"{labels[op] + '#' + str(op):34} {n:6d} {waited / 1e3:8.1f} {start / 1e3:8.1f} {end / 1e3:8.1f}")
 
 
 def layer_timeline(recs, labels, ring) -> None:

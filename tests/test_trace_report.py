@@ -52,3 +52,17 @@ def test_layer_chain_needs_layers(capsys):
     labels, recs = layers(4)  # too few to leave middle layers out of the first and last two
     trace.layer_chain(recs, labels)
     assert capsys.readouterr().out == ""
+
+
+def test_preamble(capsys):
+    # Step start at 100 us: an embedding, a relay (op -1), a mask op that waited
+    # behind another task, then the first attention and a later layer's op.
+    labels = ["embedding", "elementwise", "rope+attention", "linear"]
+    us = 1000
+    recs = [(100 * us, 101 * us, 105 * us, 0, 0), (100 * us, 101 * us, 104 * us, 0, 1),
+            (100 * us, 106 * us, 107 * us, -1, 2), (103 * us, 110 * us, 118 * us, 1, 3),
+            (118 * us, 120 * us, 130 * us, 2, 4), (130 * us, 131 * us, 140 * us, 3, 5)]
+    trace.preamble(recs, labels)
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if "#" in line}
+    assert rows == {"embedding#0": ["2", "0.0", "1.0", "5.0"], "elementwise#1": ["1", "3.0", "10.0", "18.0"],
+                    "rope+attention#2": ["1", "18.0", "20.0", "30.0"]}
