@@ -202,7 +202,7 @@ func inlineProducers(g *ir.Graph) {
 					continue
 				}
 				dims, ok := walkedDims(v, p)
-				if !ok || writtenBetween(g, index[p], index[c], p.In) || writesAny(c, p.In) {
+				if !ok || writtenBetween(g, index[p], index[c]+1, p.In) { // c itself included: an in-place c
 					continue
 				}
 				if ins, e := inlineWalked(c, i, p, dims); len(ins) <= ir.MaxInputs { // the task ABI's limit
@@ -301,16 +301,6 @@ func inlineWalked(c *ir.Op, i int, p *ir.Op, dims []int) ([]ir.View, *ir.Expr) {
 		return n
 	})
 	return compactInputs(ins, e)
-}
-
-// writesAny reports whether op writes a buffer one of vs views.
-func writesAny(op *ir.Op, vs []ir.View) bool {
-	for _, v := range vs {
-		if op.Out.Buf == v.Buf {
-			return true
-		}
-	}
-	return false
 }
 
 // exprNodes counts e's nodes (a shared node once).
