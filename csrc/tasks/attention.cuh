@@ -13,7 +13,6 @@
 #include <type_traits>
 
 #include "runtime/runtime.cuh"
-#include "tasks/gemm.cuh"
 #include "tasks/linear.cuh"
 
 namespace mpk {
@@ -1034,240 +1033,6 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   if constexpr (ROWS) consumer_sync();  // row_live is read until the last round
 }
 
-// fresh_queries reads the G query rows of heads h0.. of a fresh-row
-// attention (elements lane + 32·e) with cos, sin and the q norm's weights,
-// all loads together, and rotates them (normalised first with FT::NORMED)
-// as put_fresh does. The norm's weights are one row for every head in the
-// models seen; where the heads' rows differ, the others are read a round
-// trip later.
-template <class FT, typename QT, int D, int G, int N>
-__device__ __forceinline__ void fresh_queries(float (&q)[G][D / 32], const Op& op, const Slots<N>& s, int h0, int lane) {
-  constexpr int E = D / 32;
-  const int F = op.pro_first;
-  const View &qv = op.in[0], &cv = op.in[F], &sv = op.in[F + 1], &qwv = op.in[F + 5];
-  using W = typename FT::W;
-  float c[E], sn[E], qw[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int64_t j = lane + 32 * e;
-#pragma unroll
-    for (int h = 0; h < G; ++h)
-      q[h][e] = ld_typed(reinterpret_cast<const QT*>(base(s, qv)) + fresh_at(qv, 0, h0 + h) + j * qv.stride[3]);
-    c[e] = ld_typed(reinterpret_cast<const typename FT::C*>(base(s, cv)) + fresh_at(cv, 0, h0) + j * cv.stride[3]);
-    sn[e] = ld_typed(reinterpret_cast<const typename FT::C*>(base(s, sv)) + fresh_at(sv, 0, h0) + j * sv.stride[3]);
-    qw[e] = FT::NORMED ? ld_typed(reinterpret_cast<const W*>(base(s, qwv)) + fresh_at(qwv, 0, h0) + j * qwv.stride[3]) : 1.f;
-  }
-#pragma unroll
-  for (int h = 0; h < G; ++h) {
-    if (FT::NORMED && h > 0 && qwv.stride[1] != 0)
-#pragma unroll
-      for (int e = 0; e < E; ++e)
-        qw[e] = ld_typed(reinterpret_cast<const W*>(base(s, qwv)) + fresh_at(qwv, 0, h0 + h) + (lane + 32 * e) * qwv.stride[3]);
-    fresh_rotate<E>(q[h], qw, c, sn, FT::NORMED, op.eps, dtype_of<QT>(), FT::NORM, FT::QR);
-  }
-}
-
-// fresh_new_row reads KV head kvh's new K and V rows (elements lane + 32·e;
-// cos and sin at query head h0, as put_fresh) and rounds them as the cache
-// write stores them (to T): K rotated (normalised first with FT::NORMED).
-template <class FT, typename T, int D, int N>
-__device__ __forceinline__ void fresh_new_row(float (&kn)[D / 32], float (&vn)[D / 32], const Op& op, const Slots<N>& s,
-                                              int h0, int kvh, int lane) {
-  constexpr int E = D / 32;
-  const int F = op.pro_first;
-  const View &cv = op.in[F], &sv = op.in[F + 1], &kx = op.in[F + 2], &vx = op.in[F + 3], &kwv = op.in[F + 6];
-  float c[E], sn[E], kw[E];
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int64_t j = lane + 32 * e;
-    c[e] = ld_typed(reinterpret_cast<const typename FT::C*>(base(s, cv)) + fresh_at(cv, 0, h0) + j * cv.stride[3]);
-    sn[e] = ld_typed(reinterpret_cast<const typename FT::C*>(base(s, sv)) + fresh_at(sv, 0, h0) + j * sv.stride[3]);
-    kn[e] = ld_typed(reinterpret_cast<const typename FT::KX*>(base(s, kx)) + fresh_at(kx, 0, kvh) + j * kx.stride[3]);
-    vn[e] = ld_typed(reinterpret_cast<const typename FT::VX*>(base(s, vx)) + fresh_at(vx, 0, kvh) + j * vx.stride[3]);
-    kw[e] = FT::NORMED ? ld_typed(reinterpret_cast<const typename FT::W*>(base(s, kwv)) + fresh_at(kwv, 0, kvh) +
-                                  j * kwv.stride[3])
-                       : 1.f;
-  }
-  fresh_rotate<E>(kn, kw, c, sn, FT::NORMED, op.eps, dtype_of<typename FT::KX>(), FT::NORM, dtype_of<T>());
-#pragma unroll
-  for (int e = 0; e < E; ++e) vn[e] = round_float(dtype_of<T>(), vn[e]);
-}
-
-// attention_units is attention_decode for a single sequence's step (B = 1,
-// one query per head) laid out for latency (ir.Attrs.Units): a unit is one
-// KV head's G query heads over one chunk of positions, a task takes one (8
-// KV heads x 16 chunks on 128 workers). Every load of the unit is issued
-// before any math, so a unit costs one round trip where attention_decode's
-// lane-a-position layout waited for the queries, then the new rows, then K,
-// then V: the chunk's K and V rows land in shared memory (cp.async, no
-// registers held), the queries, the mask, the extent and the fresh row's
-// inputs in registers. Then the warps split the rows (warp w: rows w,
-// w + 16, ...), a lane holding elements lane + 32·e of a row, so a score is
-// a warp sum and the G heads share each K row; and the threads split the
-// outputs (a thread an element of a head's row) for p·V, so no warp's sums
-// need merging. With FT (FreshTypes) the queries are rotated (and
-// normalised) as they are staged and the row the step writes is taken from
-// the new K and V rows, rounded as the cache write stores them, never from
-// the cache (which the cache write beside this task may be writing: what is
-// copied there is replaced). Needs 16-byte aligned contiguous rows
-// (decode_rows_ok). Writes the partials [1, Splits, H, 1, D + 2]
-// attention_decode writes; a chunk at or past the extent writes none.
-template <typename T, int D, int G, int CHUNK>
-__host__ __device__ constexpr int attention_units_bytes() {
-  return 2 * CHUNK * D * (int)sizeof(T) + CHUNK * G * 4 + kConsumerWarps * G * 4;
-}
-
-template <typename T, typename QT, typename MT, int D, int R, class SH, class FT, int N>
-__device__ __noinline__ void attention_units(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
-  constexpr bool FR = !std::is_void<FT>::value;
-  constexpr int E = D / 32, W = kConsumerWarps, V16 = 16 / (int)sizeof(T);
-  constexpr int G = SH::G, S = SH::S, splits = SH::SPLITS, chunk = (S + splits - 1) / splits;
-  constexpr int WD = FR ? W - 1 : W;          // warps that take rows (FR: the last takes the new row)
-  constexpr int PW = (chunk + WD - 1) / WD;  // rows a warp
-  static_assert(D % 32 == 0 && (!FR || D % 64 == 0), "a lane's elements of a row, RoPE's pairs in one lane");
-  const View &k = op.in[1], &v = op.in[2], &p = op.out;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool fresh_warp = FR && warp == W - 1;
-  // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
-  const int S_live = op.flags & FLAG_CAUSAL ? min(S, 1) : S;
-  T* ks = reinterpret_cast<T*>(smem);                   // [chunk][D]
-  T* vs = ks + chunk * D;                               // [chunk][D]
-  float* sp_ = reinterpret_cast<float*>(vs + chunk * D);  // [chunk][G] scores, then probabilities
-  float* red_m = sp_ + chunk * G;                       // [W][G] the warps' maxima
-  const SplitGroups<R> grp(splits);
-  int64_t mask_hs = 0;
-  if constexpr (G > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
-  for (int u = lo; u < hi; ++u) {
-    const int sp = u % splits, h0 = u / splits * G, kvh = h0 / G;
-    const int j_lo = grp.chunk(sp) * chunk, j_hi = min(j_lo + chunk, S_live);
-    // Every load of the unit at once: K and V rows into shared memory...
-    {
-      const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + (int64_t)j_lo * k.stride[2];
-      const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + (int64_t)j_lo * v.stride[2];
-      const int rows = min(chunk, S - j_lo);
-      const uint32_t kd = (uint32_t)__cvta_generic_to_shared(ks), vd = (uint32_t)__cvta_generic_to_shared(vs);
-      for (int t = threadIdx.x; t < rows * (D / V16); t += MPK_THREADS) {
-        const int r = t / (D / V16), c = t % (D / V16) * V16;
-        cp_async_16(kd + (r * D + c) * (int)sizeof(T), kb + r * k.stride[2] + c);
-        cp_async_16(vd + (r * D + c) * (int)sizeof(T), vb + r * v.stride[2] + c);
-      }
-    }
-    // ... and into registers: with FT, the last warp reads the step's new K
-    // and V rows and rotates K while the others read the extent, the mask
-    // of their rows and the queries (apart, neither spills: a spill store
-    // waits for its load).
-    const int ext = op.flags & FLAG_EXTENT
-                        ? __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset)
-                        : S;
-    const MaskRow<MT> mask = mask_row<MT>(op, s, 0, h0);
-    float madd[PW][G], q[G][E];
-    float kn[E], vn[E];
-    int pos = -1;
-    if (fresh_warp) {
-      if constexpr (FR) {
-        pos = fresh_position(op, s, S);
-        fresh_new_row<FT, T, D>(kn, vn, op, s, h0, kvh, lane);
-      }
-      cp_async_wait_all();
-    } else {
-#pragma unroll
-      for (int i = 0; i < PW; ++i) {
-        const int j = min(j_lo + warp + WD * i, S - 1);
-#pragma unroll
-        for (int h = 0; h < G; ++h) madd[i][h] = h == 0 || mask_hs != 0 ? mask.add(j, h * mask_hs) : madd[i][0];
-      }
-      if constexpr (FR) {
-        fresh_queries<FT, QT, D, G>(q, op, s, h0, lane);
-      } else {
-        load_queries_regs<QT, D, G>(q, op, s, 0, h0, lane);
-      }
-#pragma unroll
-      for (int h = 0; h < G; ++h)
-#pragma unroll
-        for (int e = 0; e < E; ++e) q[h][e] *= op.scale;
-      cp_async_wait_all();
-    }
-    consumer_sync();
-    if constexpr (FR) {
-      if (fresh_warp && pos >= j_lo && pos < j_hi)
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          ks[(pos - j_lo) * D + lane + 32 * e] = T(kn[e]);
-          vs[(pos - j_lo) * D + lane + 32 * e] = T(vn[e]);
-        }
-      consumer_sync();  // the new row is where the rows' warp reads it
-    }
-    if (u == lo) mark_staged_trace();
-    // Scores of the warp's rows (-inf: past the chunk, the extent or the mask), its maxima.
-    float x[PW][G], mw[G];
-#pragma unroll
-    for (int h = 0; h < G; ++h) mw[h] = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < PW; ++i) {
-      const int r = warp + WD * i, j = j_lo + r;
-      float kr[E];
-#pragma unroll
-      for (int e = 0; e < E; ++e) kr[e] = r < chunk && !fresh_warp ? to_float(ks[r * D + lane + 32 * e]) : 0.f;
-#pragma unroll
-      for (int h = 0; h < G; ++h) {
-        float d = 0.f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) d = fmaf(q[h][e], kr[e], d);
-        d = warp_sum(d);
-        x[i][h] = !fresh_warp && j < j_hi && j < ext && madd[i][h] != -INFINITY ? madd[i][h] + d : -INFINITY;
-        mw[h] = fmaxf(mw[h], x[i][h]);
-      }
-    }
-    if (lane == 0)
-#pragma unroll
-      for (int h = 0; h < G; ++h) red_m[warp * G + h] = mw[h];  // (every lane holds the warp's maxima)
-    consumer_sync();
-    // The probabilities of the warp's rows, against the chunk's maxima.
-    float M[G];
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-      M[h] = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < W; ++w) M[h] = fmaxf(M[h], red_m[w * G + h]);
-    }
-    if (lane == 0)
-#pragma unroll
-      for (int i = 0; i < PW; ++i)
-        if (!fresh_warp && warp + WD * i < chunk)
-#pragma unroll
-          for (int h = 0; h < G; ++h)
-            sp_[(warp + WD * i) * G + h] = x[i][h] == -INFINITY ? 0.f : __expf(x[i][h] - M[h]);
-    if (u == lo) mark_dots_trace();
-    consumer_sync();
-    // p·V: a thread an output element (head h, column d), over every row;
-    // the sum and the maximum beside column 0. A chunk past the extent
-    // holds no visible position: no partial (the merge reads none).
-    if (j_lo < ext) {
-      float* pb = reinterpret_cast<float*>(base(s, p)) + p.offset + sp * p.stride[1];
-      for (int t = threadIdx.x; t < G * D; t += MPK_THREADS) {
-        const int h = t / D, d = t % D;
-        // Four sums in turn: a chain of chunk / 4 dependent adds, not chunk.
-        float acc[4] = {}, l = 0.f;
-#pragma unroll 4
-        for (int r = 0; r < chunk; ++r) {
-          const float pr = sp_[r * G + h];
-          l += pr;  // (a row of weight 0 adds nothing: past the cache, its bytes were never copied)
-          acc[r % 4] = pr == 0.f ? acc[r % 4] : fmaf(pr, to_float(vs[r * D + d]), acc[r % 4]);
-        }
-        float* row = pb + (h0 + h) * p.stride[2];
-        row[(2 + d) * p.stride[4]] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-        if (d == 0) {
-          float m = -INFINITY;
-          for (int w = 0; w < W; ++w) m = fmaxf(m, red_m[w * G + h]);
-          row[0] = m;
-          row[p.stride[4]] = l;
-        }
-      }
-    }
-    consumer_sync();  // shared memory is reused by the next unit
-  }
-}
-
 // attention_rows_bytes is attention_rows' shared memory (codegen's
 // sharedKVBytes): a chunk of C rows of K and of V, each padded by 8
 // elements, and every warp's G pre-scaled queries.
@@ -1368,11 +1133,10 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
 
 // DecodeShape is a split-KV attention's shape as constants, emitted by
 // codegen from the op: H query heads, SPLITS KV chunks, S cache positions,
-// G query heads a KV head; UNITS: attention_units' layout (ir.Attrs.Units).
-template <int H_, int SPLITS_, int S_, int G_, bool UNITS_ = false>
+// G query heads a KV head.
+template <int H_, int SPLITS_, int S_, int G_>
 struct DecodeShape {
   static constexpr int H = H_, SPLITS = SPLITS_, S = S_, G = G_;
-  static constexpr bool UNITS = UNITS_;
 };
 
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
@@ -1388,12 +1152,6 @@ __device__ void attention_partial(const Op& op, int lo, int hi, const Slots<N>& 
   const int64_t splits = p.shape[1], chunk = (S + splits - 1) / splits;
   const bool causal = op.flags & FLAG_CAUSAL;
   if (Sq == 1) {  // [lo, hi) are flat (head group, chunk) units (ir.Op.DecodeUnits)
-    if constexpr (SH::UNITS) {
-      if (rows_aligned<T>(op.in[1], base(s, op.in[1]), 16) && rows_aligned<T>(op.in[2], base(s, op.in[2]), 16)) {
-        attention_units<T, QT, MT, D, R, SH, FT>(op, lo, hi, s, smem);
-        return;
-      }
-    }
     if constexpr (decode_fast_dims<T, D>()) {
       if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]))) {
         attention_decode<T, QT, MT, D, R, ROWS, true, UG, SH, FT>(op, lo, hi, s, smem);

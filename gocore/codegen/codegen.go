@@ -489,13 +489,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 					cType[op.In[fresh.First+2].DType()], cType[op.In[fresh.First+3].DType()], wT, fresh.QDType, fresh.Norm,
 					fresh.NormDType)
 			}
-			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d, %v>, %s>(op, lo, hi, s, c.smem)",
+			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s>(op, lo, hi, s, c.smem)",
 				T, cType[op.In[0].DType()], maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(),
-				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G, op.Attr.Units, ft)
-			if op.Attr.Units { // attention_units_bytes: the chunk's K and V rows, its scores, the warps' maxima
-				C := int(ir.SplitChunk(op.In[1].Shape[2], op.Attr.Splits))
-				gen.smem = max(gen.smem, 2*C*int(D)*int(op.In[1].DType().Size())+C*int(G)*4+(Threads/32)*int(G)*4)
-			}
+				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G, ft)
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and
 		// each batch row's live splits; fresh rows: then each warp's new V

@@ -230,11 +230,6 @@ type Attrs struct {
 	// UnitHeads > 1, on a decode Attention: a unit (DecodeUnits) takes that
 	// many query heads, all of one KV head, which share each K and V load.
 	UnitHeads int64
-	// Units, on a single sequence's decode Attention (B = 1): a unit is a KV
-	// head's query heads over a chunk short enough for one task's warps to
-	// take a few rows each, every load of the unit issued at once
-	// (attention_units); lower's unitsSplits chose the chunks.
-	Units bool
 	// SharedKV, on a decode Attention over a prompt chunk's queries as rows
 	// (lower's queriesAsRows: K and V broadcast over the rows), makes a task
 	// one KV head's chunk of positions for a block of rows, its K and V

@@ -1,9 +1,6 @@
 package lower
 
-import (
-	"mpk/gocore/ir"
-	"mpk/gocore/stream"
-)
+import "mpk/gocore/ir"
 
 // minPositionsPerSplit keeps each KV chunk worth a warp of its own: the
 // CUDA decode attention gives a chunk's positions to a warp's 32 lanes.
@@ -94,40 +91,6 @@ func unitHeads(G, Dv int64) int64 {
 	return ug
 }
 
-// A units attention (ir.Attrs.Units) gives a chunk's rows to a task's
-// consumer warps, at most unitRows each (a lane holds D/32 elements of a
-// row's score, each warp its rows' scores and masks in registers); a lane's
-// queries, G·D/32, stay at most maxUnitsOutputs. It serves head dims from
-// unitsMinHeadDim: on the H100 (bench/NOTES.md, twenty-first session) it
-// made qwen3-0.6b's and qwen3-1.7b's steps (D = 128) 3.6% and 1% faster,
-// and llama-3.2-1b's (D = 64) 4% slower.
-const (
-	unitRows        = 6
-	maxUnitsOutputs = 16
-	unitsMinHeadDim = 128
-)
-
-// unitsSplits is how many chunks a single sequence's decode attention takes
-// as units: one task for each (KV head, chunk), as many chunks as leave
-// every KV head a task on half the workers (a chunk of each head on every
-// worker, 16 for 8 KV heads, took as long: the o projection's merge of
-// twice the partials took back what the shorter chunks gave), when each
-// chunk then has few enough positions for a task's warps (unitRows each);
-// 0 when the layout does not apply (a long cache: attention_decode's chunks
-// of 512 positions, bounded by the live extent, serve it).
-func unitsSplits(op *ir.Op, workers int) int64 {
-	q, k, v := op.In[0], op.In[1], op.In[2]
-	H, D, S, G := q.Shape[1], q.Shape[3], k.Shape[2], max(1, op.Attr.Groups)
-	if v.Shape[3] != D || D%32 != 0 || D < unitsMinHeadDim || D > 256 || H%G != 0 || G*(D/32) > maxUnitsOutputs {
-		return 0
-	}
-	splits := int64(workers) / (H / G) / 2
-	if splits < 2 || ir.SplitChunk(S, splits) > unitRows*stream.Threads/32 {
-		return 0
-	}
-	return splits
-}
-
 // splitAttention spreads attention over the workers: decode has one query per
 // head, so one task per KV head would leave most SMs idle while a few stream
 // the whole cache. The KV positions are cut into chunks; each chunk's task
@@ -159,10 +122,6 @@ func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 		if Sq == 1 { // a short cache still takes two chunks: the decode kernel is the split one
 			splits = max(splits, min(2, perRow, (S+minPositionsPerSplit-1)/minPositionsPerSplit))
 		}
-		units := !rows && B == 1 && Sq == 1 && unitsSplits(op, workers) > 0
-		if units {
-			splits = unitsSplits(op, workers)
-		}
 		sharedKV := rows && B >= sharedKVMinRows && op.Attr.Groups*((Dv+31)/32) <= maxSharedKVOutputs
 		if sharedKV { // chunks of sharedKVPositions, each read once for a block of rows
 			splits = max(2, min((S+sharedKVPositions-1)/sharedKVPositions, maxSplits))
@@ -178,8 +137,6 @@ func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 		op.Out, op.Attr.Splits = partial, splits
 		if sharedKV {
 			op.Attr.SharedKV, op.Attr.UnitHeads = true, max(1, op.Attr.Groups)
-		} else if units {
-			op.Attr.Units, op.Attr.UnitHeads = true, max(1, op.Attr.Groups)
 		} else if ug := unitHeads(op.Attr.Groups, Dv); Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
 			op.Attr.UnitHeads = ug
 		}

@@ -9,31 +9,23 @@ import (
 
 // TestDecodeUnitHeads: a KV head's query heads share a decode attention unit
 // (each K and V load serves all of them) when the units still cover every
-// worker: llama-3.2-1b's shapes at batch 4. A batch's chunks are 128
-// positions (5 of 552), a single sequence's 512 (2). A single sequence's
-// step at head dim 128 (qwen3-0.6b's shapes) is a units attention (Units):
-// 8 chunks of 69 positions for each of the 8 KV heads, a task each; a cache
-// of 4,096 leaves chunks too long for it.
+// worker: llama-3.2-1b's shapes at batch 4, not at batch 1. A batch's chunks
+// are 128 positions (5 of 552), a single sequence's 512 (2).
 func TestDecodeUnitHeads(t *testing.T) {
 	for _, c := range []struct {
-		B, H, D, S, want, splits int64
-		units                    bool
-	}{
-		{1, 32, 64, 552, 0, 2, false}, {4, 32, 64, 552, 4, 5, false}, {16, 32, 64, 552, 4, 5, false},
-		{1, 16, 128, 552, 2, 8, true}, {1, 16, 128, 4096, 0, 8, false},
-	} {
+		B, want, splits int64
+	}{{1, 0, 2}, {4, 4, 5}, {16, 4, 5}} {
 		b := newBuilder()
-		q := b.input("q", ir.BF16, c.B, c.H, 1, c.D)
-		k := b.input("k", ir.BF16, c.B, 8, c.S, c.D)
-		v := b.input("v", ir.BF16, c.B, 8, c.S, c.D)
-		att := b.temp("att", ir.F32, c.B, c.H, 1, c.D)
+		q := b.input("q", ir.BF16, c.B, 32, 1, 64)
+		k := b.input("k", ir.BF16, c.B, 8, 552, 64)
+		v := b.input("v", ir.BF16, c.B, 8, 552, 64)
+		att := b.temp("att", ir.F32, c.B, 32, 1, 64)
 		a := b.op(ir.Attention, att, q, k, v)
-		a.Attr.Scale, a.Attr.Groups = 1, c.H/8
+		a.Attr.Scale, a.Attr.Groups = 1, 4
 		b.output(att)
 		splitAttention(b.g, 132, false)
-		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.want || a.Attr.Units != c.units {
-			t.Errorf("batch %d, %d heads of %d, cache %d: %d splits, %d heads a unit, units %v; want %d, %d, %v", c.B, c.H,
-				c.D, c.S, a.Attr.Splits, a.Attr.UnitHeads, a.Attr.Units, c.splits, c.want, c.units)
+		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.want {
+			t.Errorf("batch %d: %d splits, %d heads a unit; want %d splits, %d heads", c.B, a.Attr.Splits, a.Attr.UnitHeads, c.splits, c.want)
 		}
 	}
 	// Head dim 128 (qwen3-8b): 4 outputs a lane a head, so 2 heads a unit; 6 groups of 256: none.
