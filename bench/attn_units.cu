@@ -14,6 +14,8 @@
 //           head, after a release fence) merges its head's partials into
 //           the attention's output x, so the o projection would stage a
 //           plain x instead of merging 64-256 partials in every task
+//   head    the other layout (attn_head): a CTA per KV head over every
+//           position, writing x with no partials
 // Times are from the first CTA's start to the last CTA's end (globaltimer),
 // median over launches, with L2 flushed before each (the KV cache of a layer
 // was written steps ago). x is checked against a CPU softmax attention over
@@ -175,6 +177,107 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_units(const Args a) {
   if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
 }
 
+// attn_head: the other layout, a CTA per KV head over all T positions,
+// writing x itself (no partials, no merge: what HazyResearch's llama-1B
+// megakernel does at short contexts). Warp w takes rows w, w + 16, ..., RB
+// at a time, the next RB rows' loads in flight while the current ones are
+// scored (two register buffers, used in turn), each warp an online softmax
+// per query head; the warps' states meet in shared memory. 8 CTAs for 8 KV
+// heads: each streams its head's K and V (T·D·4 bytes) on one SM.
+template <int D, int G, int RB>
+__device__ __forceinline__ void head_rows(const Args& a, int g, int warp, int lane, int i0, float (&kr)[RB][D / 32],
+                                          float (&vr)[RB][D / 32]) {
+#pragma unroll
+  for (int i = 0; i < RB; ++i) {
+    const int pos = warp + kWarps * (i0 + i);
+    const size_t row = ((size_t)g * a.S + min(pos, a.T - 1)) * D;
+    load_row<D>(a.k + row, lane, kr[i]);
+    load_row<D>(a.v + row, lane, vr[i]);
+  }
+}
+
+template <int D, int G, int RB>
+__device__ __forceinline__ void head_fold(const Args& a, int warp, int i0, const float (&qr)[G][D / 32],
+                                          const float (&kr)[RB][D / 32], const float (&vr)[RB][D / 32], float (&m)[G],
+                                          float (&l)[G], float (&acc)[G][D / 32]) {
+  constexpr int E = D / 32;
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    float sc[RB], mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+      float d = 0.f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) d = fmaf(qr[h][e], kr[i][e], d);
+      d = mpk::warp_sum(d);
+      sc[i] = warp + kWarps * (i0 + i) < a.T ? d : -INFINITY;
+      mx = fmaxf(mx, sc[i]);
+    }
+    const float mn = fmaxf(m[h], mx);
+    if (mn == -INFINITY) continue;  // warp-uniform: no position yet
+    const float corr = m[h] == -INFINITY ? 0.f : exp2f(m[h] - mn);
+    l[h] *= corr;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[h][e] *= corr;
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+      const float p = sc[i] == -INFINITY ? 0.f : exp2f(sc[i] - mn);
+      l[h] += p;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[h][e] = fmaf(p, vr[i][e], acc[h][e]);
+    }
+    m[h] = mn;
+  }
+}
+
+template <int D, int G, int RB>
+__global__ void __launch_bounds__(kWarps * 32, 1) attn_head(const Args a) {
+  constexpr int E = D / 32;
+  __shared__ float red_o[kWarps][G][D];
+  __shared__ float red_m[kWarps][G], red_l[kWarps][G];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x] = globaltimer_ns();
+  float qr[G][E], m[G], l[G], acc[G][E];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    m[h] = -INFINITY, l[h] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) qr[h][e] = __ldcg(a.q + (g * G + h) * D + lane * E + e), acc[h][e] = 0.f;
+  }
+  const int rows = (a.T + kWarps - 1) / kWarps;  // a warp's rows
+  float k0[RB][E], v0[RB][E], k1[RB][E], v1[RB][E];
+  head_rows<D, G, RB>(a, g, warp, lane, 0, k0, v0);
+  for (int i0 = 0; i0 < rows; i0 += 2 * RB) {
+    if (i0 + RB < rows) head_rows<D, G, RB>(a, g, warp, lane, i0 + RB, k1, v1);
+    head_fold<D, G, RB>(a, warp, i0, qr, k0, v0, m, l, acc);
+    if (i0 + RB >= rows) break;
+    if (i0 + 2 * RB < rows) head_rows<D, G, RB>(a, g, warp, lane, i0 + 2 * RB, k0, v0);
+    head_fold<D, G, RB>(a, warp, i0 + RB, qr, k1, v1, m, l, acc);
+  }
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) red_o[warp][h][lane * E + e] = acc[h][e];
+    if (lane == 0) red_m[warp][h] = m[h], red_l[warp][h] = l[h];
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < G * D; t += blockDim.x) {
+    const int h = t / D, d = t % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][h]);
+    float L = 0.f, o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = red_m[w][h] == -INFINITY ? 0.f : exp2f(red_m[w][h] - M);
+      L += red_l[w][h] * f, o += red_o[w][h][d] * f;
+    }
+    a.x[(g * G + h) * D + d] = L > 0.f ? o / L : 0.f;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
+}
+
 // reference: x for every query head over T positions, in double.
 static void reference(const std::vector<float>& q, const std::vector<bf16>& k, const std::vector<bf16>& v, int Hq,
                       int Hkv, int S, int T, int D, std::vector<float>& x) {
@@ -256,6 +359,28 @@ static void run(const char* name, int Hkv) {
     printf("%-14s Hq %2d Hkv %d D %3d T %d  %-6s %6.2f us (median; min %.2f)  %s\n", name, Hq, Hkv, D, T,
            merge ? "merged" : "units", us[us.size() / 2], us[0], merge ? (err < 1e-4 ? "x ok" : "x WRONG") : "");
     if (merge) printf("%-14s rel err of x against the CPU: %.2e\n", name, err);
+  }
+  {  // the other layout: a CTA per KV head, x written directly
+    std::vector<double> us;
+    for (int rep = 0; rep < 21; ++rep) {
+      CK(cudaMemset(flush, rep, flush_bytes));
+      attn_head<D, G, D == 64 ? 4 : 2><<<Hkv, kWarps * 32>>>(a);
+      CK(cudaGetLastError());
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(t.data(), a.times, 16 * Hkv, cudaMemcpyDeviceToHost));
+      unsigned long long t0 = ~0ull, t1 = 0;
+      for (int i = 0; i < Hkv; ++i) t0 = std::min(t0, t[2 * i]), t1 = std::max(t1, t[2 * i + 1]);
+      if (rep > 0) us.push_back((t1 - t0) / 1e3);
+    }
+    std::sort(us.begin(), us.end());
+    std::vector<float> x(q.size()), ref;
+    CK(cudaMemcpy(x.data(), dx, x.size() * 4, cudaMemcpyDeviceToHost));
+    reference(q, k, v, Hq, Hkv, S, T, D, ref);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size(); ++i) num += (x[i] - ref[i]) * (x[i] - ref[i]), den += ref[i] * ref[i];
+    const double err = sqrt(num / den);
+    printf("%-14s Hq %2d Hkv %d D %3d T %d  %-6s %6.2f us (median; min %.2f)  %s (rel err %.2e)\n", name, Hq, Hkv, D, T,
+           "head", us[us.size() / 2], us[0], err < 1e-4 ? "x ok" : "x WRONG", err);
   }
   CK(cudaFree(flush));
   CK(cudaFree(dq));
