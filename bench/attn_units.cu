@@ -75,6 +75,15 @@ __device__ __forceinline__ void load_row(const bf16* row, int lane, float* out) 
   }
 }
 
+// warp_dot is q·k over a row whose lanes hold E elements each.
+template <int E>
+__device__ __forceinline__ float warp_dot(const float (&q)[E], const float (&k)[E]) {
+  float s = 0.f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) s = fmaf(q[e], k[e], s);
+  return mpk::warp_sum(s);
+}
+
 template <int D, int G>
 __global__ void __launch_bounds__(kWarps * 32, 1) attn_units(const Args a) {
   constexpr int E = D / 32;
@@ -103,10 +112,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_units(const Args a) {
     const int pos = c * kP + warp * kPW + i;
 #pragma unroll
     for (int h = 0; h < G; ++h) {
-      float s = 0.f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) s = fmaf(qr[h][e], kr[i][e], s);
-      s = mpk::warp_sum(s);
+      const float s = warp_dot<E>(qr[h], kr[i]);
       if (lane == 0) sc[warp * kPW + i][h] = pos < a.T ? s : -INFINITY;
     }
   }
@@ -206,10 +212,7 @@ __device__ __forceinline__ void head_fold(const Args& a, int warp, int i0, const
     float sc[RB], mx = -INFINITY;
 #pragma unroll
     for (int i = 0; i < RB; ++i) {
-      float d = 0.f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) d = fmaf(qr[h][e], kr[i][e], d);
-      d = mpk::warp_sum(d);
+      const float d = warp_dot<E>(qr[h], kr[i]);
       sc[i] = warp + kWarps * (i0 + i) < a.T ? d : -INFINITY;
       mx = fmaxf(mx, sc[i]);
     }
@@ -332,56 +335,51 @@ static void run(const char* name, int Hkv) {
   CK(cudaMalloc(&flush, flush_bytes));
   a.q = dq, a.k = dk, a.v = dv, a.part = dpart, a.x = dx, a.S = S, a.T = T;
   std::vector<unsigned long long> t(2 * ctas);
-  for (int merge = 0; merge < 2; ++merge) {
-    std::vector<double> us;
-    for (int rep = 0; rep < 21; ++rep) {
-      CK(cudaMemset(flush, rep, flush_bytes));  // L2 holds none of K and V
-      a.merge = merge;
-      attn_units<D, G><<<ctas, kWarps * 32>>>(a);
-      CK(cudaGetLastError());
-      CK(cudaDeviceSynchronize());
-      a.epoch += merge;  // the counters advance only in merging launches
-      CK(cudaMemcpy(t.data(), a.times, t.size() * 8, cudaMemcpyDeviceToHost));
-      unsigned long long t0 = ~0ull, t1 = 0;
-      for (int i = 0; i < ctas; ++i) t0 = std::min(t0, t[2 * i]), t1 = std::max(t1, t[2 * i + 1]);
-      if (rep > 0) us.push_back((t1 - t0) / 1e3);
-    }
-    std::sort(us.begin(), us.end());
-    double err = 0;
-    if (merge) {
-      std::vector<float> x(q.size()), ref;
-      CK(cudaMemcpy(x.data(), dx, x.size() * 4, cudaMemcpyDeviceToHost));
-      reference(q, k, v, Hq, Hkv, S, T, D, ref);
-      double num = 0, den = 0;
-      for (size_t i = 0; i < x.size(); ++i) num += (x[i] - ref[i]) * (x[i] - ref[i]), den += ref[i] * ref[i];
-      err = sqrt(num / den);
-    }
-    printf("%-14s Hq %2d Hkv %d D %3d T %d  %-6s %6.2f us (median; min %.2f)  %s\n", name, Hq, Hkv, D, T,
-           merge ? "merged" : "units", us[us.size() / 2], us[0], merge ? (err < 1e-4 ? "x ok" : "x WRONG") : "");
-    if (merge) printf("%-14s rel err of x against the CPU: %.2e\n", name, err);
-  }
-  {  // the other layout: a CTA per KV head, x written directly
+  // The median span of 20 launches (after one untimed) of n CTAs, L2 flushed
+  // before each (it holds none of K and V).
+  auto time_us = [&](int n, auto launch) {
     std::vector<double> us;
     for (int rep = 0; rep < 21; ++rep) {
       CK(cudaMemset(flush, rep, flush_bytes));
-      attn_head<D, G, D == 64 ? 4 : 2><<<Hkv, kWarps * 32>>>(a);
+      launch();
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
-      CK(cudaMemcpy(t.data(), a.times, 16 * Hkv, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(t.data(), a.times, 16 * n, cudaMemcpyDeviceToHost));
       unsigned long long t0 = ~0ull, t1 = 0;
-      for (int i = 0; i < Hkv; ++i) t0 = std::min(t0, t[2 * i]), t1 = std::max(t1, t[2 * i + 1]);
+      for (int i = 0; i < n; ++i) t0 = std::min(t0, t[2 * i]), t1 = std::max(t1, t[2 * i + 1]);
       if (rep > 0) us.push_back((t1 - t0) / 1e3);
     }
     std::sort(us.begin(), us.end());
-    std::vector<float> x(q.size()), ref;
-    CK(cudaMemcpy(x.data(), dx, x.size() * 4, cudaMemcpyDeviceToHost));
-    reference(q, k, v, Hq, Hkv, S, T, D, ref);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < x.size(); ++i) num += (x[i] - ref[i]) * (x[i] - ref[i]), den += ref[i] * ref[i];
-    const double err = sqrt(num / den);
-    printf("%-14s Hq %2d Hkv %d D %3d T %d  %-6s %6.2f us (median; min %.2f)  %s (rel err %.2e)\n", name, Hq, Hkv, D, T,
-           "head", us[us.size() / 2], us[0], err < 1e-4 ? "x ok" : "x WRONG", err);
-  }
+    return us;
+  };
+  std::vector<float> ref;
+  reference(q, k, v, Hq, Hkv, S, T, D, ref);
+  // report prints a layout's time and, where it wrote x, x's error against the CPU.
+  auto report = [&](const char* layout, const std::vector<double>& us, bool wrote_x) {
+    printf("%-14s Hq %2d Hkv %d D %3d T %d  %-6s %6.2f us (median; min %.2f)", name, Hq, Hkv, D, T, layout,
+           us[us.size() / 2], us[0]);
+    if (wrote_x) {
+      std::vector<float> x(q.size());
+      CK(cudaMemcpy(x.data(), dx, x.size() * 4, cudaMemcpyDeviceToHost));
+      double num = 0, den = 0;
+      for (size_t i = 0; i < x.size(); ++i) num += (x[i] - ref[i]) * (x[i] - ref[i]), den += ref[i] * ref[i];
+      const double err = sqrt(num / den);
+      printf("  %s (rel err against the CPU %.2e)", err < 1e-4 ? "x ok" : "x WRONG", err);
+    }
+    printf("\n");
+  };
+  a.merge = 0;
+  report("units", time_us(ctas, [&] { attn_units<D, G><<<ctas, kWarps * 32>>>(a); }), false);
+  CK(cudaMemset(dx, 0, q.size() * 4));
+  a.merge = 1;
+  report("merged", time_us(ctas, [&] {
+           attn_units<D, G><<<ctas, kWarps * 32>>>(a);
+           a.epoch += 1;  // the counters advance only in merging launches
+         }),
+         true);
+  // The other layout: a CTA per KV head, x written directly.
+  CK(cudaMemset(dx, 0, q.size() * 4));
+  report("head", time_us(Hkv, [&] { attn_head<D, G, D == 64 ? 4 : 2><<<Hkv, kWarps * 32>>>(a); }), true);
   CK(cudaFree(flush));
   CK(cudaFree(dq));
   CK(cudaFree(dk));
