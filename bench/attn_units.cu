@@ -16,6 +16,8 @@
 //           plain x instead of merging 64-256 partials in every task
 //   head    the other layout (attn_head): a CTA per KV head over every
 //           position, writing x with no partials
+//   bulk    the same with K and V streamed by bulk copies through shared
+//           memory, several blocks in flight (attn_head_bulk)
 // Times are from the first CTA's start to the last CTA's end (globaltimer),
 // median over launches, with L2 flushed before each (the KV cache of a layer
 // was written steps ago). x is checked against a CPU softmax attention over
@@ -33,6 +35,8 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "runtime/ring.cuh"
+#include "runtime/runtime.cuh"
 #include "tasks/dot.cuh"
 
 using bf16 = __nv_bfloat16;
@@ -281,6 +285,95 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_head(const Args a) {
   if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
 }
 
+// attn_head_bulk is attn_head with K and V streamed as the megakernel's
+// loader streams weights: blocks of kBlockRows rows of K and of V (a head's
+// rows are contiguous: one bulk copy each) land in a ring of NS stages by
+// cp.async.bulk, every stage in flight from the start, so a CTA keeps up to
+// NS blocks' bytes in flight (64-128 KB) where registers held ~16 KB. The
+// warps then read rows from shared memory (warp w: rows w, w + 16 of a
+// block), the online softmax as attn_head's.
+constexpr int kBlockRows = 32;
+
+template <int D>
+constexpr int head_stages() {
+  return (160 << 10) / (2 * kBlockRows * D * 2) < 8 ? (160 << 10) / (2 * kBlockRows * D * 2) : 8;
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(kWarps * 32, 1) attn_head_bulk(const Args a) {
+  constexpr int E = D / 32, NS = head_stages<D>(), RB = kBlockRows / kWarps;  // rows a warp a block
+  constexpr int KB = kBlockRows * D * 2;                                       // bytes of K (or V) a block
+  extern __shared__ __align__(128) char smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [NS]
+  char* stage = smem + 128;                             // [NS][K block, V block]
+  __shared__ float red_o[kWarps][G][D];
+  __shared__ float red_m[kWarps][G], red_l[kWarps][G];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
+  const int blocks = (a.T + kBlockRows - 1) / kBlockRows;
+  const bf16* kh = a.k + (size_t)g * a.S * D;
+  const bf16* vh = a.v + (size_t)g * a.S * D;
+  const uint64_t policy = mpk::weight_policy();
+  auto issue = [&](int b) {  // one thread: block b into stage b % NS
+    uint64_t* bar = &full[b % NS];
+    char* st = stage + (size_t)(b % NS) * 2 * KB;
+    mpk::mbar_expect_bytes(bar, 2 * KB);
+    mpk::bulk_load(st, kh + (size_t)b * kBlockRows * D, KB, bar, policy);
+    mpk::bulk_load(st + KB, vh + (size_t)b * kBlockRows * D, KB, bar, policy);
+  };
+  if (threadIdx.x == 0) {
+    a.times[2 * blockIdx.x] = globaltimer_ns();
+    for (int i = 0; i < NS; ++i) mpk::mbar_init(&full[i], 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int b = 0; b < min(NS, blocks); ++b) issue(b);
+  }
+  float qr[G][E], m[G], l[G], acc[G][E];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+    m[h] = -INFINITY, l[h] = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) qr[h][e] = __ldcg(a.q + (g * G + h) * D + lane * E + e), acc[h][e] = 0.f;
+  }
+  __syncthreads();  // the barriers are initialised
+  for (int b = 0; b < blocks; ++b) {
+    while (!mpk::mbar_test(&full[b % NS], (b / NS) & 1)) {
+    }
+    const char* st = stage + (size_t)(b % NS) * 2 * KB;
+    float kr[RB][E], vr[RB][E];
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+      const bf16* kk = reinterpret_cast<const bf16*>(st) + (warp + kWarps * i) * D + lane * E;
+      const bf16* vv = reinterpret_cast<const bf16*>(st + KB) + (warp + kWarps * i) * D + lane * E;
+#pragma unroll
+      for (int e = 0; e < E; ++e) kr[i][e] = __bfloat162float(kk[e]), vr[i][e] = __bfloat162float(vv[e]);
+    }
+    head_fold<D, G, RB>(a, warp, b * kBlockRows / kWarps, qr, kr, vr, m, l, acc);
+    __syncthreads();  // stage b % NS is read: refill it
+    if (threadIdx.x == 0 && b + NS < blocks) issue(b + NS);
+  }
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) red_o[warp][h][lane * E + e] = acc[h][e];
+    if (lane == 0) red_m[warp][h] = m[h], red_l[warp][h] = l[h];
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < G * D; t += blockDim.x) {
+    const int h = t / D, d = t % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][h]);
+    float L = 0.f, o = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = red_m[w][h] == -INFINITY ? 0.f : exp2f(red_m[w][h] - M);
+      L += red_l[w][h] * f, o += red_o[w][h][d] * f;
+    }
+    a.x[(g * G + h) * D + d] = L > 0.f ? o / L : 0.f;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
+}
+
 // reference: x for every query head over T positions, in double.
 static void reference(const std::vector<float>& q, const std::vector<bf16>& k, const std::vector<bf16>& v, int Hq,
                       int Hkv, int S, int T, int D, std::vector<float>& x) {
@@ -380,6 +473,11 @@ static void run(const char* name, int Hkv) {
   // The other layout: a CTA per KV head, x written directly.
   CK(cudaMemset(dx, 0, q.size() * 4));
   report("head", time_us(Hkv, [&] { attn_head<D, G, D == 64 ? 4 : 2><<<Hkv, kWarps * 32>>>(a); }), true);
+  // The same with K and V streamed by bulk copies through shared memory.
+  const int bulk_bytes = 128 + head_stages<D>() * 2 * kBlockRows * D * 2;
+  CK(cudaFuncSetAttribute(attn_head_bulk<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, bulk_bytes));
+  CK(cudaMemset(dx, 0, q.size() * 4));
+  report("bulk", time_us(Hkv, [&] { attn_head_bulk<D, G><<<Hkv, kWarps * 32, bulk_bytes>>>(a); }), true);
   CK(cudaFree(flush));
   CK(cudaFree(dq));
   CK(cudaFree(dk));
