@@ -237,30 +237,29 @@ __device__ __forceinline__ void head_fold(const Args& a, int warp, int i0, const
   }
 }
 
-template <int D, int G, int RB>
-__global__ void __launch_bounds__(kWarps * 32, 1) attn_head(const Args a) {
+// head_start reads KV head g's G queries (lane: elements lane·E ...) and
+// clears their online softmax states.
+template <int D, int G>
+__device__ __forceinline__ void head_start(const Args& a, int g, int lane, float (&qr)[G][D / 32], float (&m)[G],
+                                           float (&l)[G], float (&acc)[G][D / 32]) {
   constexpr int E = D / 32;
-  __shared__ float red_o[kWarps][G][D];
-  __shared__ float red_m[kWarps][G], red_l[kWarps][G];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
-  if (threadIdx.x == 0) a.times[2 * blockIdx.x] = globaltimer_ns();
-  float qr[G][E], m[G], l[G], acc[G][E];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
     m[h] = -INFINITY, l[h] = 0.f;
 #pragma unroll
     for (int e = 0; e < E; ++e) qr[h][e] = __ldcg(a.q + (g * G + h) * D + lane * E + e), acc[h][e] = 0.f;
   }
-  const int rows = (a.T + kWarps - 1) / kWarps;  // a warp's rows
-  float k0[RB][E], v0[RB][E], k1[RB][E], v1[RB][E];
-  head_rows<D, G, RB>(a, g, warp, lane, 0, k0, v0);
-  for (int i0 = 0; i0 < rows; i0 += 2 * RB) {
-    if (i0 + RB < rows) head_rows<D, G, RB>(a, g, warp, lane, i0 + RB, k1, v1);
-    head_fold<D, G, RB>(a, warp, i0, qr, k0, v0, m, l, acc);
-    if (i0 + RB >= rows) break;
-    if (i0 + 2 * RB < rows) head_rows<D, G, RB>(a, g, warp, lane, i0 + 2 * RB, k0, v0);
-    head_fold<D, G, RB>(a, warp, i0 + RB, qr, k1, v1, m, l, acc);
-  }
+}
+
+// head_write_x merges the warps' online softmax states (m, l, acc: lane
+// holds columns lane·E ...) of KV head g's G query heads in shared memory
+// and writes their rows of x.
+template <int D, int G>
+__device__ __forceinline__ void head_write_x(const Args& a, int g, int warp, int lane, const float (&m)[G],
+                                             const float (&l)[G], const float (&acc)[G][D / 32]) {
+  constexpr int E = D / 32;
+  __shared__ float red_o[kWarps][G][D];
+  __shared__ float red_m[kWarps][G], red_l[kWarps][G];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
 #pragma unroll
@@ -282,6 +281,26 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_head(const Args a) {
     a.x[(g * G + h) * D + d] = L > 0.f ? o / L : 0.f;
   }
   __syncthreads();
+}
+
+template <int D, int G, int RB>
+__global__ void __launch_bounds__(kWarps * 32, 1) attn_head(const Args a) {
+  constexpr int E = D / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x] = globaltimer_ns();
+  float qr[G][E], m[G], l[G], acc[G][E];
+  head_start<D, G>(a, g, lane, qr, m, l, acc);
+  const int rows = (a.T + kWarps - 1) / kWarps;  // a warp's rows
+  float k0[RB][E], v0[RB][E], k1[RB][E], v1[RB][E];
+  head_rows<D, G, RB>(a, g, warp, lane, 0, k0, v0);
+  for (int i0 = 0; i0 < rows; i0 += 2 * RB) {
+    if (i0 + RB < rows) head_rows<D, G, RB>(a, g, warp, lane, i0 + RB, k1, v1);
+    head_fold<D, G, RB>(a, warp, i0, qr, k0, v0, m, l, acc);
+    if (i0 + RB >= rows) break;
+    if (i0 + 2 * RB < rows) head_rows<D, G, RB>(a, g, warp, lane, i0 + 2 * RB, k0, v0);
+    head_fold<D, G, RB>(a, warp, i0 + RB, qr, k1, v1, m, l, acc);
+  }
+  head_write_x<D, G>(a, g, warp, lane, m, l, acc);
   if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
 }
 
@@ -306,8 +325,6 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_head_bulk(const Args a) {
   extern __shared__ __align__(128) char smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [NS]
   char* stage = smem + 128;                             // [NS][K block, V block]
-  __shared__ float red_o[kWarps][G][D];
-  __shared__ float red_m[kWarps][G], red_l[kWarps][G];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
   const int blocks = (a.T + kBlockRows - 1) / kBlockRows;
   const bf16* kh = a.k + (size_t)g * a.S * D;
@@ -327,12 +344,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_head_bulk(const Args a) {
     for (int b = 0; b < min(NS, blocks); ++b) issue(b);
   }
   float qr[G][E], m[G], l[G], acc[G][E];
-#pragma unroll
-  for (int h = 0; h < G; ++h) {
-    m[h] = -INFINITY, l[h] = 0.f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) qr[h][e] = __ldcg(a.q + (g * G + h) * D + lane * E + e), acc[h][e] = 0.f;
-  }
+  head_start<D, G>(a, g, lane, qr, m, l, acc);
   __syncthreads();  // the barriers are initialised
   for (int b = 0; b < blocks; ++b) {
     while (!mpk::mbar_test(&full[b % NS], (b / NS) & 1)) {
@@ -350,27 +362,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_head_bulk(const Args a) {
     __syncthreads();  // stage b % NS is read: refill it
     if (threadIdx.x == 0 && b + NS < blocks) issue(b + NS);
   }
-#pragma unroll
-  for (int h = 0; h < G; ++h) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) red_o[warp][h][lane * E + e] = acc[h][e];
-    if (lane == 0) red_m[warp][h] = m[h], red_l[warp][h] = l[h];
-  }
-  __syncthreads();
-  for (int t = threadIdx.x; t < G * D; t += blockDim.x) {
-    const int h = t / D, d = t % D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red_m[w][h]);
-    float L = 0.f, o = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = red_m[w][h] == -INFINITY ? 0.f : exp2f(red_m[w][h] - M);
-      L += red_l[w][h] * f, o += red_o[w][h][d] * f;
-    }
-    a.x[(g * G + h) * D + d] = L > 0.f ? o / L : 0.f;
-  }
-  __syncthreads();
+  head_write_x<D, G>(a, g, warp, lane, m, l, acc);
   if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
 }
 
