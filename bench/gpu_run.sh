@@ -9,6 +9,7 @@
 #   env:<NAME>:<VALUE> export NAME=VALUE for the jobs after it (e.g. MPK_NVCC_EXTRA)
 #   core:<file>        use .prebuilt/<file> as the Go core for the jobs after it (an A/B of core builds)
 #   cu:<file>          build bench/<file> (a standalone micro-benchmark) with nvcc for sm_90a and run it
+#                      (its stdout line-buffered: a run the timeout kills keeps the rows it printed)
 # Logs and JSON go to $OUT/results.tgz (the device returns few files); each
 # job's last lines are printed. A failing job does not stop the others.
 set -uo pipefail
@@ -37,7 +38,7 @@ for job in ${JOBS:-check:tiny-llama}; do
     host) timeout "${JOB_TIMEOUT:-500}" python3 bench/host_time.py --model "$what" $extra --json "$W/host_$what.json" >"$W/host_$what.log" 2>&1
           tail -9 "$W/host_$what.log" ;;
     cu) nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Icsrc $extra "bench/$what" -o "$W/cu_$n" >"$W/cu_${n}_${what%.cu}.log" 2>&1 &&
-          timeout "${JOB_TIMEOUT:-200}" "$W/cu_$n" >>"$W/cu_${n}_${what%.cu}.log" 2>&1
+          timeout "${JOB_TIMEOUT:-200}" stdbuf -oL "$W/cu_$n" >>"$W/cu_${n}_${what%.cu}.log" 2>&1
         tail -40 "$W/cu_${n}_${what%.cu}.log" ;;
     pytest) args=()
             for a in $extra; do args+=("${a//\~/ }"); done
