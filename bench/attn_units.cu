@@ -41,12 +41,6 @@
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ unsigned long long globaltimer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 constexpr int kWarps = 16;
 constexpr int kChunks = 16;      // units a KV head: 8 KV heads x 16 = 128 CTAs
 constexpr int kP = 32;           // positions a unit (T = 512)
@@ -96,7 +90,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_units(const Args a) {
   __shared__ int s_last;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = blockIdx.x / kChunks, c = blockIdx.x % kChunks;
-  if (threadIdx.x == 0) a.times[2 * blockIdx.x] = globaltimer_ns();
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x] = mpk::globaltimer();
   // Every load of the unit at once: its rows of K and V, and the G queries.
   float kr[kPW][E], vr[kPW][E], qr[G][E];
 #pragma unroll
@@ -184,7 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_units(const Args a) {
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = mpk::globaltimer();
 }
 
 // attn_head: the other layout, a CTA per KV head over all T positions,
@@ -287,7 +281,7 @@ template <int D, int G, int RB>
 __global__ void __launch_bounds__(kWarps * 32, 1) attn_head(const Args a) {
   constexpr int E = D / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
-  if (threadIdx.x == 0) a.times[2 * blockIdx.x] = globaltimer_ns();
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x] = mpk::globaltimer();
   float qr[G][E], m[G], l[G], acc[G][E];
   head_start<D, G>(a, g, lane, qr, m, l, acc);
   const int rows = (a.T + kWarps - 1) / kWarps;  // a warp's rows
@@ -301,7 +295,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_head(const Args a) {
     head_fold<D, G, RB>(a, warp, i0 + RB, qr, k1, v1, m, l, acc);
   }
   head_write_x<D, G>(a, g, warp, lane, m, l, acc);
-  if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = mpk::globaltimer();
 }
 
 // attn_head_bulk is attn_head with K and V streamed as the megakernel's
@@ -323,33 +317,31 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_head_bulk(const Args a) {
   constexpr int E = D / 32, NS = head_stages<D>(), RB = kBlockRows / kWarps;  // rows a warp a block
   constexpr int KB = kBlockRows * D * 2;                                       // bytes of K (or V) a block
   extern __shared__ __align__(128) char smem[];
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem);  // [NS]
-  char* stage = smem + 128;                             // [NS][K block, V block]
+  // The megakernel's ring (runtime/ring.cuh), a stage a page: [K block, V block].
+  const mpk::Ring<NS, 2 * KB> ring{reinterpret_cast<mpk::RingBars<NS>*>(smem), smem + mpk::ring_bars_bytes<NS>()};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = blockIdx.x;
   const int blocks = (a.T + kBlockRows - 1) / kBlockRows;
   const bf16* kh = a.k + (size_t)g * a.S * D;
   const bf16* vh = a.v + (size_t)g * a.S * D;
   const uint64_t policy = mpk::weight_policy();
-  auto issue = [&](int b) {  // one thread: block b into stage b % NS
-    uint64_t* bar = &full[b % NS];
-    char* st = stage + (size_t)(b % NS) * 2 * KB;
+  auto issue = [&](int b) {  // one thread: block b's K and V rows into page b (Ring::fill of two sources)
+    uint64_t* bar = &ring.bars->full[b % NS];
     mpk::mbar_expect_bytes(bar, 2 * KB);
-    mpk::bulk_load(st, kh + (size_t)b * kBlockRows * D, KB, bar, policy);
-    mpk::bulk_load(st + KB, vh + (size_t)b * kBlockRows * D, KB, bar, policy);
+    mpk::bulk_load(ring.page(b), kh + (size_t)b * kBlockRows * D, KB, bar, policy);
+    mpk::bulk_load(ring.page(b) + KB, vh + (size_t)b * kBlockRows * D, KB, bar, policy);
   };
   if (threadIdx.x == 0) {
-    a.times[2 * blockIdx.x] = globaltimer_ns();
-    for (int i = 0; i < NS; ++i) mpk::mbar_init(&full[i], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    a.times[2 * blockIdx.x] = mpk::globaltimer();
+    ring.init(1);  // (its empty barriers go unused: a block barrier frees a stage)
     for (int b = 0; b < min(NS, blocks); ++b) issue(b);
   }
   float qr[G][E], m[G], l[G], acc[G][E];
   head_start<D, G>(a, g, lane, qr, m, l, acc);
   __syncthreads();  // the barriers are initialised
   for (int b = 0; b < blocks; ++b) {
-    while (!mpk::mbar_test(&full[b % NS], (b / NS) & 1)) {
+    while (!ring.ready(b)) {
     }
-    const char* st = stage + (size_t)(b % NS) * 2 * KB;
+    const char* st = ring.page(b);
     float kr[RB][E], vr[RB][E];
 #pragma unroll
     for (int i = 0; i < RB; ++i) {
@@ -363,7 +355,7 @@ __global__ void __launch_bounds__(kWarps * 32, 1) attn_head_bulk(const Args a) {
     if (threadIdx.x == 0 && b + NS < blocks) issue(b + NS);
   }
   head_write_x<D, G>(a, g, warp, lane, m, l, acc);
-  if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = globaltimer_ns();
+  if (threadIdx.x == 0) a.times[2 * blockIdx.x + 1] = mpk::globaltimer();
 }
 
 // reference: x for every query head over T positions, in double.
@@ -466,7 +458,7 @@ static void run(const char* name, int Hkv) {
   CK(cudaMemset(dx, 0, q.size() * 4));
   report("head", time_us(Hkv, [&] { attn_head<D, G, D == 64 ? 4 : 2><<<Hkv, kWarps * 32>>>(a); }), true);
   // The same with K and V streamed by bulk copies through shared memory.
-  const int bulk_bytes = 128 + head_stages<D>() * 2 * kBlockRows * D * 2;
+  const int bulk_bytes = mpk::ring_bars_bytes<head_stages<D>()>() + head_stages<D>() * 2 * kBlockRows * D * 2;
   CK(cudaFuncSetAttribute(attn_head_bulk<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, bulk_bytes));
   CK(cudaMemset(dx, 0, q.size() * 4));
   report("bulk", time_us(Hkv, [&] { attn_head_bulk<D, G><<<Hkv, kWarps * 32, bulk_bytes>>>(a); }), true);
