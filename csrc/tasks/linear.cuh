@@ -299,7 +299,10 @@ template <int D, int H, int CHUNK, int R, int HP, int SPLITS, int N, typename At
 __device__ __forceinline__ void merge_pairs(const View& p, const View& ext, int npairs, At at, Store store,
                                             const Slots<N>& s) {
   constexpr int PER = (D + 31) / 32;
-  constexpr int SB = 32 / (PER * HP) > 0 ? 32 / (PER * HP) : 1;  // splits a batch (32 registers of outputs)
+  // Splits a batch: 32 registers of outputs, and no more than there are (at
+  // batch 1 a head has 2 splits; a batch of 8 issued 4x the loads and math).
+  constexpr int SB_REGS = 32 / (PER * HP) > 0 ? 32 / (PER * HP) : 1;
+  constexpr int SB = SPLITS < SB_REGS ? SPLITS : SB_REGS;
   constexpr int SS = H * (D + 2);                                // floats from one split's partials to the next
   const float* pb = reinterpret_cast<const float*>(base(s, p)) + p.offset;
   constexpr int splits = SPLITS;  // a constant: the split arithmetic of every load's address folds
