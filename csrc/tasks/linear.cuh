@@ -144,6 +144,10 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, X xs, 
   if (float_row2(x) && (!has_w || float_row2(w))) {
     float v[per_thread(K)], g[per_thread(K)];
     load_x_row<K>(base(s, x), x, m, v);
+    // 1 without a weight (y·1 is y): g is defined on both paths, or ptxas
+    // keeps it in local memory across the branch.
+#pragma unroll
+    for (int i = 0; i < per_thread(K); ++i) g[i] = 1.f;
     if (has_w) load_x_row<K>(base(s, w), w, m, g);
     float ss = 0.f;
 #pragma unroll
@@ -154,7 +158,7 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, X xs, 
       const int k = threadIdx.x + i * MPK_THREADS;
       if (k >= K) continue;
       const float y = round_float(x.dtype, v[i] * inv);
-      put_x(xs, k, round_float(op.pro_dtype, has_w ? y * g[i] : y));
+      put_x(xs, k, round_float(op.pro_dtype, y * g[i]));
     }
     return;
   }
@@ -190,13 +194,15 @@ __device__ __forceinline__ void stage_norm_deferred(const Op& op, int m, float* 
   const bool has_w = op.flags & FLAG_WEIGHT;
   float v[per_thread(K)], g[per_thread(K)];
   load_x_row<K>(base(s, x), x, m, v);
+#pragma unroll
+  for (int i = 0; i < per_thread(K); ++i) g[i] = 1.f;  // as stage_x(NormPro)
   if (has_w) load_x_row<K>(base(s, w), w, m, g);
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < per_thread(K); ++i) {
     const int k = threadIdx.x + i * MPK_THREADS;
     ss += v[i] * v[i];  // zero past K
-    if (k < K) xs[k] = has_w ? v[i] * g[i] : v[i];
+    if (k < K) xs[k] = v[i] * g[i];
   }
   ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) s_norm_part[m][threadIdx.x / 32] = ss;
@@ -564,6 +570,28 @@ __device__ __forceinline__ void wait_page(const R& ring, uint32_t q, const int32
   ring.ready(q);
 }
 
+// PageWait is wait_page as a type, so that every variant's stream_dots of
+// one (T, K, M) is the same function (a lambda is a type per call site).
+template <int P>
+struct PageWait {
+  Ring<P> ring;
+  const int32_t* abort;
+  __device__ __forceinline__ void operator()(uint32_t q) const { wait_page(ring, q, abort); }
+};
+
+// stream_pages is stream_dots out of line, one copy for every Linear variant
+// of its (T, K, M): a layer's q/k/v, o and gate/up tasks (and a pair's two
+// weights) run the same page loop, so less distinct code runs a layer (the
+// streamed stages' staging is 0.4-0.9 us faster with warm code,
+// MPK_PROBE_WARM; out of line vs inline, H100: the same to 1.9% faster).
+// Returns the consumers' new place in the ring.
+template <typename T, int K, int M, int P>
+__device__ __noinline__ uint32_t stream_pages(const Ring<P> ring, uint32_t seq, uint64_t elems, const float* xs,
+                                              float* part, const int32_t* abort) {
+  stream_dots<T, K, M>(ring, seq, elems, xs, part, PageWait<P>{ring, abort});
+  return seq;
+}
+
 // first_epi loads the epilogue's inputs of this thread's first output (r =
 // threadIdx.x of the task's outs, output row r % M, column lo + r / M), in
 // flight while the weights stream.
@@ -619,8 +647,10 @@ __device__ void linear(const Op& op, int lo, int hi, const Slots<N>& s, char* sm
 
 // stage_stream_x stages a streamed Linear's M rows of x as fp32 [M][K] in
 // xs (the norm's scale deferred to the store where defer says: norm_deferred).
+// Out of line, as stream_pages: the q/k/v and gate/up variants (an RMSNorm
+// of the same K) share one copy.
 template <int K, int M, typename PRO, int N>
-__device__ __forceinline__ void stage_stream_x(const Op& op, float* xs, bool defer, const Slots<N>& s) {
+__device__ __noinline__ void stage_stream_x(const Op& op, float* xs, bool defer, const Slots<N>& s) {
 #pragma unroll 1
   for (int m = 0; m < M; ++m) {
     if (defer) stage_norm_deferred<K>(op, m, xs + m * K, s);
@@ -655,15 +685,14 @@ __device__ uint32_t linear_stream(const Op& op, int lo, int hi, const Slots<N>& 
   mark_staged();
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
-  auto wait = [&](uint32_t q) { wait_page(ring, q, c.abort); };
   const int outs = (hi - lo) * M;
   const bool fast_epi = !std::is_same<EPI, NoEpi>::value && epi_fast(op);
   const EpiIn pre = first_epi<EPI>(op, lo, outs, M, fast_epi, s);
-  stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, wait);
+  seq = stream_pages<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part, c.abort);
   // A pair's second weight: its rows follow in the ring (the loader's
   // pair_offset), their partials after the first's.
   float* part2 = part + (int64_t)(hi - lo) * (K / stream_span<T, K>(kPageBytes)) * M;
-  if constexpr (kIsPair<EPI>) stream_dots<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part2, wait);
+  if constexpr (kIsPair<EPI>) seq = stream_pages<T, K, M>(ring, seq, (uint64_t)(hi - lo) * K, xs, part2, c.abort);
   consumer_sync();
   mark_dots();
   for (int r = threadIdx.x; r < outs; r += MPK_THREADS) {
