@@ -214,8 +214,8 @@ __device__ __noinline__ void fetch_tasks(const mpk::State& st, int w, uint32_t s
 __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     megakernel(const __grid_constant__ mpk::Slots<kNumSlots> slots, const mpk::State st) {
   extern __shared__ __align__(128) char smem[];
-  __shared__ uint32_t s_step, s_done, s_ready;
-  __shared__ int s_go, s_xkey;
+  __shared__ uint32_t s_step, s_done, s_ready, s_tasks;
+  __shared__ int s_go, s_xkey, s_next_xkey;
   // The next two tasks, as the fetcher warp hands them over: the task code
   // reads its op descriptor's shapes and strides many times.
   __shared__ __align__(16) Fetched s_fetched[2];
@@ -232,6 +232,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     s_step = *(volatile uint32_t*)st.epoch + 1;
     s_done = 0;
     s_ready = 0;
+    s_tasks = (uint32_t)(queue_start[w + 1] - queue_start[w]);
     s_xkey = -1;
     mpk::s_dots = 0;
     mpk::s_fault = mpk::Fault{st.abort, st.status, w, -1, -1};
@@ -251,22 +252,28 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     fetch_tasks(st, w, step, s_fetched, &s_ready, &s_done);
     return;
   }
+  // The loop keeps no state in registers across a task's call (which
+  // clobbers them): the task's index is s_done, the tasks finished, and the
+  // count is s_tasks. Held in registers, ptxas kept the loop's bounds and
+  // index in local memory, and their reload (an L1 miss: L1 is what the
+  // shared-memory carve-out leaves) was a dependent round trip at every
+  // task's start and end. seq comes back from run_task.
   uint32_t seq = 0;  // the consumers' place in the ring
-  const int q0 = queue_start[w], q1 = queue_start[w + 1];
-  for (int q = q0; q < q1; ++q) {
-    const uint32_t i = (uint32_t)(q - q0);
-    const Fetched& f = s_fetched[i & 1];
+  for (;;) {
 #ifdef MPK_TRACE
     unsigned long long wait_ns = mpk::globaltimer();
 #endif
     if (threadIdx.x == 0) {
-      uint32_t r;
-      while ((r = mpk::ld_acquire_cta(&s_ready)) <= i) {
-      }
-      s_go = r != kFetchAborted;
+      const uint32_t i = s_done;
+      uint32_t r = 0;
+      if (i < s_tasks)
+        while ((r = mpk::ld_acquire_cta(&s_ready)) <= i) {
+        }
+      s_go = i < s_tasks && r != kFetchAborted;
     }
     mpk::consumer_sync();
     if (!s_go) break;
+    const Fetched& f = s_fetched[s_done & 1];
     const int t = f.t;
     const mpk::Task task = f.task;
 #ifdef MPK_TRACE
@@ -280,8 +287,12 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
       mpk::s_trace_staged = mpk::s_trace_dots = 0;
     }
 #endif
-    // The task a bad index is blamed on (read after the task's barriers).
-    if (threadIdx.x == 0) mpk::s_fault.task = t, mpk::s_fault.op = task.op;
+    // The task a bad index is blamed on (read after the task's barriers),
+    // and the x it leaves staged (s_xkey once it ends).
+    if (threadIdx.x == 0) {
+      mpk::s_fault.task = t, mpk::s_fault.op = task.op;
+      s_next_xkey = task.op >= 0 ? f.op.xkey : -1;
+    }
     if (task.op >= 0) {
       // A streamed Linear finds x already staged when the previous task
       // staged the same x (q, k and v read one normalised row).
@@ -298,22 +309,22 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
       seq = run_task(f.op, task.lo, task.hi, s_slots, c);
     }
     mpk::set_dots_phase(0);  // a task that ended in its dots (aborting) leaves the stream quiet
-    // Read before the barrier: past it, the fetcher may refill this buffer.
-    const int staged = task.op >= 0 ? f.op.xkey : -1;
     mpk::consumer_sync();
+    if (threadIdx.x == 0) {
+      // s_done is unchanged until the release below, so the buffer is the
+      // task's still (the fetcher refills it after that release).
+      const uint32_t done = s_done;
 #ifdef MPK_TRACE
-    if (threadIdx.x == 0) {
-      trace_records[t].end_ns = mpk::globaltimer();
-      trace_records[t].op = task.op;
-      trace_records[t].worker = w;
-      trace_records[t].stall_ns = mpk::s_trace_stall;
-      trace_records[t].staged_ns = mpk::s_trace_staged;
-      trace_records[t].dots_ns = mpk::s_trace_dots;
-    }
+      const Fetched& e = s_fetched[done & 1];
+      trace_records[e.t].end_ns = mpk::globaltimer();
+      trace_records[e.t].op = e.task.op;
+      trace_records[e.t].worker = w;
+      trace_records[e.t].stall_ns = mpk::s_trace_stall;
+      trace_records[e.t].staged_ns = mpk::s_trace_staged;
+      trace_records[e.t].dots_ns = mpk::s_trace_dots;
 #endif
-    if (threadIdx.x == 0) {
-      s_xkey = staged;
-      mpk::st_release_cta(&s_done, (uint32_t)(q - q0 + 1));
+      s_xkey = s_next_xkey;
+      mpk::st_release_cta(&s_done, done + 1);
     }
   }
   mpk::consumer_sync();
