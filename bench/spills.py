@@ -64,6 +64,8 @@ def main() -> int:
     p.add_argument("module", help="a generated module.cu")
     p.add_argument("--arch", default=build.DEFAULT_ARCH)
     p.add_argument("--sites", action="store_true", help="also list each spilling function's LDL source lines")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="a macro for the build (an A/B knob), repeatable")
     a = p.parse_args()
     nvcc = build.find_nvcc()
     if nvcc is None:
@@ -71,7 +73,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "module.cubin"
         cmd = [nvcc, "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo", "-cubin", "-Xptxas", "-v",
-               f"-gencode=arch=compute_{a.arch},code=sm_{a.arch}", f"-I{build.csrc_dir()}", a.module, "-o", str(cubin)]
+               *(f"-D{d}" for d in a.defines), f"-gencode=arch=compute_{a.arch},code=sm_{a.arch}",
+               f"-I{build.csrc_dir()}", a.module, "-o", str(cubin)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             sys.exit(r.stderr[-2000:])
