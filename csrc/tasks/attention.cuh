@@ -867,9 +867,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       const View& e = op.in[4];
       ext0 = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + all.b_lo * e.stride[0]);
     }
-    // MPK_FRESH_GUESS=0 (an experiment): a fresh-row unit loads its queries
-    // only once its unit is known, so they are not held (spilled) across the
-    // extent's load and DecodeUnits.
+    // (a fresh-row unit's early queries: MPK_FRESH_GUESS, above)
     if (warp / cp < units && warp / cp < all.n && (!FR || MPK_FRESH_GUESS)) {
       guess = all.unit(warp / cp, splits, UG);
       if constexpr (FR) load_fresh_q<FT, QT, D, UG>(fr, op, s, guess.b, guess.h0, lane);
