@@ -1,6 +1,9 @@
 package lower
 
-import "mpk/gocore/ir"
+import (
+	"mpk/gocore/ir"
+	"mpk/gocore/stream"
+)
 
 // minPositionsPerSplit keeps each KV chunk worth a warp of its own: the
 // CUDA decode attention gives a chunk's positions to a warp's 32 lanes.
@@ -17,7 +20,8 @@ const decodePositionsPerSplit = 4 * 32
 // positions, so a chunk takes every warp, and a head leaves a quarter of the
 // partials. Batch 1 on the H100 (bench/NOTES.md, fifteenth session): the same
 // at a cache of 552, -3% at 4,096 (512 live: 2 live chunks a head, not 4 of 32).
-const decodeOneRowPositionsPerSplit = 16 * 32
+// A lane a position and every consumer warp (stream.Threads / 32) in a round.
+const decodeOneRowPositionsPerSplit = stream.Threads
 
 // maxSplits is the most partials the CUDA merge combines (32 per warp).
 const maxSplits = 512
