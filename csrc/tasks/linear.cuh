@@ -134,6 +134,18 @@ __device__ __forceinline__ void stage_x(NoPro, const Op& op, int64_t m, X xs, co
   stage_plain_any(op, m, xs, K, s);
 }
 
+// load_norm_rows reads row m of an RMSNorm's x and of its weight (fast
+// layouts), the weight 1 where there is none (y·1 is y): g is defined on
+// both paths, or ptxas keeps it in local memory across the branch.
+template <int K, int N>
+__device__ __forceinline__ void load_norm_rows(int64_t m, const View& x, const View& w, bool has_w,
+                                               float (&v)[per_thread(K)], float (&g)[per_thread(K)], const Slots<N>& s) {
+  load_x_row<K>(base(s, x), x, m, v);
+#pragma unroll
+  for (int i = 0; i < per_thread(K); ++i) g[i] = 1.f;
+  if (has_w) load_x_row<K>(base(s, w), w, m, g);
+}
+
 // y = x·rsqrt(mean(x²)+eps) in fp32, rounded to x's dtype, times the weight.
 template <int K, int N, typename X>
 __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, X xs, const Slots<N>& s) {
@@ -143,12 +155,7 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, X xs, 
   const View& w = op.in[op.pro_first];
   if (float_row2(x) && (!has_w || float_row2(w))) {
     float v[per_thread(K)], g[per_thread(K)];
-    load_x_row<K>(base(s, x), x, m, v);
-    // 1 without a weight (y·1 is y): g is defined on both paths, or ptxas
-    // keeps it in local memory across the branch.
-#pragma unroll
-    for (int i = 0; i < per_thread(K); ++i) g[i] = 1.f;
-    if (has_w) load_x_row<K>(base(s, w), w, m, g);
+    load_norm_rows<K>(m, x, w, has_w, v, g, s);
     float ss = 0.f;
 #pragma unroll
     for (int i = 0; i < per_thread(K); ++i) ss += v[i] * v[i];  // zero past K
@@ -193,10 +200,7 @@ __device__ __forceinline__ void stage_norm_deferred(const Op& op, int m, float* 
   const View &x = op.in[0], &w = op.in[op.pro_first];
   const bool has_w = op.flags & FLAG_WEIGHT;
   float v[per_thread(K)], g[per_thread(K)];
-  load_x_row<K>(base(s, x), x, m, v);
-#pragma unroll
-  for (int i = 0; i < per_thread(K); ++i) g[i] = 1.f;  // as stage_x(NormPro)
-  if (has_w) load_x_row<K>(base(s, w), w, m, g);
+  load_norm_rows<K>(m, x, w, has_w, v, g, s);
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < per_thread(K); ++i) {
