@@ -97,6 +97,23 @@ def test_check_fresh_rows(core_lib, fresh_dynamo, model, batch, mask):
         f"want every attention with its queries' RoPE folded in: {labels}"
 
 
+@pytest.mark.parametrize("kv_pages,tasks", [(True, 12), (False, 16)], ids=["kv-pages", "no-kv-pages"])
+@pytest.mark.parametrize("model", ["small-llama", "small-qwen3"])  # 4 heads, 2 a KV head, head dim 64
+def test_check_kv_pages(core_lib, fresh_dynamo, model, kv_pages, tasks):
+    """kv_pages (with fresh_rows): a single sequence's decode over 300 cached
+    tokens cuts its attention into chunks of at most 128 positions (3) and
+    units of a KV head's 2 query heads, 6 tasks a layer, each of whose K and
+    V chunk the cuda target streams through the ring; off, the chunks are
+    512 positions (2 of them) and a unit a head, 8 tasks a layer. The
+    reference target runs the same task graph and gives the same answer."""
+    lines = []
+    res = check.run_check(model=model, target="reference", batch=1, steps=2, seed=2, cache_tokens=300,
+                          log=lines.append, options={"fresh_rows": True, "kv_pages": kv_pages})
+    assert res.ok, "\n".join(lines)
+    assert res.rel_err < 1e-4
+    assert res.summary["tasks_by_op"]["rope+attention"] == tasks, res.summary["tasks_by_op"]
+
+
 def test_check_prompt_over_an_empty_cache(core_lib, fresh_dynamo):
     """A prompt's first chunk, over an empty cache (`--cache-tokens 0`): 64
     tokens run as GEMM streams and the chunk's attention over the positions it

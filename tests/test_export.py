@@ -40,7 +40,7 @@ def test_export_small_graph(fake_core):
                               "round_intermediates": False, "split_rows": True,
                               "prefill_rows": True, "split_k": True, "gemm": True,
                               "coarse_events": True, "fresh_rows": True,
-                              "pair_linears": True}
+                              "pair_linears": True, "kv_pages": True}
     g = req["graph"]
     kinds = [i["kind"] for i in g["inputs"]]
     assert kinds.count("param") == 1 and kinds.count("input") == 1 and kinds.count("buffer") == 1

@@ -3,7 +3,9 @@
 // consumer warps drain. The loader walks the worker's task queue ahead of the
 // consumers and waits only for a free page, never for an event: weights are
 // not written during a launch, so the next task's weights stream in while
-// the consumers still wait for that task's inputs (docs/architecture.md, Runtime).
+// the consumers still wait for that task's inputs (docs/architecture.md,
+// Runtime). So do a kv_pages attention's K and V rows (tasks/attention.cuh:
+// a fresh-row attention reads no cache row the launch writes).
 //
 // Pages are numbered by one sequence per launch, shared by both sides: page
 // `seq` lives in slot seq % P and is that slot's (seq / P)-th fill, so a

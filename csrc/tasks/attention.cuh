@@ -809,6 +809,67 @@ __device__ __forceinline__ void to_lane_columns(const float (&av)[UG][VRows16<T,
 #ifndef MPK_FRESH_GUESS
 #define MPK_FRESH_GUESS 1
 #endif
+
+// NoKVPages: attention_decode reads every K and V row from the cache.
+struct NoKVPages {
+  static constexpr bool kOn = false;
+};
+
+// KVPages is a kv_pages task's K and V chunk in its worker's ring (codegen's
+// kvStream): the rows [j0, j0 + rows) of KV head kvh at batch row b,
+// streamed by the loader as weights are (the K rows in pages seq ..., then
+// the V rows), RPP whole rows a page. The units of that chunk read them from
+// shared memory instead of the cache.
+template <typename T, int D, int P>
+struct KVPages {
+  static constexpr bool kOn = true;
+  static constexpr int RPP = kPageBytes / (D * (int)sizeof(T));
+  static_assert(RPP >= 1 && kPageBytes % (D * (int)sizeof(T)) == 0, "a page holds whole rows");
+  Ring<P> ring;
+  uint32_t seq;
+  int b, kvh, j0, rows;
+  const int32_t* abort;
+  __device__ __forceinline__ int pages() const { return rows > 0 ? (rows + RPP - 1) / RPP : 0; }  // of K, and of V
+  // The shared-memory address of row j's element d of K or V (V: after K's
+  // pages); rows outside the chunk read its nearest (their scores are hidden).
+  __device__ __forceinline__ uint32_t at(int j, int d, bool v) const {
+    const int r = min(max(j - j0, 0), rows - 1);
+    return smem_u32(ring.page(seq + (v ? pages() : 0) + r / RPP)) + ((r % RPP) * D + d) * (int)sizeof(T);
+  }
+  // wait returns once every page has landed (each lane acquires it).
+  __device__ __forceinline__ void wait() const {
+    for (int i = 0; i < 2 * pages(); ++i) wait_page(ring, seq + i, abort);
+  }
+};
+
+// kv_load reads a lane's piece of row j of K (or V: isv) at element d: from
+// the ring when the unit is paged, else from the cache at g.
+template <typename V, class KVP>
+__device__ __forceinline__ V kv_load(const KVP& kv, bool paged, int j, int d, bool isv, const void* g);
+
+// ld_shared_raw reads a V row's piece of a lane (4, 8 or 16 bytes) from shared memory.
+template <typename V>
+__device__ __forceinline__ V ld_shared_raw(uint32_t addr) {
+  if constexpr (sizeof(V) == 16) {
+    const uint4 r = ld_shared_16(addr);
+    return *reinterpret_cast<const V*>(&r);
+  } else if constexpr (sizeof(V) == 8) {
+    uint2 r;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "r"(addr));
+    return *reinterpret_cast<const V*>(&r);
+  } else {
+    uint32_t r;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(r) : "r"(addr));
+    return *reinterpret_cast<const V*>(&r);
+  }
+}
+
+template <typename V, class KVP>
+__device__ __forceinline__ V kv_load(const KVP& kv, bool paged, int j, int d, bool isv, const void* g) {
+  if constexpr (KVP::kOn)
+    if (paged) return ld_shared_raw<V>(kv.at(j, d, isv));
+  return __ldcg(reinterpret_cast<const V*>(g));
+}
 // A lane's bytes of V loads in flight (a batch of rows); fewer make the
 // unrolled body smaller (it runs cold, once per layer) but take more round
 // trips (bench/NOTES.md).
@@ -818,8 +879,12 @@ __device__ __forceinline__ void to_lane_columns(const float (&av)[UG][VRows16<T,
 // SH is the op's shape as constants (DecodeShape): the unit and chunk
 // arithmetic ahead of a task's first load is then multiplies and shifts,
 // not a chain of integer divisions.
-template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, class SH, class FT, int N>
-__device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+// With KVP a KVPages, the unit it names reads K and V from the ring.
+template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, class SH, class FT,
+          class KVP = NoKVPages, int N>
+__device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem,
+                                              const KVP kv = KVP{}) {
+  static_assert(!KVP::kOn || (FAST && !ROWS), "kv_pages: one batch row's vector loads");
   constexpr bool FR = !std::is_void<FT>::value;
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
   constexpr int KV = 16 / (int)sizeof(T);  // K elements per 16-byte load
@@ -828,6 +893,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   // store waits for its load. K is read KB loads a round; V after the dot,
   // in K's registers, VB rows a batch.
   constexpr int KB = D / KV < 8 ? D / KV : 8;
+  static_assert(!KVP::kOn || (KB & (KB - 1)) == 0, "kv_pages: a lane's K loads rotate through a power of two");
   constexpr int VB = MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) < 32 ? MPK_DECODE_V_BYTES / (PER * (int)sizeof(T)) : 32;
   using VRaw = typename DecodeV<T, PER, FAST>::type;
   // On the fast path V is read 16 bytes a lane (VRows16) where D allows.
@@ -905,6 +971,16 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
         stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
       }
       if (i0 == 0) mark_staged_trace();  // trace builds: the extent and q read
+      // kv_pages: the ring's unit reads its K and V there, once landed.
+      bool paged = false;
+      if constexpr (KVP::kOn) {
+        paged = b == kv.b && kvh == kv.kvh && j_lo == kv.j0 && kv.rows > 0;
+        if (paged) kv.wait();
+      }
+      // A paged lane starts its K row at its own 16 bytes of 8: the lanes'
+      // rows are D elements apart, and the same column of 8 of them would
+      // fall in one bank group.
+      const int rot = KVP::kOn && paged ? lane : 0;
       for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
         float sc[UG];
@@ -930,11 +1006,16 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
           for (int d0 = 0; d0 < D; d0 += KB * KV) {
             uint4 raw[KB];
 #pragma unroll
-            for (int i = 0; i < KB; ++i) raw[i] = __ldcg(reinterpret_cast<const uint4*>(krow + d0 + i * KV));
+            for (int i = 0; i < KB; ++i) {
+              const int d = d0 + (KVP::kOn ? (i + rot) & (KB - 1) : i) * KV;
+              raw[i] = kv_load<uint4>(kv, paged, jk, d, false, krow + d);
+            }
 #pragma unroll
-            for (int i = 0; i < KB; ++i)
+            for (int i = 0; i < KB; ++i) {
+              const int d = d0 + (KVP::kOn ? (i + rot) & (KB - 1) : i) * KV;
 #pragma unroll
-              for (int u = 0; u < UG; ++u) dot[u] += dot_q<T>(raw[i], qs + u * D + d0 + i * KV);
+              for (int u = 0; u < UG; ++u) dot[u] += dot_q<T>(raw[i], qs + u * D + d);
+            }
           }
         } else if (live) {
           for (int d = 0; d < D; ++d) {
@@ -951,7 +1032,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             vr[r] = VRaw{};
             const T* vrow = vrows + min(jg + r0 + r, S - 1) * vs;
             if constexpr (FAST) {
-              if ((live_rows >> (r0 + r)) & 1u) vr[r] = __ldcg(reinterpret_cast<const VRaw*>(vrow + lane * PER));
+              if ((live_rows >> (r0 + r)) & 1u) vr[r] = kv_load<VRaw>(kv, paged, jg + r0 + r, lane * PER, true, vrow + lane * PER);
             } else if ((live_rows >> (r0 + r)) & 1u) {
               T* e = reinterpret_cast<T*>(&vr[r]);
               for (int c = 0; c < PER; ++c) e[c] = __ldcg(vrow + min(lane * PER + c, D - 1) * v.stride[3]);
@@ -967,7 +1048,8 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
             for (int i = 0; i < V16::BATCH; ++i) {
               const int r = rsub + V16::RPL * (i0 + i);
               vr[i] = make_uint4(0, 0, 0, 0);
-              if ((live_rows >> r) & 1u) vr[i] = __ldcg(reinterpret_cast<const uint4*>(vrows + min(jg + r, S - 1) * vs + c0));
+              if ((live_rows >> r) & 1u)
+                vr[i] = kv_load<uint4>(kv, paged, jg + r, c0, true, vrows + min(jg + r, S - 1) * vs + c0);
             }
           };
           softmax_step(m, l, av, sc, dot, pr);
@@ -1038,6 +1120,38 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     if (cp > 1) consumer_sync();  // part is reused by the next round
   }
   if constexpr (ROWS) consumer_sync();  // row_live is read until the last round
+}
+
+// attention_kv_pages is a kv_pages attention task (codegen's kvStream): one
+// unit, UG query heads of one KV head over one chunk, whose K and V rows the
+// loader streamed into the ring while the task waited for its queries. Its
+// heads run as UG units of one head side by side, a warp's chain a head's
+// (one warp doing all UG heads' dots and softmaxes took 1.3x the time of
+// a head's chain on llama-3.2-1b): with one split a group (R = SPLITS,
+// codegen's kvStreamOf) the one-head units of split sp for heads h .. h +
+// UG - 1 are [lo1, lo1 + UG·SPLITS) of that numbering (DecodeUnits). Then
+// every consumer warp releases the pages, each once landed (a slot
+// released with a copy in flight could be refilled under it). Returns the
+// consumers' new place in the ring.
+template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, class FT, int P,
+          int N>
+__device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
+  static_assert(!ROWS && !std::is_void<FT>::value && decode_fast_dims<T, D>() && R == SH::SPLITS,
+                "kv_pages: a fresh-row decode attention of one batch row, one split a group, with vector loads");
+  constexpr int splits = SH::SPLITS, S = SH::S, chunk = (S + splits - 1) / splits;
+  const int sp = lo % splits, h0 = lo / splits * UG, j0 = min(sp * chunk, S);
+  const KVPages<T, D, P> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, min(chunk, S - j0), c.abort};
+  const int lo1 = h0 * splits + sp, hi1 = lo1 + UG * splits;
+  if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2])))
+    attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);
+  else
+    attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
+  const int n = 2 * kv.pages();
+  for (int i = 0; i < n; ++i) {
+    wait_page(kv.ring, c.seq + i, c.abort);
+    kv.ring.release(c.seq + i);
+  }
+  return c.seq + n;
 }
 
 // attention_rows_bytes is attention_rows' shared memory (codegen's

@@ -130,6 +130,7 @@ func wholeDecodeRows(op *ir.Op, b tgraph.Box) bool {
 func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	l := newLayout(g)
 	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{},
+		kvs:     map[*ir.Op]kvStream{},
 		written: stream.Writers(g)}
 	split := make([]int, len(g.Ops))
 	seen := make([]bool, len(g.Ops))
@@ -188,7 +189,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	src.WriteString("  }\n  return c.seq;\n}\n\n")
 	fmt.Fprintf(&src, "__device__ const mpk::Op ops[%d] = {\n%s};\n\n", max(1, len(g.Ops)), ops.String())
 	writeTables(&src, g, tg, split)
-	gen.writeStreams(&src, tg)
+	gen.writeStreams(&src, tg, split)
 	src.WriteString("}  // namespace mpk_gen\n\n#include \"runtime/module.cuh\"\n")
 	return &Module{Files: map[string]string{"module.cu": src.String()}}, nil
 }
@@ -218,7 +219,7 @@ func (gen *generator) planStreams(rows []int64, slots int) {
 // workers' copy of the slot pointers (8 bytes each, static shared memory)
 // leave, at most maxRingPages; called once every op's scratch is known.
 func (gen *generator) sizeRing(slots int) error {
-	if len(gen.plans) == 0 {
+	if len(gen.plans) == 0 && len(gen.kvs) == 0 {
 		return nil
 	}
 	gen.ringPages = min(maxRingPages, (dynamicSharedBudget-8*slots-ringBarsBytes-gen.smem)/stream.PageBytes)
@@ -237,8 +238,9 @@ func linearOnGPU(op *ir.Op) bool {
 }
 
 // writeStreams emits the loader's table: for every task, the weight bytes
-// it streams (none for tasks of other ops).
-func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
+// it streams, or a kv_pages attention's K and V rows (none for tasks of
+// other ops).
+func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph, split []int) {
 	fmt.Fprintf(src, "__device__ const mpk::Stream streams[%d] = {\n", max(1, len(tg.Tasks)))
 	for _, t := range tg.Tasks {
 		if t.Op < 0 {
@@ -246,6 +248,10 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph) {
 			continue
 		}
 		op := gen.g.Ops[t.Op]
+		if ks, ok := gen.kvs[op]; ok {
+			src.WriteString(gen.kvStreamRow(op, ks, t, split[t.Op]))
+			continue
+		}
 		p, ok := gen.plans[op]
 		if !ok {
 			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0},\n")
@@ -322,7 +328,8 @@ type generator struct {
 	plans     map[*ir.Op]stream.Plan // the Linears that stream
 	written   func(*ir.Buffer) bool  // whether an op of the graph writes a buffer
 	ringPages int
-	xkeys     map[string]int // a streamed Linear's x (its prologue and inputs) → key
+	xkeys     map[string]int      // a streamed Linear's x (its prologue and inputs) → key
+	kvs       map[*ir.Op]kvStream // the attentions whose K and V stream (kvStreamOf)
 }
 
 // variant returns the id of the device function whose body is code.
@@ -489,9 +496,15 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 					cType[op.In[fresh.First+2].DType()], cType[op.In[fresh.First+3].DType()], wT, fresh.QDType, fresh.Norm,
 					fresh.NormDType)
 			}
-			code = fmt.Sprintf("mpk::attention_partial<%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s>(op, lo, hi, s, c.smem)",
-				T, cType[op.In[0].DType()], maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(),
-				op.In[0].Shape[1], op.Out.Shape[1], op.In[1].Shape[2], G, ft)
+			args := fmt.Sprintf("%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s", T, cType[op.In[0].DType()],
+				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(), op.In[0].Shape[1],
+				op.Out.Shape[1], op.In[1].Shape[2], G, ft)
+			code = fmt.Sprintf("mpk::attention_partial<%s>(op, lo, hi, s, c.smem)", args)
+			if ks, ok := kvStreamOf(op); ok {
+				// kv_pages: the task's K and V chunk comes through the ring.
+				gen.kvs[op] = ks
+				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots>(op, lo, hi, s, c)", args), true
+			}
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and
 		// each batch row's live splits; fresh rows: then each warp's new V

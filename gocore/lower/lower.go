@@ -52,13 +52,18 @@ type Config struct {
 	// PairLinears folds a gate projection into the up projection whose
 	// store reads it (pairLinears): one dependent stage fewer a layer.
 	PairLinears bool
+	// KVPages cuts a single sequence's decode attention into chunks of
+	// kvPagePositions positions, a unit of a KV head's query heads each
+	// (splitAttention), so that codegen can stream each task's K and V
+	// chunk through the ring ahead of its inputs.
+	KVPages bool
 }
 
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
 		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, FreshRows: o.FreshRows,
-		PairLinears: o.PairLinears}
+		PairLinears: o.PairLinears, KVPages: o.KVPages}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -95,12 +95,21 @@ func unitHeads(G, Dv int64) int64 {
 	return ug
 }
 
+// kvPagePositions is the most positions of a chunk of a single sequence's
+// decode with kv_pages (lower.Config.KVPages): its K rows fill one 16 KB
+// ring page at head dim 64, two at 128 (codegen's kvStreamOf), and so do
+// its V rows. A task is then one chunk of one unit of a KV head's query
+// heads, which share every K and V row it reads from shared memory.
+const kvPagePositions = 128
+
 // splitAttention spreads attention over the workers: decode has one query per
 // head, so one task per KV head would leave most SMs idle while a few stream
 // the whole cache. The KV positions are cut into chunks; each chunk's task
 // writes a partial softmax (max, sum, unnormalised output) for every head and
-// an AttnMerge op combines them (flash-decoding).
-func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
+// an AttnMerge op combines them (flash-decoding). With kvPages a single
+// sequence's decode takes chunks of at most kvPagePositions, where its units
+// (unitHeads) and chunks fit the workers.
+func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages bool) {
 	var ops []*ir.Op
 	for _, op := range g.Ops {
 		ops = append(ops, op)
@@ -126,6 +135,13 @@ func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 		if Sq == 1 { // a short cache still takes two chunks: the decode kernel is the split one
 			splits = max(splits, min(2, perRow, (S+minPositionsPerSplit-1)/minPositionsPerSplit))
 		}
+		ugPaged := int64(0) // kv_pages: the unit's query heads
+		// (with a mask, whose extent then interleaves the splits one a group: boundMergeByExtent)
+		if ug := unitHeads(op.Attr.Groups, Dv); kvPages && Sq == 1 && B == 1 && !rows && op.Attr.HasMask {
+			if n := (S + kvPagePositions - 1) / kvPagePositions; n >= 2 && n <= maxSplits && H/ug*n <= int64(workers) {
+				splits, ugPaged = n, ug
+			}
+		}
 		sharedKV := rows && B >= sharedKVMinRows && op.Attr.Groups*((Dv+31)/32) <= maxSharedKVOutputs
 		if sharedKV { // chunks of sharedKVPositions, each read once for a block of rows
 			splits = max(2, min((S+sharedKVPositions-1)/sharedKVPositions, maxSplits))
@@ -141,7 +157,7 @@ func splitAttention(g *ir.Graph, workers int, prefillRows bool) {
 		op.Out, op.Attr.Splits = partial, splits
 		if sharedKV {
 			op.Attr.SharedKV, op.Attr.UnitHeads = true, max(1, op.Attr.Groups)
-		} else if ug := unitHeads(op.Attr.Groups, Dv); Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
+		} else if ug := unitHeads(op.Attr.Groups, Dv); ugPaged > 0 || Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
 			op.Attr.UnitHeads = ug
 		}
 	}

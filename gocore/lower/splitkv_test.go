@@ -23,7 +23,7 @@ func TestDecodeUnitHeads(t *testing.T) {
 		a := b.op(ir.Attention, att, q, k, v)
 		a.Attr.Scale, a.Attr.Groups = 1, 4
 		b.output(att)
-		splitAttention(b.g, 132, false)
+		splitAttention(b.g, 132, false, false)
 		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.want {
 			t.Errorf("batch %d: %d splits, %d heads a unit; want %d splits, %d heads", c.B, a.Attr.Splits, a.Attr.UnitHeads, c.splits, c.want)
 		}
@@ -32,6 +32,46 @@ func TestDecodeUnitHeads(t *testing.T) {
 	for _, c := range []struct{ G, Dv, want int64 }{{4, 128, 2}, {4, 64, 4}, {8, 64, 4}, {6, 256, 1}, {3, 64, 3}, {3, 128, 1}} {
 		if got := unitHeads(c.G, c.Dv); got != c.want {
 			t.Errorf("unitHeads(%d, %d) = %d, want %d", c.G, c.Dv, got, c.want)
+		}
+	}
+}
+
+// TestKVPagesChunks: with kv_pages a single sequence's masked decode takes
+// chunks of at most 128 positions (552: 5 of 111) and units of a KV head's
+// query heads (unitHeads) wherever they fit the workers; a batch, an
+// unmasked attention and a cache too long for the workers keep the
+// ordinary split.
+func TestKVPagesChunks(t *testing.T) {
+	build := func(B, S, Dv int64, mask bool) (*builder, *ir.Op) {
+		b := newBuilder()
+		q := b.input("q", ir.BF16, B, 32, 1, Dv)
+		k := b.input("k", ir.BF16, B, 8, S, Dv)
+		v := b.input("v", ir.BF16, B, 8, S, Dv)
+		att := b.temp("att", ir.F32, B, 32, 1, Dv)
+		a := b.op(ir.Attention, att, q, k, v)
+		a.Attr.Scale, a.Attr.Groups = 1, 4
+		if mask {
+			a.In = append(a.In, b.input("mask", ir.BF16, B, 1, 1, S))
+			a.Attr.HasMask = true
+		}
+		b.output(att)
+		return b, a
+	}
+	for _, c := range []struct {
+		B, S, Dv     int64
+		mask         bool
+		splits, unit int64
+	}{
+		{1, 552, 64, true, 5, 4},  // llama-3.2-1b: 8 units of 4 heads x 5 chunks
+		{1, 552, 128, true, 5, 2}, // qwen3-8b: 16 units of 2 heads x 5
+		{1, 552, 64, false, 2, 0}, // no mask: the ordinary split
+		{4, 552, 64, true, 5, 4},  // a batch: the ordinary split (5 of 128 too)
+		{1, 4096, 64, true, 8, 0}, // 32 chunks x 8 units > 132 workers: the ordinary split
+	} {
+		b, a := build(c.B, c.S, c.Dv, c.mask)
+		splitAttention(b.g, 132, false, true)
+		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.unit {
+			t.Errorf("%+v: %d splits, %d heads a unit", c, a.Attr.Splits, a.Attr.UnitHeads)
 		}
 	}
 }
@@ -58,7 +98,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 	}
 	b, a := build(1, 64, true)
 	q0, out0 := a.In[0], a.Out
-	splitAttention(b.g, 132, true)
+	splitAttention(b.g, 132, true, false)
 	q, k, m, out := a.In[0], a.In[1], a.In[3], b.g.Ops[1].Out
 	if !a.DecodeUnits() || a.Attr.UnitHeads != 4 || b.g.Ops[1].Kind != ir.AttnMerge {
 		t.Fatalf("prompt: decode units %v, %d heads a unit, ops %s", a.DecodeUnits(), a.Attr.UnitHeads, kinds(b.g))
@@ -76,7 +116,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 	}
 	// 8 queries: rows, each with its own units (too few rows to share a chunk).
 	b, a = build(1, 8, true)
-	splitAttention(b.g, 132, true)
+	splitAttention(b.g, 132, true, false)
 	if !a.DecodeUnits() || a.Attr.SharedKV {
 		t.Errorf("8 queries: decode units %v, shared K and V %v; want units, not shared", a.DecodeUnits(), a.Attr.SharedKV)
 	}
@@ -86,7 +126,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 		on   bool
 	}{{2, true, true}, {1, false, true}, {1, true, false}} { // the last: the option off
 		b, a := build(c.B, 64, c.mask)
-		splitAttention(b.g, 132, c.on)
+		splitAttention(b.g, 132, c.on, false)
 		if a.DecodeUnits() || a.In[0].Shape[2] != 64 {
 			t.Errorf("%+v: rewritten as rows", c)
 		}

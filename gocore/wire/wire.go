@@ -104,6 +104,10 @@ type Options struct {
 	// PairLinears folds a gate projection into the up projection that reads
 	// it: one task streams both weights' rows (lower.Config).
 	PairLinears bool `json:"pair_linears"`
+	// KVPages makes a single sequence's fresh-row decode attention read
+	// its K and V chunks from the weight ring, streamed there by the
+	// loader ahead of the attention's inputs (lower.Config).
+	KVPages bool `json:"kv_pages"`
 }
 
 type Graph struct {

@@ -391,13 +391,17 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-pair-linears", dest="pair_linears", action="store_false",
                    help="turn off option pair_linears: a gate projection then runs as its own stage before the up "
                         "projection that reads it")
+    p.add_argument("--no-kv-pages", dest="kv_pages", action="store_false",
+                   help="turn off option kv_pages: a single sequence's decode attention then reads its K and V "
+                        "rows from the cache itself, in chunks of a round of every warp, after its inputs are ready")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
 
 
 def lowering_options(a: argparse.Namespace) -> dict:
     return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm,
-            "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears}
+            "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
+            "kv_pages": a.kv_pages}
 
 
 def main(argv: list[str] | None = None) -> int:

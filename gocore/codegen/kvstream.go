@@ -1,0 +1,89 @@
+package codegen
+
+import (
+	"fmt"
+
+	"mpk/gocore/ir"
+	"mpk/gocore/stream"
+	"mpk/gocore/tgraph"
+)
+
+// kvStream is how a single sequence's fresh-row decode attention (option
+// kv_pages) streams each task's K and V chunk through the worker's ring:
+// the loader reads a task's first unit's K rows, then its V rows, into
+// pages of whole rows (mpk::KVPages mirrors the arithmetic), while the
+// task still waits for its queries. A fresh-row attention never reads the
+// cache row the step writes (tgraph.Access.Fresh) and nothing else in the
+// launch writes the cache, so its K and V rows, like weights, may be read
+// before any event; the loader's copy of the written row is never used.
+type kvStream struct {
+	D, S, H, G, UG, Splits, R int64
+	Chunk, RowsPerPage        int64
+}
+
+// maxKVPagesPerPart bounds a task's pages of K (and of V): all four sit in
+// the ring at once while the task runs.
+const maxKVPagesPerPart = 2
+
+// kvStreamOf reports whether op's tasks stream their K and V: a fresh-row
+// decode attention of one sequence, one split a group (a task is one chunk
+// of one unit: mpk::attention_kv_pages), whose K and V are caller-owned caches
+// of 2-byte elements in contiguous rows, every row 16-byte aligned (the
+// bulk copies' rule, as for weights), a chunk within maxKVPagesPerPart
+// pages.
+func kvStreamOf(op *ir.Op) (kvStream, bool) {
+	if op.Kind != ir.Attention || op.Attr.Fresh == nil || op.Attr.Splits < 2 || !op.DecodeUnits() ||
+		op.Attr.SharedKV || op.In[0].Shape[0] != 1 || op.Attr.Interleave != op.Attr.Splits {
+		return kvStream{}, false
+	}
+	k, v := op.In[1], op.In[2]
+	D := k.Shape[3]
+	for _, x := range []ir.View{k, v} {
+		if x.DType() != ir.BF16 && x.DType() != ir.F16 || x.Rank() != 4 || x.Shape[3] != D || x.Strides[3] != 1 ||
+			x.Strides[2] != D || x.Buf.Kind != ir.Input || (D*2)%16 != 0 || (x.Offset*2)%16 != 0 ||
+			(x.Strides[1]*2)%16 != 0 || (x.Strides[0]*2)%16 != 0 {
+			return kvStream{}, false
+		}
+	}
+	if v.DType() != k.DType() || v.Shape[2] != k.Shape[2] {
+		return kvStream{}, false
+	}
+	ks := kvStream{D: D, S: k.Shape[2], H: op.In[0].Shape[1], G: max(1, op.Attr.Groups), UG: op.HeadsPerUnit(),
+		Splits: op.Attr.Splits, R: max(1, op.Attr.Interleave), RowsPerPage: stream.PageBytes / (2 * D)}
+	ks.Chunk = ir.SplitChunk(ks.S, ks.Splits)
+	if ks.RowsPerPage < 1 || ks.pagesPerPart(ks.Chunk) > maxKVPagesPerPart {
+		return kvStream{}, false
+	}
+	return ks, true
+}
+
+// pagesPerPart is how many pages rows of K (or of V) take.
+func (ks kvStream) pagesPerPart(rows int64) int64 {
+	return (rows + ks.RowsPerPage - 1) / ks.RowsPerPage
+}
+
+// first is the task's first unit as every split live makes it (mpk::DecodeUnits
+// with the cache's length as the extent): its KV head and the positions
+// [j0, j0 + rows) of its chunk (rows 0: past the cache, nothing streams).
+func (ks kvStream) first(lo int64) (kvh, j0, rows int64) {
+	sp0, h0 := lo%ks.Splits, lo/ks.Splits*ks.UG
+	c := ir.SplitGroups{Splits: ks.Splits, R: ks.R}.Chunk(sp0)
+	j0 = min(c*ks.Chunk, ks.S)
+	return h0 / ks.G, j0, min(ks.Chunk, ks.S-j0)
+}
+
+// kvStreamRow is the loader's table entry of task t of op: the first unit's K
+// rows, then (a pair's second part) its V rows, in pages of whole rows.
+func (gen *generator) kvStreamRow(op *ir.Op, ks kvStream, t *tgraph.Task, split int) string {
+	lo, _ := taskRange(op, t.Box, split)
+	kvh, j0, rows := ks.first(lo)
+	if rows <= 0 {
+		return "  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0},\n"
+	}
+	at := func(x ir.View) int64 {
+		return (gen.l.offset[x.Buf] + x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2
+	}
+	k, v := op.In[1], op.In[2]
+	return fmt.Sprintf("  {%d, %d, %d, %d, 0, 0, 0, 0, %d, %d},\n", gen.l.slot[k.Buf], ks.RowsPerPage*ks.D*2, at(k),
+		rows*ks.D*2, gen.l.slot[v.Buf], at(v))
+}

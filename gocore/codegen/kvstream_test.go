@@ -1,0 +1,55 @@
+package codegen
+
+import (
+	"testing"
+
+	"mpk/gocore/ir"
+)
+
+// kvOp is llama-3.2-1b's decode attention at a cache of 552 as kv_pages
+// lowers it: 8 units of 4 query heads x 5 splits, one a group.
+func kvOp(dt ir.DType, D int64) *ir.Op {
+	g := &ir.Graph{}
+	view := func(name string, kind ir.BufKind, dt ir.DType, shape ...int64) ir.View {
+		return ir.View{Buf: g.NewBuffer(name, kind, dt, ir.Numel(shape)), Shape: shape, Strides: ir.ContiguousStrides(shape)}
+	}
+	return &ir.Op{Kind: ir.Attention,
+		In: []ir.View{view("q", ir.Temp, ir.BF16, 1, 32, 1, D), view("k", ir.Input, dt, 1, 8, 552, D),
+			view("v", ir.Input, dt, 1, 8, 552, D)},
+		Out:  view("partial", ir.Temp, ir.F32, 1, 5, 32, 1, D+2),
+		Attr: ir.Attrs{Splits: 5, Interleave: 5, UnitHeads: 4, Groups: 4, Fresh: &ir.FreshRows{}}}
+}
+
+// TestKVStream: a kv_pages attention's task streams its unit's chunk, 111
+// rows of 128 a page (the last chunk 108), from its KV head's rows; an
+// attention that is not a fresh-row one, whose splits share a group, whose
+// cache is fp32 or not in contiguous rows, or whose chunk takes more than
+// two pages streams nothing.
+func TestKVStream(t *testing.T) {
+	ks, ok := kvStreamOf(kvOp(ir.BF16, 64))
+	if !ok || ks.Chunk != 111 || ks.RowsPerPage != 128 || ks.pagesPerPart(ks.Chunk) != 1 {
+		t.Fatalf("kvStreamOf = %+v, %v; want chunks of 111 rows, 128 a page", ks, ok)
+	}
+	for _, c := range []struct{ lo, kvh, j0, rows int64 }{{0, 0, 0, 111}, {8, 1, 333, 111}, {39, 7, 444, 108}} {
+		if kvh, j0, rows := ks.first(c.lo); kvh != c.kvh || j0 != c.j0 || rows != c.rows {
+			t.Errorf("unit %d: KV head %d, rows [%d, +%d); want %d, [%d, +%d)", c.lo, kvh, j0, rows, c.kvh, c.j0, c.rows)
+		}
+	}
+	if ks, ok := kvStreamOf(kvOp(ir.BF16, 128)); !ok || ks.RowsPerPage != 64 || ks.pagesPerPart(ks.Chunk) != 2 {
+		t.Errorf("head dim 128: %+v, %v; want 64 rows a page, 2 pages a part", ks, ok)
+	}
+	for name, edit := range map[string]func(*ir.Op){
+		"no fresh rows":    func(op *ir.Op) { op.Attr.Fresh = nil },
+		"groups of splits": func(op *ir.Op) { op.Attr.Interleave = 1 },
+		"fp32 cache":       func(op *ir.Op) { *op = *kvOp(ir.F32, 64) },
+		"head dim 256":     func(op *ir.Op) { *op = *kvOp(ir.BF16, 256) },
+		"strided rows":     func(op *ir.Op) { op.In[1].Strides[2] = 128 },
+		"a temporary":      func(op *ir.Op) { op.In[2].Buf.Kind = ir.Temp },
+	} {
+		op := kvOp(ir.BF16, 64)
+		edit(op)
+		if _, ok := kvStreamOf(op); ok {
+			t.Errorf("%s: streams", name)
+		}
+	}
+}
