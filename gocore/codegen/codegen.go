@@ -510,6 +510,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		// each batch row's live splits; fresh rows: then each warp's new V
 		// row, after the rows' counts rounded up to 4).
 		ug, rows, vrows := int(op.HeadsPerUnit()), int(op.In[0].Shape[0]), 0
+		if _, ok := gen.kvs[op]; ok { // attention_kv_pages runs its unit's heads as units of one
+			ug = 1
+		}
 		if op.Attr.Fresh != nil {
 			rows, vrows = (rows+3)/4*4, (Threads/32)*int(D)*4
 		}

@@ -157,7 +157,9 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages bool) {
 		op.Out, op.Attr.Splits = partial, splits
 		if sharedKV {
 			op.Attr.SharedKV, op.Attr.UnitHeads = true, max(1, op.Attr.Groups)
-		} else if ug := unitHeads(op.Attr.Groups, Dv); ugPaged > 0 || Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
+		} else if ugPaged > 0 {
+			op.Attr.UnitHeads = ugPaged
+		} else if ug := unitHeads(op.Attr.Groups, Dv); Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
 			op.Attr.UnitHeads = ug
 		}
 	}
