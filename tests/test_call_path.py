@@ -192,6 +192,22 @@ def test_bad_arguments_are_named(core_lib, fresh_dynamo, fake_module):
     assert f.int("fake_launches").value == 1
 
 
+def test_bulk_inputs_must_be_aligned(core_lib, fresh_dynamo, fake_module):
+    """An input the kernel reads with bulk copies (the cuda target's streamed
+    weights and kv_pages caches: the core's bulk_inputs) must start on a
+    16-byte boundary: a view 4 bytes in is refused and named, where the bulk
+    copy would fault on the GPU; the same view of another input passes."""
+    _, fn = _compile_affine()
+    fn._bulk = frozenset({1})
+    f = Fake(fake_module(2, 1), fn._layout())
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    off = torch.randn(33)[1:].view(4, 8)  # 4 bytes past an aligned allocation
+    assert f.refused((x, off))[0] == 1
+    assert "argument 1 (arg1_1, l_y_) has its data at an address that is not 16-byte aligned" in _message(fn, f, (x, off))
+    f.call((off, y), 0)  # argument 0 is not read in bulk
+    assert f.int("fake_launches").value == 1
+
+
 def test_written_inputs_may_not_overlap(core_lib, fresh_dynamo, fake_module):
     compiled = []
     cf = torch.compile(_two_writes, backend="mpk", options={"target": "reference", "on_compile": compiled.append},

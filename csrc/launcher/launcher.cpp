@@ -216,6 +216,7 @@ struct InputSpec {
   std::vector<int64_t> shape, strides;
   int64_t span;  // elements from the view's first to one past its last (0: empty)
   bool written;  // the graph writes it (aten.copy_ into the input)
+  bool bulk;     // the kernel reads it with bulk copies: its data must be 16-byte aligned
 };
 
 // An output: a new tensor, or a view of an input (kind "input").
@@ -264,7 +265,7 @@ class Call {
         returns_sequence_(returns_sequence) {
     for (const py::tuple& t : inputs) {
       InputSpec s{t[0].cast<c10::ScalarType>(), t[1].cast<std::vector<int64_t>>(),
-                  t[2].cast<std::vector<int64_t>>(), 0, t[3].cast<bool>()};
+                  t[2].cast<std::vector<int64_t>>(), 0, t[3].cast<bool>(), t.size() > 4 && t[4].cast<bool>()};
       if (s.shape.size() != s.strides.size()) throw std::invalid_argument("input shape and strides differ in rank");
       s.span = 1;
       for (size_t d = 0; d < s.shape.size(); ++d) {
@@ -380,6 +381,7 @@ class Call {
     char* base = static_cast<char*>(st.mutable_data());
     const int64_t item = static_cast<int64_t>(t.element_size());
     char* data = base ? base + t.storage_offset() * item : nullptr;
+    if (spec.bulk && (reinterpret_cast<uintptr_t>(data) & 15)) refuse(i, "is not 16-byte aligned");
     if (spec.span) {
       if (base == nullptr) refuse(i, "has no storage");
       const int64_t need = (t.storage_offset() + spec.span) * item;
@@ -516,7 +518,7 @@ PYBIND11_MODULE(MPK_LAUNCHER_NAME, m) {
                     bool, bool>(),
            py::arg("instance"), py::arg("device"), py::arg("inputs"), py::arg("outputs"), py::arg("arena_bytes"),
            py::arg("poison"), py::arg("returns_sequence"),
-           "The host side of a compiled graph's calls on an instance. inputs: (dtype, shape, strides, written) "
+           "The host side of a compiled graph's calls on an instance. inputs: (dtype, shape, strides, written, bulk) "
            "each; outputs: (kind 'new' or 'input', dtype, shape, strides, offset, buffer elements, input index).")
       .def("__call__", &Call::call, py::arg("args"), py::arg("stream"),
            "Checks args (those unchanged since the last call that passed skip the checks), polls the "

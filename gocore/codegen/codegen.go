@@ -14,6 +14,10 @@ import (
 // Module is what Generate produces: source files by name.
 type Module struct {
 	Files map[string]string
+	// BulkInputs are the graph inputs the loader reads with bulk copies
+	// (streamed weights, kv_pages caches), by index: their data must be
+	// 16-byte aligned, which the caller checks at every call.
+	BulkInputs []int
 }
 
 // layout assigns every buffer a pointer slot and every temporary an offset
@@ -191,7 +195,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	writeTables(&src, g, tg, split)
 	gen.writeStreams(&src, tg, split)
 	src.WriteString("}  // namespace mpk_gen\n\n#include \"runtime/module.cuh\"\n")
-	return &Module{Files: map[string]string{"module.cu": src.String()}}, nil
+	return &Module{Files: map[string]string{"module.cu": src.String()}, BulkInputs: gen.bulkInputs()}, nil
 }
 
 // planStreams decides which Linears stream their weights through the ring

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"slices"
 
 	"mpk/gocore/ir"
 	"mpk/gocore/stream"
@@ -86,4 +87,31 @@ func (gen *generator) kvStreamRow(op *ir.Op, ks kvStream, t *tgraph.Task, split 
 	k, v := op.In[1], op.In[2]
 	return fmt.Sprintf("  {%d, %d, %d, %d, 0, 0, 0, 0, %d, %d},\n", gen.l.slot[k.Buf], ks.RowsPerPage*ks.D*2, at(k),
 		rows*ks.D*2, gen.l.slot[v.Buf], at(v))
+}
+
+// bulkInputs lists the graph inputs the loader reads with bulk copies: the
+// streamed Linears' weights and the kv_pages attentions' caches, by index.
+func (gen *generator) bulkInputs() []int {
+	seen := map[int]bool{}
+	add := func(v ir.View) {
+		if v.Buf.Kind == ir.Input {
+			seen[v.Buf.Index] = true
+		}
+	}
+	for op := range gen.plans {
+		add(op.In[1])
+		if w2, ok := op.PairWeight(); ok {
+			add(w2)
+		}
+	}
+	for op := range gen.kvs {
+		add(op.In[1])
+		add(op.In[2])
+	}
+	out := make([]int, 0, len(seen))
+	for i := range seen {
+		out = append(out, i)
+	}
+	slices.Sort(out)
+	return out
 }

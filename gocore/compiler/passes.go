@@ -94,7 +94,7 @@ var passes = []pass{
 		if err != nil {
 			return &wire.Error{Kind: "unsupported_op", Message: err.Error()}
 		}
-		c.Result.CUDA = m.Files
+		c.Result.CUDA, c.Result.BulkInputs = m.Files, m.BulkInputs
 		return nil
 	}},
 	{"summarize", func(c *Compiled, _ *wire.Request) *wire.Error {

@@ -227,6 +227,11 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		t.Fatalf("%s: kRingPages %d: the ring is too small to stream", name, constant(t, src, "kRingPages"))
 	}
 	streamed, paired := 0, 0
+	// The weights read in bulk are what the call checks for 16-byte alignment.
+	bulk := map[int]bool{}
+	for _, k := range comp.Result.BulkInputs {
+		bulk[k] = true
+	}
 	for i, task := range comp.Tasks.Tasks {
 		r := rows[F*i : F*i+F]
 		if task.Op < 0 || comp.Ops.Ops[task.Op].Kind != ir.Linear {
@@ -253,6 +258,10 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		}
 		if r[8] >= 0 {
 			paired++
+		}
+		if !bulk[r[0]] || r[8] >= 0 && !bulk[r[8]] {
+			t.Fatalf("%s: task %d (%s) streams inputs %d and %d; bulk inputs %v", name, i, comp.Tasks.Name(i), r[0], r[8],
+				comp.Result.BulkInputs)
 		}
 
 		switch kind {

@@ -278,6 +278,9 @@ type CompileResult struct {
 	Error   *Error       `json:"error,omitempty"`
 	Summary *Summary     `json:"summary,omitempty"`
 	Outputs []OutputSpec `json:"outputs,omitempty"`
+	// BulkInputs (cuda) are the graph inputs the kernel reads with bulk
+	// copies, by index: a call must pass them 16-byte aligned.
+	BulkInputs []int `json:"bulk_inputs,omitempty"`
 	// CUDA holds generated files by name (source, tables) for the cuda target.
 	CUDA map[string]string `json:"cuda,omitempty"`
 }

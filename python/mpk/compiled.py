@@ -67,16 +67,19 @@ class CompiledGraph:
             index[n["args"][0]["node"]] for n in request["graph"]["nodes"]
             if n["target"] == "aten.copy_.default" and n["args"] and n["args"][0].get("k") == "node"
             and n["args"][0].get("node") in index)
+        # The inputs the kernel reads with bulk copies (cuda: streamed weights,
+        # kv_pages caches): their data must be 16-byte aligned.
+        self._bulk = frozenset(compiled.result.get("bulk_inputs") or [])
         self.layout = self._layout()
 
     def _layout(self) -> tuple[list[tuple], list[tuple]]:
         """What a call checks and allocates, as the launcher takes it (see
-        launcher.Call): per input (dtype, shape, strides, written), per output
+        launcher.Call): per input (dtype, shape, strides, written, bulk), per output
         (kind, dtype, shape, strides, offset, buffer elements, input index): a
         new tensor (a view at `offset` into a buffer when offset is nonzero),
         or a view of an input at `offset` from that input's own offset."""
         inputs = [(export.DTYPES_BY_NAME[i["meta"]["dtype"]], i["meta"]["shape"], i["meta"]["strides"],
-                   k in self._written) for k, i in enumerate(self.inputs)]
+                   k in self._written, k in self._bulk) for k, i in enumerate(self.inputs)]
         outputs = []
         for j, spec in enumerate(self.output_specs):
             shape, strides, off = spec["shape"], spec["strides"], int(spec.get("offset", 0))
@@ -185,6 +188,10 @@ class CompiledGraph:
                 raise ArgumentError(f"{self._describe(i)} has strides {list(a.stride())}, compiled for "
                                     f"{meta['strides']}", hint="pass a tensor with the same layout "
                                     "(e.g. .contiguous())")
+            if i in self._bulk and a.data_ptr() % 16:
+                raise ArgumentError(f"{self._describe(i)} has its data at an address that is not 16-byte aligned "
+                                    f"(0x{a.data_ptr():x}); the kernel reads it with bulk copies",
+                                    hint="pass a tensor whose data starts on a 16-byte boundary (e.g. .clone())")
             span = self._spans[i]
             if span:  # the core reads and writes through the raw pointer: the storage must hold the view
                 if a.data_ptr() == 0:
