@@ -869,11 +869,6 @@ struct KVPages {
   }
 };
 
-// kv_load reads a lane's piece of row j of K (or V: isv) at element d: from
-// the ring when the unit is paged, else from the cache at g.
-template <typename V, class KVP>
-__device__ __forceinline__ V kv_load(const KVP& kv, bool paged, int j, int d, bool isv, const void* g);
-
 // ld_shared_raw reads a V row's piece of a lane (4, 8 or 16 bytes) from shared memory.
 template <typename V>
 __device__ __forceinline__ V ld_shared_raw(uint32_t addr) {
@@ -891,6 +886,8 @@ __device__ __forceinline__ V ld_shared_raw(uint32_t addr) {
   }
 }
 
+// kv_load reads a lane's piece of row j of K (or V: isv) at element d: from
+// the ring when the unit is paged, else from the cache at g.
 template <typename V, class KVP>
 __device__ __forceinline__ V kv_load(const KVP& kv, bool paged, int j, int d, bool isv, const void* g) {
   if constexpr (KVP::kOn)
