@@ -2,6 +2,7 @@ package compiler
 
 import (
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -293,4 +294,60 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		}
 	}
 	return paired
+}
+
+// TestKVStreamTable: with kv_pages (small-llama over 300 cached tokens: 2 KV
+// heads of 2 query heads, 3 chunks of 107 positions), each attention task is
+// one chunk of one unit, and its loader row streams that chunk's K rows then
+// its V rows from the caches, in pages of 128 rows; both caches are bulk
+// inputs. The CUDA task (attention_kv_pages) reads the pages by the same
+// arithmetic, so a mismatch here would hang or corrupt a launch.
+func TestKVStreamTable(t *testing.T) {
+	comp, err := Compile(loadRequest(t, "small-llama-kvpages-decode.json.zst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := comp.Result.CUDA["module.cu"]
+	const F = 10
+	rows := table(t, src, "mpk::Stream streams")
+	bulk := map[int]bool{}
+	for _, k := range comp.Result.BulkInputs {
+		bulk[k] = true
+	}
+	streamed := 0
+	for i, task := range comp.Tasks.Tasks {
+		if task.Op < 0 || comp.Ops.Ops[task.Op].Kind != ir.Attention {
+			continue
+		}
+		op, r := comp.Ops.Ops[task.Op], rows[F*i:F*i+F]
+		k, v, G, ug := op.In[1], op.In[2], op.Attr.Groups, op.HeadsPerUnit()
+		S, D, splits := k.Shape[2], k.Shape[3], op.Attr.Splits
+		if op.Attr.Fresh == nil || splits != 3 || op.Attr.Interleave != splits || ug != 2 {
+			t.Fatalf("attention op %d: fresh %v, %d splits, interleave %d, %d heads a unit; want fresh rows, 3, 3, 2",
+				op.ID, op.Attr.Fresh != nil, splits, op.Attr.Interleave, ug)
+		}
+		// One chunk of one unit: box [B, splits, H, 1, D+2] over one split and ug heads.
+		sp, h0 := task.Box.Lo[1], task.Box.Lo[2]
+		if task.Box.Hi[1]-sp != 1 || task.Box.Hi[2]-h0 != ug {
+			t.Fatalf("task %d (%s): box %v-%v is not one chunk of one unit", i, comp.Tasks.Name(i), task.Box.Lo, task.Box.Hi)
+		}
+		chunk := (S + splits - 1) / splits
+		kvh, j0 := h0/G, sp*chunk
+		n := min(chunk, S-j0)
+		at := func(x ir.View) int { return int((x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
+		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, 0, 0, v.Buf.Index, at(v)}
+		if !slices.Equal(r, want) {
+			t.Fatalf("task %d (%s, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), kvh, j0, n, r, want)
+		}
+		if !bulk[k.Buf.Index] || !bulk[v.Buf.Index] {
+			t.Fatalf("caches %d and %d not among the bulk inputs %v", k.Buf.Index, v.Buf.Index, comp.Result.BulkInputs)
+		}
+		streamed++
+	}
+	if streamed != 2*2*3 { // 2 layers x 2 units x 3 chunks
+		t.Errorf("%d attention tasks stream their K and V, want 12", streamed)
+	}
+	if !strings.Contains(src, "mpk::attention_kv_pages<") {
+		t.Error("no attention_kv_pages variant in the module")
+	}
 }
