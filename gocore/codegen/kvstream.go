@@ -18,8 +18,8 @@ import (
 // launch writes the cache, so its K and V rows, like weights, may be read
 // before any event; the loader's copy of the written row is never used.
 type kvStream struct {
-	D, S, H, G, UG, Splits, R int64
-	Chunk, RowsPerPage        int64
+	D, S, G, UG, Splits int64
+	Chunk, RowsPerPage  int64
 }
 
 // maxKVPagesPerPart bounds a task's pages of K (and of V): all four sit in
@@ -39,9 +39,12 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	}
 	k, v := op.In[1], op.In[2]
 	D := k.Shape[3]
+	if (D*2)%16 != 0 {
+		return kvStream{}, false
+	}
 	for _, x := range []ir.View{k, v} {
 		if x.DType() != ir.BF16 && x.DType() != ir.F16 || x.Rank() != 4 || x.Shape[3] != D || x.Strides[3] != 1 ||
-			x.Strides[2] != D || x.Buf.Kind != ir.Input || (D*2)%16 != 0 || (x.Offset*2)%16 != 0 ||
+			x.Strides[2] != D || x.Buf.Kind != ir.Input || (x.Offset*2)%16 != 0 ||
 			(x.Strides[1]*2)%16 != 0 || (x.Strides[0]*2)%16 != 0 {
 			return kvStream{}, false
 		}
@@ -49,8 +52,8 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	if v.DType() != k.DType() || v.Shape[2] != k.Shape[2] {
 		return kvStream{}, false
 	}
-	ks := kvStream{D: D, S: k.Shape[2], H: op.In[0].Shape[1], G: max(1, op.Attr.Groups), UG: op.HeadsPerUnit(),
-		Splits: op.Attr.Splits, R: max(1, op.Attr.Interleave), RowsPerPage: stream.PageBytes / (2 * D)}
+	ks := kvStream{D: D, S: k.Shape[2], G: max(1, op.Attr.Groups), UG: op.HeadsPerUnit(), Splits: op.Attr.Splits,
+		RowsPerPage: stream.PageBytes / (2 * D)}
 	ks.Chunk = ir.SplitChunk(ks.S, ks.Splits)
 	if ks.RowsPerPage < 1 || ks.pagesPerPart(ks.Chunk) > maxKVPagesPerPart {
 		return kvStream{}, false
@@ -63,13 +66,12 @@ func (ks kvStream) pagesPerPart(rows int64) int64 {
 	return (rows + ks.RowsPerPage - 1) / ks.RowsPerPage
 }
 
-// first is the task's first unit as every split live makes it (mpk::DecodeUnits
-// with the cache's length as the extent): its KV head and the positions
+// first is the task's unit (one split a group: split sp covers chunk sp, as
+// mpk::attention_kv_pages reads it): its KV head and the positions
 // [j0, j0 + rows) of its chunk (rows 0: past the cache, nothing streams).
 func (ks kvStream) first(lo int64) (kvh, j0, rows int64) {
-	sp0, h0 := lo%ks.Splits, lo/ks.Splits*ks.UG
-	c := ir.SplitGroups{Splits: ks.Splits, R: ks.R}.Chunk(sp0)
-	j0 = min(c*ks.Chunk, ks.S)
+	sp, h0 := lo%ks.Splits, lo/ks.Splits*ks.UG
+	j0 = min(sp*ks.Chunk, ks.S)
 	return h0 / ks.G, j0, min(ks.Chunk, ks.S-j0)
 }
 

@@ -135,11 +135,11 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages bool) {
 		if Sq == 1 { // a short cache still takes two chunks: the decode kernel is the split one
 			splits = max(splits, min(2, perRow, (S+minPositionsPerSplit-1)/minPositionsPerSplit))
 		}
-		ugPaged := int64(0) // kv_pages: the unit's query heads
-		// (with a mask, whose extent then interleaves the splits one a group: boundMergeByExtent)
-		if ug := unitHeads(op.Attr.Groups, Dv); kvPages && Sq == 1 && B == 1 && !rows && op.Attr.HasMask {
+		ug, paged := unitHeads(op.Attr.Groups, Dv), false
+		// kv_pages (with a mask, whose extent then interleaves the splits one a group: boundMergeByExtent)
+		if kvPages && Sq == 1 && B == 1 && !rows && op.Attr.HasMask {
 			if n := (S + kvPagePositions - 1) / kvPagePositions; n >= 2 && n <= maxSplits && H/ug*n <= int64(workers) {
-				splits, ugPaged = n, ug
+				splits, paged = n, true
 			}
 		}
 		sharedKV := rows && B >= sharedKVMinRows && op.Attr.Groups*((Dv+31)/32) <= maxSharedKVOutputs
@@ -157,9 +157,7 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages bool) {
 		op.Out, op.Attr.Splits = partial, splits
 		if sharedKV {
 			op.Attr.SharedKV, op.Attr.UnitHeads = true, max(1, op.Attr.Groups)
-		} else if ugPaged > 0 {
-			op.Attr.UnitHeads = ugPaged
-		} else if ug := unitHeads(op.Attr.Groups, Dv); Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
+		} else if paged || Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
 			op.Attr.UnitHeads = ug
 		}
 	}
