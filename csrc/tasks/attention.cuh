@@ -583,19 +583,13 @@ struct FreshTypes {
 // row), and when FT::NORMED the q norm's weights. The new K and V rows are
 // read by put_fresh, in a second batch: all at once, their destinations
 // outnumbered the registers and ptxas spilled them, each spill store
-// waiting for its load (units of G heads a warp). MPK_FRESH_KV_EARLY=1 (an
-// A/B knob, bench/NOTES.md twenty-third session) reads them here too, with
-// the queries, one round trip fewer: kv_pages runs units of one head.
-#ifndef MPK_FRESH_KV_EARLY
-#define MPK_FRESH_KV_EARLY 0
-#endif
+// waiting for its load (units of G heads a warp). Read with the queries
+// instead (units of one head), qwen3 models ran 1-2.5% slower, also without
+// the spills (bench/NOTES.md, twenty-fourth session).
 template <int D, int G>
 struct FreshQ {
   static constexpr int PER = D / 32;
   float q[G][PER], qw[G][PER], c[PER], sn[PER];
-#if MPK_FRESH_KV_EARLY
-  float k[PER], kw[PER], v[PER];  // the new K row, its norm's weights and the new V row (load_fresh_kv)
-#endif
 };
 
 // fresh_at is the offset of view v's row at batch row b and head h.
@@ -626,11 +620,8 @@ __device__ __forceinline__ void load_fresh_kv(float (&k)[D / 32], float (&kw)[D 
 
 template <class FT, typename QT, int D, int G, int N>
 __device__ __forceinline__ void load_fresh_q(FreshQ<D, G>& f, const Op& op, const Slots<N>& s, int64_t b, int h0,
-                                             int kvh, int lane) {
+                                             int lane) {
   constexpr int PER = D / 32;
-#if MPK_FRESH_KV_EARLY
-  load_fresh_kv<FT, D>(f.k, f.kw, f.v, op, s, b, kvh, lane);
-#endif
   const int F = op.pro_first;
   const View &q = op.in[0], &c = op.in[F], &sn = op.in[F + 1], &qw = op.in[F + 5];
 #pragma unroll
@@ -693,14 +684,8 @@ __device__ __forceinline__ void put_fresh(float* qs, float* vf, float (&dnew)[G]
                                           const Slots<N>& s, int64_t b, int kvh, int lane) {
   constexpr int PER = D / 32;
   constexpr bool norm = FT::NORMED;
-#if MPK_FRESH_KV_EARLY
-  float(&k)[PER] = f.k;
-  float(&kw)[PER] = f.kw;
-  float(&v)[PER] = f.v;
-#else
   float k[PER], kw[PER], v[PER];
   load_fresh_kv<FT, D>(k, kw, v, op, s, b, kvh, lane);
-#endif
   __syncwarp();  // the previous reads of qs are done
 #pragma unroll
   for (int u = 0; u < G; ++u) {
@@ -960,7 +945,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     // (a fresh-row unit's early queries: MPK_FRESH_GUESS, above)
     if (warp / cp < units && warp / cp < all.n && (!FR || MPK_FRESH_GUESS)) {
       guess = all.unit(warp / cp, splits, UG);
-      if constexpr (FR) load_fresh_q<FT, QT, D, UG>(fr, op, s, guess.b, guess.h0, guess.h0 / G, lane);
+      if constexpr (FR) load_fresh_q<FT, QT, D, UG>(fr, op, s, guess.b, guess.h0, lane);
       else load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
     }
   }
@@ -987,7 +972,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
       const bool guessed = !ROWS && i0 == 0 && b == guess.b && h0 == guess.h0;
       if constexpr (FR) {
-        if (!guessed) load_fresh_q<FT, QT, D, UG>(fr, op, s, b, h0, kvh, lane);
+        if (!guessed) load_fresh_q<FT, QT, D, UG>(fr, op, s, b, h0, lane);
         put_fresh<FT, QT, T, D, UG>(qs, vfresh, dnew, fr, op, s, b, kvh, lane);
       } else if (guessed) {
         put_queries<D, UG>(qs, qv, op.scale, lane);
