@@ -114,6 +114,20 @@ def test_check_kv_pages(core_lib, fresh_dynamo, model, kv_pages, tasks):
     assert res.summary["tasks_by_op"]["rope+attention"] == tasks, res.summary["tasks_by_op"]
 
 
+@pytest.mark.parametrize("kv_pages,tasks", [(True, 12), (False, 16)], ids=["kv-pages", "no-kv-pages"])
+def test_check_kv_pages_long_cache(core_lib, fresh_dynamo, kv_pages, tasks):
+    """kv_pages on a cache too long for chunks of 128 positions on 6 workers
+    (small-llama, 1,024 positions, bf16 caches): 3 chunks of 342, each a
+    unit of both of a KV head's query heads, 6 tasks a layer; off, the
+    ordinary split, 8. The reference target gives the same answer."""
+    lines = []
+    res = check.run_check(model="small-llama", target="reference", dtype="bfloat16", steps=2, seed=2, workers=6,
+                          cache_tokens=700, capacity=1024, mask=True, log=lines.append,
+                          options={"fresh_rows": True, "kv_pages": kv_pages})
+    assert res.ok, "\n".join(lines)
+    assert res.summary["tasks_by_op"]["rope+attention"] == tasks, res.summary["tasks_by_op"]
+
+
 def test_check_prompt_over_an_empty_cache(core_lib, fresh_dynamo):
     """A prompt's first chunk, over an empty cache (`--cache-tokens 0`): 64
     tokens run as GEMM streams and the chunk's attention over the positions it

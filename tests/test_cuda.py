@@ -31,6 +31,19 @@ def test_cuda_long_cache_mostly_empty(core_lib, fresh_dynamo):
     assert res.ok, "\n".join(lines)
 
 
+@pytest.mark.parametrize("cache_tokens", [700, 1000])
+def test_cuda_kv_pages_long_chunks(core_lib, fresh_dynamo, cache_tokens):
+    """kv_pages' long-cache layout: a cache of 1,024 on 6 workers takes 3
+    chunks of 342 positions (3 ring pages of K and 3 of V a task), a unit of
+    both of a KV head's query heads, each warp several 32-row blocks of the
+    chunk; at 700 live the last chunk is partly past the mask's extent."""
+    lines = []
+    res = check.run_check(model="small-llama", target="cuda", cache_tokens=cache_tokens, capacity=1024, steps=4,
+                          seed=0, workers=6, log=lines.append, mask=True)
+    assert res.ok, "\n".join(lines)
+    assert res.summary["tasks_by_op"]["rope+attention"] == 6 * 2, res.summary["tasks_by_op"]
+
+
 @pytest.mark.parametrize("batch,workers,mask", [(4, None, False), (3, 16, True), (8, 16, False), (24, 16, False)])
 def test_cuda_batch_on_tensor_cores(core_lib, fresh_dynamo, batch, workers, mask):
     """Several rows of x stream each weight once through the tensor cores

@@ -827,14 +827,22 @@ struct NoKVPages {
   static constexpr bool kOn = false;
 };
 
+// kv_units is how many one-head units a kv_pages task runs (1 without).
+template <class KVP>
+__host__ __device__ constexpr int kv_units() {
+  if constexpr (KVP::kOn) return KVP::kUnits;
+  return 1;
+}
+
 // KVPages is a kv_pages task's K and V chunk in its worker's ring (codegen's
 // kvStream): the rows [j0, j0 + rows) of KV head kvh at batch row b,
 // streamed by the loader as weights are (the K rows in pages seq ..., then
-// the V rows), RPP whole rows a page. The units of that chunk read them from
-// shared memory instead of the cache.
-template <typename T, int D, int P>
+// the V rows), RPP whole rows a page. The units of that chunk, UNITS of
+// one head, read them from shared memory instead of the cache.
+template <typename T, int D, int P, int UNITS>
 struct KVPages {
   static constexpr bool kOn = true;
+  static constexpr int kUnits = UNITS;
   static constexpr int RPP = kPageBytes / (D * (int)sizeof(T));
   static_assert(RPP >= 1 && kPageBytes % (D * (int)sizeof(T)) == 0, "a page holds whole rows");
   Ring<P> ring;
@@ -921,7 +929,11 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
   int* row_live = reinterpret_cast<int*>(part + warps * UG * (D + 2));  // ROWS: [rows], each row's live splits a group
   // FR: this warp's new V row [D], after row_live's B rows (codegen's freshBytes)
   float* vfresh = reinterpret_cast<float*>(row_live) + (op.in[0].shape[0] + 3) / 4 * 4 + warp * D;
-  constexpr int cp = warps < (chunk + 31) / 32 ? warps : (chunk + 31) / 32, units = warps / cp;  // warps a unit, units a round
+  // Warps a unit and units a round; a paged task's units all in one round
+  // (a long cache's chunk: each warp takes several 32-row blocks).
+  constexpr int cp0 = warps < (chunk + 31) / 32 ? warps : (chunk + 31) / 32;
+  constexpr int cpk = warps / kv_units<KVP>() > 0 ? warps / kv_units<KVP>() : 1;
+  constexpr int cp = cp0 < cpk ? cp0 : cpk, units = warps / cp;
   const int sub = warp % cp;
   // One batch row: the first round's unit as it is when every split is live
   // (the usual step), its queries read together with the mask's extent
@@ -1149,7 +1161,7 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
                 "kv_pages: a fresh-row decode attention of one batch row, one split a group, with vector loads");
   constexpr int splits = SH::SPLITS, S = SH::S, chunk = (S + splits - 1) / splits;
   const int sp = lo % splits, h0 = lo / splits * UG, j0 = min(sp * chunk, S);
-  const KVPages<T, D, P> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, min(chunk, S - j0), c.abort};
+  const KVPages<T, D, P, UG> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, min(chunk, S - j0), c.abort};
   const int lo1 = h0 * splits + sp, hi1 = lo1 + UG * splits;
   if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2])))
     attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);

@@ -22,16 +22,12 @@ type kvStream struct {
 	Chunk, RowsPerPage  int64
 }
 
-// maxKVPagesPerPart bounds a task's pages of K (and of V): all four sit in
-// the ring at once while the task runs.
-const maxKVPagesPerPart = 2
-
 // kvStreamOf reports whether op's tasks stream their K and V: a fresh-row
 // decode attention of one sequence, one split a group (a task is one chunk
 // of one unit: mpk::attention_kv_pages), whose K and V are caller-owned caches
 // of 2-byte elements in contiguous rows, every row 16-byte aligned (the
-// bulk copies' rule, as for weights), a chunk within maxKVPagesPerPart
-// pages.
+// bulk copies' rule, as for weights), a chunk within
+// stream.MaxKVPagesPerPart pages.
 func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	if op.Kind != ir.Attention || op.Attr.Fresh == nil || op.Attr.Splits < 2 || !op.DecodeUnits() ||
 		op.Attr.SharedKV || op.In[0].Shape[0] != 1 || op.Attr.Interleave != op.Attr.Splits {
@@ -53,9 +49,9 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 		return kvStream{}, false
 	}
 	ks := kvStream{D: D, S: k.Shape[2], G: max(1, op.Attr.Groups), UG: op.HeadsPerUnit(), Splits: op.Attr.Splits,
-		RowsPerPage: stream.PageBytes / (2 * D)}
+		RowsPerPage: stream.KVRowsPerPage(D)}
 	ks.Chunk = ir.SplitChunk(ks.S, ks.Splits)
-	if ks.RowsPerPage < 1 || ks.pagesPerPart(ks.Chunk) > maxKVPagesPerPart {
+	if ks.RowsPerPage < 1 || ks.pagesPerPart(ks.Chunk) > stream.MaxKVPagesPerPart {
 		return kvStream{}, false
 	}
 	return ks, true

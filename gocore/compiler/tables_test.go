@@ -296,14 +296,22 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	return paired
 }
 
-// TestKVStreamTable: with kv_pages (small-llama over 300 cached tokens: 2 KV
-// heads of 2 query heads, 3 chunks of 107 positions), each attention task is
-// one chunk of one unit, and its loader row streams that chunk's K rows then
-// its V rows from the caches, in pages of 128 rows; both caches are bulk
-// inputs. The CUDA task (attention_kv_pages) reads the pages by the same
-// arithmetic, so a mismatch here would hang or corrupt a launch.
+// TestKVStreamTable: with kv_pages (small-llama: 2 KV heads of 2 query
+// heads; over 300 cached tokens 3 chunks of 107 positions, and on 6 workers
+// over a cache of 1,024 the long-cache layout's 3 chunks of 342, 3 pages
+// each), each attention task is one chunk of one unit, and its loader row
+// streams that chunk's K rows then its V rows from the caches, in pages of
+// 128 rows; both caches are bulk inputs. The CUDA task (attention_kv_pages)
+// reads the pages by the same arithmetic, so a mismatch here would hang or
+// corrupt a launch.
 func TestKVStreamTable(t *testing.T) {
-	comp, err := Compile(loadRequest(t, "small-llama-kvpages-decode.json.zst"))
+	for _, f := range []string{"small-llama-kvpages-decode.json.zst", "small-llama-kvpages-long-decode.json.zst"} {
+		t.Run(f, func(t *testing.T) { testKVStreamTable(t, f) })
+	}
+}
+
+func testKVStreamTable(t *testing.T, fixture string) {
+	comp, err := Compile(loadRequest(t, fixture))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,6 +102,29 @@ func unitHeads(G, Dv int64) int64 {
 // heads, which share every K and V row it reads from shared memory.
 const kvPagePositions = 128
 
+// pagedSplit is a single sequence's kv_pages layout over S cached
+// positions: splits chunks and units of ug query heads, or ok false. Chunks
+// of at most kvPagePositions while their tasks fit the workers; past that
+// (a long cache of 2-byte K rows, the ones the ring's pages are sized for)
+// a unit takes all G heads of its KV head, so K and V stream once a KV
+// head, and as many chunks as the workers hold, while a chunk's rows fit
+// stream.MaxKVPagesPerPart pages (k: the cache).
+func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64, ok bool) {
+	if n := (S + kvPagePositions - 1) / kvPagePositions; n >= 2 && n <= maxSplits && H/ug*n <= int64(workers) {
+		return n, ug, true
+	}
+	G = max(G, 1)
+	n := min(int64(workers)/(H/G), maxSplits)
+	if n < 2 || k.DType().Size() != 2 {
+		return 0, 0, false
+	}
+	chunk := ir.SplitChunk(S, n)
+	if rpp := stream.KVRowsPerPage(k.Shape[3]); rpp < 1 || (chunk+rpp-1)/rpp > stream.MaxKVPagesPerPart {
+		return 0, 0, false
+	}
+	return (S + chunk - 1) / chunk, G, true
+}
+
 // splitAttention spreads attention over the workers: decode has one query per
 // head, so one task per KV head would leave most SMs idle while a few stream
 // the whole cache. The KV positions are cut into chunks; each chunk's task
@@ -138,8 +161,8 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages bool) {
 		ug, paged := unitHeads(op.Attr.Groups, Dv), false
 		// kv_pages (with a mask, whose extent then interleaves the splits one a group: boundMergeByExtent)
 		if kvPages && Sq == 1 && B == 1 && !rows && op.Attr.HasMask {
-			if n := (S + kvPagePositions - 1) / kvPagePositions; n >= 2 && n <= maxSplits && H/ug*n <= int64(workers) {
-				splits, paged = n, true
+			if n, u, ok := pagedSplit(S, H, op.Attr.Groups, ug, k, workers); ok {
+				splits, ug, paged = n, u, true
 			}
 		}
 		sharedKV := rows && B >= sharedKVMinRows && op.Attr.Groups*((Dv+31)/32) <= maxSharedKVOutputs

@@ -38,9 +38,10 @@ func TestDecodeUnitHeads(t *testing.T) {
 
 // TestKVPagesChunks: with kv_pages a single sequence's masked decode takes
 // chunks of at most 128 positions (552: 5 of 111) and units of a KV head's
-// query heads (unitHeads) wherever they fit the workers; a batch, an
-// unmasked attention and a cache too long for the workers keep the
-// ordinary split.
+// query heads (unitHeads) wherever they fit the workers; a longer cache,
+// units of all a KV head's heads and as many chunks as fit the workers,
+// within stream.MaxKVPagesPerPart pages; a batch, an unmasked attention
+// and a chunk past the pages keep the ordinary split.
 func TestKVPagesChunks(t *testing.T) {
 	build := func(B, S, Dv int64, mask bool) (*builder, *ir.Op) {
 		b := newBuilder()
@@ -66,7 +67,12 @@ func TestKVPagesChunks(t *testing.T) {
 		{1, 552, 128, true, 5, 2}, // qwen3-8b: 16 units of 2 heads x 5 (4: 2.2% slower, H100)
 		{1, 552, 64, false, 2, 0}, // no mask: the ordinary split
 		{4, 552, 64, true, 5, 4},  // a batch: the ordinary split (5 of 128 too)
-		{1, 4096, 64, true, 8, 0}, // 32 chunks x 8 units > 132 workers: the ordinary split
+		// A long cache: units of all 4 heads and 16 chunks (8 x 16 <= 132 workers)
+		{1, 4096, 64, true, 16, 4}, // chunks of 256 rows: 2 pages of K, 2 of V
+		{1, 4136, 64, true, 16, 4}, // 259 rows: 3 pages each
+		{1, 4136, 128, true, 9, 2}, // head dim 128: 5 pages each, past the bound: the ordinary split
+		{1, 8192, 64, true, 16, 0}, // 512 rows: 4 pages each, the ordinary split
+		{1, 4096, 64, false, 8, 0}, // no mask: the ordinary split
 	} {
 		b, a := build(c.B, c.S, c.Dv, c.mask)
 		splitAttention(b.g, 132, false, true)

@@ -12,6 +12,9 @@ const (
 	Threads = 512
 	// PageBytes is a ring slot (mpk::kPageBytes).
 	PageBytes = 16384
+	// MaxKVPagesPerPart bounds a kv_pages attention task's pages of K (and
+	// of V): all of them sit in the ring at once while the task runs.
+	MaxKVPagesPerPart = 3
 	// TaskBytes bounds the weights one streamed task reads: its chunk partials
 	// live in shared memory.
 	TaskBytes = 512 << 10
@@ -315,3 +318,7 @@ func Writers(g *ir.Graph) func(*ir.Buffer) bool {
 	}
 	return func(b *ir.Buffer) bool { return w[b] }
 }
+
+// KVRowsPerPage is how many K (or V) rows of head dim d in 2-byte elements
+// a ring page holds (mpk::KVPages::RPP).
+func KVRowsPerPage(d int64) int64 { return PageBytes / (2 * d) }
