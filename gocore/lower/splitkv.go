@@ -110,11 +110,15 @@ const kvPagePositions = 128
 // head, and as many chunks as the workers hold, while a chunk's rows fit
 // stream.MaxKVPagesPerPart pages (k: the cache).
 func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64, ok bool) {
-	if n := (S + kvPagePositions - 1) / kvPagePositions; n >= 2 && n <= maxSplits && H/ug*n <= int64(workers) {
+	n := (S + kvPagePositions - 1) / kvPagePositions
+	if n < 2 { // a cache of one chunk: the ordinary split
+		return 0, 0, false
+	}
+	if n <= maxSplits && H/ug*n <= int64(workers) {
 		return n, ug, true
 	}
 	G = max(G, 1)
-	n := min(int64(workers)/(H/G), maxSplits)
+	n = min(int64(workers)/(H/G), maxSplits)
 	if n < 2 || k.DType().Size() != 2 {
 		return 0, 0, false
 	}

@@ -73,6 +73,7 @@ func TestKVPagesChunks(t *testing.T) {
 		{1, 4136, 128, true, 9, 2}, // head dim 128: 5 pages each, past the bound: the ordinary split
 		{1, 8192, 64, true, 16, 0}, // 512 rows: 4 pages each, the ordinary split
 		{1, 4096, 64, false, 8, 0}, // no mask: the ordinary split
+		{1, 72, 64, true, 2, 0},    // a cache of one chunk: the ordinary split
 	} {
 		b, a := build(c.B, c.S, c.Dv, c.mask)
 		splitAttention(b.g, 132, false, true)
