@@ -1163,16 +1163,28 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
   const int sp = lo % splits, h0 = lo / splits * UG, j0 = min(sp * chunk, S);
   const KVPages<T, D, P, UG> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, min(chunk, S - j0), c.abort};
   const int lo1 = h0 * splits + sp, hi1 = lo1 + UG * splits;
-  if (decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2])))
-    attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);
-  else
-    attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
-  const int n = 2 * kv.pages();
-  for (int i = 0; i < n; ++i) {
-    wait_page(kv.ring, c.seq + i, c.abort);
-    kv.ring.release(c.seq + i);
+  const bool fast = decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]));
+  constexpr int rpp = KVPages<T, D, P, UG>::RPP;
+  if constexpr (2 * ((chunk + rpp - 1) / rpp) > P) {
+    // A ring too small for the chunk's K and V at once (codegen's
+    // kvStream.fits): the loader streamed nothing, the units read the cache.
+    if (fast)
+      attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem);
+    else
+      attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
+    return c.seq;
+  } else {
+    if (fast)
+      attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);
+    else
+      attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
+    const int n = 2 * kv.pages();
+    for (int i = 0; i < n; ++i) {
+      wait_page(kv.ring, c.seq + i, c.abort);
+      kv.ring.release(c.seq + i);
+    }
+    return c.seq + n;
   }
-  return c.seq + n;
 }
 
 // attention_rows_bytes is attention_rows' shared memory (codegen's

@@ -57,6 +57,12 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	return ks, true
 }
 
+// fits reports whether a task's K and V pages fit a ring of ringPages at
+// once. When they do not (a module whose scratch leaves a smaller ring),
+// the loader streams nothing for the op and mpk::attention_kv_pages, by the
+// same arithmetic, reads the chunk from the cache.
+func (ks kvStream) fits(ringPages int) bool { return 2*ks.pagesPerPart(ks.Chunk) <= int64(ringPages) }
+
 // pagesPerPart is how many pages rows of K (or of V) take.
 func (ks kvStream) pagesPerPart(rows int64) int64 {
 	return (rows + ks.RowsPerPage - 1) / ks.RowsPerPage
@@ -76,7 +82,7 @@ func (ks kvStream) first(lo int64) (kvh, j0, rows int64) {
 func (gen *generator) kvStreamRow(op *ir.Op, ks kvStream, t *tgraph.Task, split int) string {
 	lo, _ := taskRange(op, t.Box, split)
 	kvh, j0, rows := ks.first(lo)
-	if rows <= 0 {
+	if rows <= 0 || !ks.fits(gen.ringPages) {
 		return "  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0},\n"
 	}
 	at := func(x ir.View) int64 {

@@ -38,11 +38,16 @@ func TestKVStream(t *testing.T) {
 	if ks, ok := kvStreamOf(kvOp(ir.BF16, 128)); !ok || ks.RowsPerPage != 64 || ks.pagesPerPart(ks.Chunk) != 2 {
 		t.Errorf("head dim 128: %+v, %v; want 64 rows a page, 2 pages a part", ks, ok)
 	}
+	// A task's 2 pages of K and 2 of V fit a ring of 4, not of 3 (then the
+	// loader streams nothing for it and the task reads the cache).
+	if ks, _ := kvStreamOf(kvOp(ir.BF16, 128)); !ks.fits(4) || ks.fits(3) {
+		t.Errorf("head dim 128: fits a ring of 4 %v, of 3 %v; want true, false", ks.fits(4), ks.fits(3))
+	}
 	for name, edit := range map[string]func(*ir.Op){
 		"no fresh rows":    func(op *ir.Op) { op.Attr.Fresh = nil },
 		"groups of splits": func(op *ir.Op) { op.Attr.Interleave = 1 },
 		"fp32 cache":       func(op *ir.Op) { *op = *kvOp(ir.F32, 64) },
-		"head dim 256":     func(op *ir.Op) { *op = *kvOp(ir.BF16, 256) },
+		"head dim 512":     func(op *ir.Op) { *op = *kvOp(ir.BF16, 512) },
 		"strided rows":     func(op *ir.Op) { op.In[1].Strides[2] = 128 },
 		"a temporary":      func(op *ir.Op) { op.In[2].Buf.Kind = ir.Temp },
 	} {

@@ -68,12 +68,12 @@ func TestKVPagesChunks(t *testing.T) {
 		{1, 552, 64, false, 2, 0}, // no mask: the ordinary split
 		{4, 552, 64, true, 5, 4},  // a batch: the ordinary split (5 of 128 too)
 		// A long cache: units of all 4 heads and 16 chunks (8 x 16 <= 132 workers)
-		{1, 4096, 64, true, 16, 4}, // chunks of 256 rows: 2 pages of K, 2 of V
-		{1, 4136, 64, true, 16, 4}, // 259 rows: 3 pages each
-		{1, 4136, 128, true, 9, 2}, // head dim 128: 5 pages each, past the bound: the ordinary split
-		{1, 8192, 64, true, 16, 0}, // 512 rows: 4 pages each, the ordinary split
-		{1, 4096, 64, false, 8, 0}, // no mask: the ordinary split
-		{1, 72, 64, true, 2, 0},    // a cache of one chunk: the ordinary split
+		{1, 4096, 64, true, 16, 4},  // chunks of 256 rows: 2 pages of K, 2 of V
+		{1, 4136, 64, true, 16, 4},  // 259 rows: 3 pages each
+		{1, 4136, 128, true, 16, 4}, // head dim 128 (qwen3-8b): 5 pages each
+		{1, 8192, 128, true, 16, 2}, // 512 rows at head dim 128: 8 pages each, the ordinary split
+		{1, 4096, 64, false, 8, 0},  // no mask: the ordinary split
+		{1, 72, 64, true, 2, 0},     // a cache of one chunk: the ordinary split
 	} {
 		b, a := build(c.B, c.S, c.Dv, c.mask)
 		splitAttention(b.g, 132, false, true)

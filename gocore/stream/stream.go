@@ -13,8 +13,9 @@ const (
 	// PageBytes is a ring slot (mpk::kPageBytes).
 	PageBytes = 16384
 	// MaxKVPagesPerPart bounds a kv_pages attention task's pages of K (and
-	// of V): all of them sit in the ring at once while the task runs.
-	MaxKVPagesPerPart = 3
+	// of V): all of them sit in the ring at once while the task runs (a
+	// ring of fewer than twice as many pages: codegen's kvStream.fits).
+	MaxKVPagesPerPart = 5
 	// TaskBytes bounds the weights one streamed task reads: its chunk partials
 	// live in shared memory.
 	TaskBytes = 512 << 10
