@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gzip
 import json
 from collections import defaultdict
 
@@ -22,8 +23,8 @@ def main() -> None:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--from-json")
     known, _ = pre.parse_known_args()
-    if known.from_json:  # the tables again, from a --json run's records: neither torch nor mpk needed
-        with open(known.from_json) as f:
+    if known.from_json:  # the tables again, from a --json run's records (or bench/results' .json.gz): no torch or mpk
+        with (gzip.open if known.from_json.endswith(".gz") else open)(known.from_json, "rt") as f:
             d = json.load(f)
         recs = [tuple(r) for r in d["records"]]
         ring = [tuple(r) for r in d.get("ring", [])] or None  # older records have no ring columns
