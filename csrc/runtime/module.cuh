@@ -77,9 +77,11 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     const uint32_t depth = !mpk::kQuietStream || *(volatile uint32_t*)&mpk::s_dots ? full : kQuietPages;
     return ring.slot_free(seq) && depth > 0 && (seq < depth || ring.ready(seq - depth));
   };
-  auto acquire = [&](int t) {
+  // poll_until(t, ready) polls until ready() holds; false: the launch is over
+  // (aborted, or the wait outlasted the budget: the loader gives up).
+  auto poll_until = [&](int t, auto ready) {
     uint64_t start = 0;
-    for (uint32_t polls = 0; !may_issue(); ++polls) {
+    for (uint32_t polls = 0; !ready(); ++polls) {
       if ((polls & 1023) != 1023) continue;
       const uint64_t now = mpk::globaltimer();
       if (start == 0) start = now;
@@ -95,17 +97,24 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     }
     return true;
   };
+  auto acquire = [&](int t) { return poll_until(t, may_issue); };
   for (int q = queue_start[w]; q < queue_start[w + 1]; ++q) {
     const mpk::Stream sd = streams[queue[q]];
     full = in_flight_pages(sd);
     const char* src = static_cast<const char*>(slots.p[sd.slot]) + sd.offset;
     if (sd.tile_rows == 0) {
-      // A paired Linear's second weight (pair_slot >= 0): the same rows' bytes, pages of their own after the first's.
+      int64_t bytes = sd.bytes;
+      if (MPK_KV_LIVE && sd.kv_j0 >= 0) {  // a kv chunk's rows below the extent, once a task has read it
+        if (!poll_until(queue[q], [&] { return *(volatile int32_t*)&mpk::s_kv_extent >= 0; })) return;
+        bytes = min(bytes, max((int64_t)0, (int64_t)*(volatile int32_t*)&mpk::s_kv_extent - sd.kv_j0) * sd.row_bytes);
+      }
+      // A paired Linear's second weight (pair_slot >= 0), or a kv chunk's V:
+      // the same rows' bytes, pages of their own after the first's.
       for (int part = 0; part < (sd.pair_slot >= 0 ? 2 : 1); ++part) {
         if (part == 1) src = static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset;
-        for (int64_t off = 0; off < sd.bytes; off += sd.page_bytes, ++seq) {
+        for (int64_t off = 0; off < bytes; off += sd.page_bytes, ++seq) {
           if (!acquire(queue[q])) return;
-          ring.fill(seq, src + off, (uint32_t)min((int64_t)sd.page_bytes, sd.bytes - off), policy);
+          ring.fill(seq, src + off, (uint32_t)min((int64_t)sd.page_bytes, bytes - off), policy);
         }
       }
       continue;
@@ -235,6 +244,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     s_tasks = (uint32_t)(queue_start[w + 1] - queue_start[w]);
     s_xkey = -1;
     mpk::s_dots = 0;
+    mpk::s_kv_extent = -1;
     mpk::s_fault = mpk::Fault{st.abort, st.status, w, -1, -1};
     if (kRingPages > 0) ring.init(mpk::kConsumerWarps);
   }

@@ -83,14 +83,39 @@ func (gen *generator) kvStreamRow(op *ir.Op, ks kvStream, t *tgraph.Task, split 
 	lo, _ := taskRange(op, t.Box, split)
 	kvh, j0, rows := ks.first(lo)
 	if rows <= 0 || !ks.fits(gen.ringPages) {
-		return "  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0},\n"
+		return "  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0, -1},\n"
 	}
 	at := func(x ir.View) int64 {
 		return (gen.l.offset[x.Buf] + x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2
 	}
 	k, v := op.In[1], op.In[2]
-	return fmt.Sprintf("  {%d, %d, %d, %d, 0, 0, 0, 0, %d, %d},\n", gen.l.slot[k.Buf], ks.RowsPerPage*ks.D*2, at(k),
-		rows*ks.D*2, gen.l.slot[v.Buf], at(v))
+	// Cut to the live length: the chunk's first position, and a row's bytes.
+	liveJ0, rowBytes := int64(-1), int64(0)
+	if gen.kvLive {
+		liveJ0, rowBytes = j0, ks.D*2
+	}
+	return fmt.Sprintf("  {%d, %d, %d, %d, 0, 0, %d, 0, %d, %d, %d},\n", gen.l.slot[k.Buf], ks.RowsPerPage*ks.D*2, at(k),
+		rows*ks.D*2, rowBytes, gen.l.slot[v.Buf], at(v), liveJ0)
+}
+
+// kvLiveExtent reports whether the loader may cut every kv stream to the
+// live length (MPK_KV_LIVE): each kv_pages attention reads its mask's
+// extent (ir.Attrs.HasExtent: In[4], one batch row) and all read the same
+// one, so a worker's first kv_pages task can hand its value to the loader
+// (mpk::s_kv_extent) and every chunk's rows past it are never read.
+func (gen *generator) kvLiveExtent() bool {
+	var ext *ir.View
+	for op := range gen.kvs {
+		if !op.Attr.HasExtent || len(op.In) < 5 {
+			return false
+		}
+		if e := op.In[4]; ext == nil {
+			ext = &e
+		} else if e.Buf != ext.Buf || e.Offset != ext.Offset {
+			return false
+		}
+	}
+	return ext != nil
 }
 
 // bulkInputs lists the graph inputs the loader reads with bulk copies: the

@@ -58,3 +58,36 @@ func TestKVStream(t *testing.T) {
 		}
 	}
 }
+
+// TestKVLiveExtent: the loader may cut the kv streams to the live length
+// only when every kv_pages attention reads one mask extent (In[4]); one
+// without an extent, or two extents, keep every chunk whole.
+func TestKVLiveExtent(t *testing.T) {
+	withExtent := func(ext ir.View) *ir.Op {
+		op := kvOp(ir.BF16, 64)
+		op.In = append(op.In, op.In[0], ext) // in[3] (the mask) stands in; in[4] the extent
+		op.Attr.HasExtent = true
+		return op
+	}
+	g := &ir.Graph{}
+	e1 := ir.View{Buf: g.NewBuffer("extent", ir.Temp, ir.I32, 1), Shape: []int64{1}, Strides: []int64{1}}
+	e2 := ir.View{Buf: g.NewBuffer("extent2", ir.Temp, ir.I32, 1), Shape: []int64{1}, Strides: []int64{1}}
+	for _, c := range []struct {
+		name string
+		ops  []*ir.Op
+		want bool
+	}{
+		{"one extent", []*ir.Op{withExtent(e1), withExtent(e1)}, true},
+		{"two extents", []*ir.Op{withExtent(e1), withExtent(e2)}, false},
+		{"no extent", []*ir.Op{withExtent(e1), kvOp(ir.BF16, 64)}, false},
+		{"no kv_pages attention", nil, false},
+	} {
+		gen := &generator{kvs: map[*ir.Op]kvStream{}}
+		for _, op := range c.ops {
+			gen.kvs[op] = kvStream{}
+		}
+		if got := gen.kvLiveExtent(); got != c.want {
+			t.Errorf("%s: kvLiveExtent = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

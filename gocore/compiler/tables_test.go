@@ -219,7 +219,7 @@ func TestStreamTable(t *testing.T) {
 func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStreams int) (paired int) {
 	t.Helper()
 	src := comp.Result.CUDA["module.cu"]
-	const F = 10 // slot, page bytes, offset, bytes, tile rows, row span, row bytes, column-major, pair slot, pair offset
+	const F = 11 // slot, page bytes, offset, bytes, tile rows, row span, row bytes, column-major, pair slot, pair offset, kv j0
 	rows := table(t, src, "mpk::Stream streams")
 	if len(rows) != F*len(comp.Tasks.Tasks) {
 		t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", name, len(rows), F, len(comp.Tasks.Tasks))
@@ -259,6 +259,9 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		}
 		if r[8] >= 0 {
 			paired++
+		}
+		if r[10] != -1 {
+			t.Fatalf("%s: task %d (%s): a Linear's weights cut to a live length (%d)", name, i, comp.Tasks.Name(i), r[10])
 		}
 		if !bulk[r[0]] || r[8] >= 0 && !bulk[r[8]] {
 			t.Fatalf("%s: task %d (%s) streams inputs %d and %d; bulk inputs %v", name, i, comp.Tasks.Name(i), r[0], r[8],
@@ -316,7 +319,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		t.Fatal(err)
 	}
 	src := comp.Result.CUDA["module.cu"]
-	const F = 10
+	const F = 11
 	rows := table(t, src, "mpk::Stream streams")
 	bulk := map[int]bool{}
 	for _, k := range comp.Result.BulkInputs {
@@ -343,7 +346,8 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		kvh, j0 := h0/G, sp*chunk
 		n := min(chunk, S-j0)
 		at := func(x ir.View) int { return int((x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
-		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, 0, 0, v.Buf.Index, at(v)}
+		// cut to the live length (every kv op reads one mask extent): the chunk's first position, a row's bytes
+		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), int(j0)}
 		if !slices.Equal(r, want) {
 			t.Fatalf("task %d (%s, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), kvh, j0, n, r, want)
 		}
