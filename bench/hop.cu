@@ -22,13 +22,17 @@
 // MPK_INFLIGHT_PAGES) or 8 pages of 16 KB in flight from a 1 GiB buffer all
 // the time (bulk copies, evict-first), as the weight stream does for a large
 // model; without, HBM is idle (a small model's hops: its ring is full).
-// Reported: ns per stage, median of the launches.
+// Reported: ns per stage, median of the launches. `hop wide`: events only,
+// K up to 20,480 floats (80 KB, what each of qwen3-8b's o-projection tasks
+// reads of the attention's partials), to tell a stage's bytes from its
+// round trips (or HOP_WIDE set: `JOBS="env:HOP_WIDE:1 cu:hop.cu"`).
 //
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Icsrc \
-//     bench/hop.cu -o /tmp/hop && /tmp/hop
+//     bench/hop.cu -o /tmp/hop && /tmp/hop [wide]
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -231,16 +235,19 @@ double run(Args a, int G, int launches, int* errors_out) {
   return per_stage[per_stage.size() / 2];
 }
 
+constexpr int kMaxK = 20480;  // the largest K a stage reads (wide)
+
 int main(int argc, char** argv) {
+  const bool wide = argc > 1 && strcmp(argv[1], "wide") == 0 || getenv("HOP_WIDE") != nullptr;  // gpu_run.sh: env:HOP_WIDE:1
   int G = 0;
   CK(cudaDeviceGetAttribute(&G, cudaDevAttrMultiProcessorCount, 0));
   const int stages = 256, launches = 9;
   Args a{};
   a.stages = stages;
   for (int b = 0; b < 2; ++b) {
-    CK(cudaMalloc(&a.xf[b], sizeof(float) * 8192));
-    CK(cudaMalloc(&a.xt[b], sizeof(uint64_t) * 8192));
-    CK(cudaMemset(a.xt[b], 0, sizeof(uint64_t) * 8192));
+    CK(cudaMalloc(&a.xf[b], sizeof(float) * kMaxK));
+    CK(cudaMalloc(&a.xt[b], sizeof(uint64_t) * kMaxK));
+    CK(cudaMemset(a.xt[b], 0, sizeof(uint64_t) * kMaxK));
   }
   CK(cudaMalloc(&a.counters, sizeof(uint32_t) * stages));
   CK(cudaMalloc(&a.times, sizeof(uint64_t) * 2 * G));
@@ -253,6 +260,18 @@ int main(int argc, char** argv) {
   printf("hop: %d CTAs, %d stages a launch, median of %d launches, ns per stage\n", G, stages, launches - 1);
   printf("%-8s %-9s %6s %10s\n", "protocol", "in flight", "K", "ns/stage");
   int errors = 0;
+  if (wide) {
+    for (int stream : {0, 2})
+      for (int K : {4096, 10240, 20480}) {
+        a.tagged = 0, a.stream = stream;
+        const double ns = K == 4096    ? run<4096>(a, G, launches, &errors)
+                          : K == 10240 ? run<10240>(a, G, launches, &errors)
+                                       : run<20480>(a, G, launches, &errors);
+        printf("%-8s %-9d %6d %10.0f\n", "events", stream, K, ns);
+      }
+    printf("stale reads: %d\n", errors);
+    return errors != 0;
+  }
   for (int stream : {0, 1, 2, 8})
     for (int tagged = 0; tagged < 2; ++tagged)
       for (int K : {2048, 4096}) {
