@@ -105,8 +105,9 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     if (sd.tile_rows == 0) {
       int64_t bytes = sd.bytes;
       if (MPK_KV_LIVE && sd.kv_j0 >= 0) {  // a kv chunk's rows below the extent, once a task has read it
-        if (!poll_until(queue[q], [&] { return *(volatile int32_t*)&mpk::s_kv_extent >= 0; })) return;
-        bytes = min(bytes, max((int64_t)0, (int64_t)*(volatile int32_t*)&mpk::s_kv_extent - sd.kv_j0) * sd.row_bytes);
+        int32_t extent = -1;
+        if (!poll_until(queue[q], [&] { return (extent = *(volatile int32_t*)&mpk::s_kv_extent) >= 0; })) return;
+        bytes = min(bytes, max((int64_t)0, (int64_t)extent - sd.kv_j0) * sd.row_bytes);
       }
       // A paired Linear's second weight (pair_slot >= 0), or a kv chunk's V:
       // the same rows' bytes, pages of their own after the first's.
