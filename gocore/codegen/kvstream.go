@@ -64,9 +64,7 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 func (ks kvStream) fits(ringPages int) bool { return 2*ks.pagesPerPart(ks.Chunk) <= int64(ringPages) }
 
 // pagesPerPart is how many pages rows of K (or of V) take.
-func (ks kvStream) pagesPerPart(rows int64) int64 {
-	return (rows + ks.RowsPerPage - 1) / ks.RowsPerPage
-}
+func (ks kvStream) pagesPerPart(rows int64) int64 { return stream.KVPagesPerPart(ks.D, rows) }
 
 // first is the task's unit (one split a group: split sp covers chunk sp, as
 // mpk::attention_kv_pages reads it): its KV head and the positions

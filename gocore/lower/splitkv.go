@@ -123,7 +123,7 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 		return 0, 0, false
 	}
 	chunk := ir.SplitChunk(S, n)
-	if rpp := stream.KVRowsPerPage(k.Shape[3]); rpp < 1 || (chunk+rpp-1)/rpp > stream.MaxKVPagesPerPart {
+	if stream.KVRowsPerPage(k.Shape[3]) < 1 || stream.KVPagesPerPart(k.Shape[3], chunk) > stream.MaxKVPagesPerPart {
 		return 0, 0, false
 	}
 	return (S + chunk - 1) / chunk, G, true

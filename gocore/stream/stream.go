@@ -323,3 +323,9 @@ func Writers(g *ir.Graph) func(*ir.Buffer) bool {
 // KVRowsPerPage is how many K (or V) rows of head dim d in 2-byte elements
 // a ring page holds (mpk::KVPages::RPP).
 func KVRowsPerPage(d int64) int64 { return PageBytes / (2 * d) }
+
+// KVPagesPerPart is how many ring pages n such rows take (mpk::KVPages::pages_of).
+func KVPagesPerPart(d, n int64) int64 {
+	rpp := KVRowsPerPage(d)
+	return (n + rpp - 1) / rpp
+}
