@@ -43,91 +43,26 @@
 #include <vector>
 
 #include "cuda_check.h"
-#include "runtime/ring.cuh"
+#include "runtime/runtime.cuh"
+#include "tasks/wgmma.cuh"
 
 using bf16 = __nv_bfloat16;
 using mpk::kPageBytes;
 
 constexpr int kConsumers = 512;                  // 16 consumer warps: 4 warpgroups
 constexpr int kThreads = kConsumers + 3 * 32;    // + loader + 2 idle warps: the megakernel's 19 (its register cap)
-constexpr int kPageRows = 32, kPageCols = 256;   // a GEMM page of the megakernel (512 bytes a row)
-constexpr int kSub = 64;                         // x's columns staged at a time: 4 k16 steps
-constexpr int kCoreK = 128, kCoreN = 256;        // bytes between x's core matrices along K, along tokens
+constexpr int kPageRows = mpk::kGemmPageRows, kPageCols = mpk::kGemmCols;  // a GEMM page of the megakernel
+using mpk::kWgCoreK;
+using mpk::kWgCoreN;
+using mpk::kWgSub;
 constexpr int kSmemMax = 227 * 1024;
 
-// x's staged sub-block for MT tokens: 4 k16 steps of QS bytes each (hi),
-// then 4 more (lo). QS's 32 extra bytes put the four steps' stores of one
-// token row in different banks.
-__host__ __device__ constexpr int step_bytes(int MT) { return MT / 8 * kCoreN + 32; }
-__host__ __device__ constexpr int xbuf_bytes(int MT, bool LO) { return (LO ? 8 : 4) * step_bytes(MT); }
-
-// The matrix descriptor of a no-swizzle operand at shared address addr.
+// The no-swizzle descriptor with its two stride fields as given (the probe
+// swaps them; the task library's wg_desc has them fixed).
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)(lbo >> 4) << 16 | (uint64_t)(sbo >> 4) << 32;
 }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
-__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
-}
-
-// Wgmma<N>::run: D[64][N] += A[64][16] (registers, this warp's 16 rows) ·
-// B[16][N] (shared memory, descriptor b), bf16 in, fp32 accumulate.
-// (The operand lists are written out: inline asm takes no ranges.)
-template <int N>
-struct Wgmma;
-template <>
-struct Wgmma<16> {
-  static __device__ __forceinline__ void run(float (&d)[8], const uint32_t (&a)[4], uint64_t b) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
-        "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<32> {
-  static __device__ __forceinline__ void run(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  }
-};
-template <>
-struct Wgmma<64> {
-  static __device__ __forceinline__ void run(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-  }
-};
-
-__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
 
 // The layout probe (one warpgroup, one m64n16k16, small integers, exact in
 // fp32): A[m][k] from registers in the assumed fragment order, B staged in
@@ -139,20 +74,20 @@ __global__ void layout_probe(const float* a, const float* b, float* d, uint32_t 
   for (int i = threadIdx.x; i < 16 * 16; i += 128) {
     const int L = i / 16, n = i % 16;  // B[L][n] at core (n/8, L/8), row n%8, element L%8
     const __nv_bfloat16 v = __float2bfloat16(b[L * 16 + n]);
-    bs[n / 8 * (kCoreN / 2) + L / 8 * (kCoreK / 2) + n % 8 * 8 + L % 8] =
+    bs[n / 8 * (kWgCoreN / 2) + L / 8 * (kWgCoreK / 2) + n % 8 * 8 + L % 8] =
         *reinterpret_cast<const uint16_t*>(&v);
   }
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  mpk::fence_async_smem();
   __syncthreads();
   const int m = w * 16 + g;
-  const uint32_t A[4] = {pack_bf16(a[m * 16 + 2 * t], a[m * 16 + 2 * t + 1]), pack_bf16(a[(m + 8) * 16 + 2 * t], a[(m + 8) * 16 + 2 * t + 1]),
-                         pack_bf16(a[m * 16 + 2 * t + 8], a[m * 16 + 2 * t + 9]),
-                         pack_bf16(a[(m + 8) * 16 + 2 * t + 8], a[(m + 8) * 16 + 2 * t + 9])};
+  const uint32_t A[4] = {mpk::pack2<bf16>(a[m * 16 + 2 * t], a[m * 16 + 2 * t + 1]), mpk::pack2<bf16>(a[(m + 8) * 16 + 2 * t], a[(m + 8) * 16 + 2 * t + 1]),
+                         mpk::pack2<bf16>(a[m * 16 + 2 * t + 8], a[m * 16 + 2 * t + 9]),
+                         mpk::pack2<bf16>(a[(m + 8) * 16 + 2 * t + 8], a[(m + 8) * 16 + 2 * t + 9])};
   float acc[8] = {};
-  wgmma_fence();
-  Wgmma<16>::run(acc, A, smem_desc(mpk::smem_u32(bs), lbo, sbo));
-  wgmma_commit();
-  wgmma_wait<0>();
+  mpk::wgmma_fence();
+  mpk::Wgmma<16>::run(acc, A, smem_desc(mpk::smem_u32(bs), lbo, sbo));
+  mpk::wgmma_commit();
+  mpk::wgmma_wait<0>();
   for (int i = 0; i < 2; ++i) {
     d[m * 16 + 8 * i + 2 * t] = acc[4 * i], d[m * 16 + 8 * i + 2 * t + 1] = acc[4 * i + 1];
     d[(m + 8) * 16 + 8 * i + 2 * t] = acc[4 * i + 2], d[(m + 8) * 16 + 8 * i + 2 * t + 1] = acc[4 * i + 3];
@@ -203,42 +138,24 @@ struct Problem {
 // wgmmas of the sub-block before), store writes them into a buffer.
 template <int MT>
 struct XStage {
-  static constexpr int R = MT * kSub / 4 / kConsumers;  // float4s a thread
+  static constexpr int R = MT * kWgSub / 4 / kConsumers;  // float4s a thread
   float4 f[R];
   __device__ __forceinline__ void load(const Problem& pb, int tok0, int sb) {
     // Item tid + 512·r: token tid/16 + 32·r, columns 4·(tid%16) .. + 3.
-    const float* src = pb.x + (int64_t)(tok0 + threadIdx.x / 16) * pb.K + sb * kSub + 4 * (threadIdx.x % 16);
+    const float* src = pb.x + (int64_t)(tok0 + threadIdx.x / 16) * pb.K + sb * kWgSub + 4 * (threadIdx.x % 16);
 #pragma unroll
     for (int r = 0; r < R; ++r) f[r] = __ldg(reinterpret_cast<const float4*>(src + (int64_t)r * 32 * pb.K));
   }
-  // Column p = 4·c4 of the sub-block is slice p/32's k16 step (p%8)/4, in
-  // the A registers' k order: columns p, p+1 are the step's k pair 2t, 2t+1
-  // (t = p%32/8) and p+2, p+3 its pair 2t+8, 2t+9 (the second core matrix
-  // along K).
   template <bool LO>
   __device__ __forceinline__ void store(uint32_t xb) const {
-    constexpr int QS = step_bytes(MT);
-    const int n = threadIdx.x / 16, p = 4 * (threadIdx.x % 16), q = p / 32 * 2 + p % 8 / 4, t = p % 32 / 8;
-    const uint32_t a0 = xb + q * QS + n / 8 * kCoreN + n % 8 * 16 + 4 * t;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t a = a0 + r * (32 / 8) * kCoreN;  // token n + 32·r
-      const uint32_t h0 = pack_bf16(f[r].x, f[r].y), h1 = pack_bf16(f[r].z, f[r].w);
-      st_shared_u32(a, h0);
-      st_shared_u32(a + kCoreK, h1);
-      if constexpr (LO) {
-        const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&h0));
-        const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&h1));
-        st_shared_u32(a + 4 * QS, pack_bf16(f[r].x - r0.x, f[r].y - r0.y));
-        st_shared_u32(a + 4 * QS + kCoreK, pack_bf16(f[r].z - r1.x, f[r].w - r1.y));
-      }
-    }
+    for (int r = 0; r < R; ++r) mpk::wg_store_x<MT, LO>(xb, threadIdx.x / 16 + 32 * r, 4 * (threadIdx.x % 16), f[r]);
   }
 };
 
 template <int WR, int MT, bool LO, int P>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm(const Problem pb) {
-  constexpr int RW = WR / 64, TW = 4 / RW, NW = MT / TW, PB = WR / kPageRows, QS = step_bytes(MT), XB = xbuf_bytes(MT, LO);
+  constexpr int RW = WR / 64, TW = 4 / RW, NW = MT / TW, PB = WR / kPageRows, QS = mpk::wg_step_bytes(MT), XB = mpk::wg_xbuf_bytes(MT, LO);
   static_assert(WR % 64 == 0 && RW <= 4 && MT % (8 * TW) == 0 && PB <= P, "a task's split");
   extern __shared__ __align__(128) char smem[];
   const mpk::Ring<P> ring = mpk::ring_at<P>(smem);
@@ -273,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm(const Problem pb) {
   const int row = wr * 64 + wq * 16 + g;  // the task row of this lane's A rows (row, row + 8)
   const int my_page = row / kPageRows;    // a warp's 16 rows lie in one page
   const uint32_t a_off = ((row % kPageRows) * kPageCols + 8 * t) * 2;
-  const int SB = pb.K / kSub;
+  const int SB = pb.K / kWgSub;
   uint32_t seq = 0;
   float acc[NW / 2];
   XStage<MT> xst;
@@ -282,10 +199,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm(const Problem pb) {
     consumers_sync();  // the last task's wgmmas (every warpgroup waited for its own) no longer read x
     xst.load(pb, tok0, 0);
     xst.template store<LO>(xs);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    mpk::fence_async_smem();
     consumers_sync();
 #pragma unroll
     for (int i = 0; i < NW / 2; ++i) acc[i] = 0.f;
+    mpk::wg_fence_acc(acc);
     int sbg = 0;
 #pragma unroll 1
     for (int kb = 0; kb < KB; ++kb) {
@@ -294,38 +212,37 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_gemm(const Problem pb) {
       }
       const uint32_t page = mpk::smem_u32(ring.page(seq + my_page)) + a_off;
 #pragma unroll 1
-      for (int sb = 0; sb < kPageCols / kSub; ++sb, ++sbg) {
+      for (int sb = 0; sb < kPageCols / kWgSub; ++sb, ++sbg) {
         const bool next = sbg + 1 < SB;
         if (next) xst.load(pb, tok0, sbg + 1);
-        const uint32_t cur = xs + sbg % 3 * XB + wt * (NW / 8) * kCoreN;
+        const uint32_t cur = xs + sbg % 3 * XB + wt * (NW / 8) * kWgCoreN;
 #pragma unroll
         for (int jj = 0; jj < 2; ++jj) {
-          wgmma_wait<1>();  // the wgmmas that last read this step's x buffer and A registers are done
+          mpk::wgmma_wait<mpk::kWgDepth - 1>();  // the wgmmas that last read the A registers are done
           const int slice = sb * 2 + jj;
-          const uint4 lo8 = mpk::ld_shared_16(page + slice * 64), hi8 = mpk::ld_shared_16(page + slice * 64 + 8 * kPageCols * 2);
-          wgmma_fence();
+          uint32_t a[2][4];
+          mpk::wg_load_a(a, page + slice * 64, 8 * kPageCols * 2);
+          mpk::wgmma_fence();
 #pragma unroll
           for (int s = 0; s < 2; ++s) {
-            const uint32_t a[4] = {s ? lo8.z : lo8.x, s ? hi8.z : hi8.x, s ? lo8.w : lo8.y, s ? hi8.w : hi8.y};
             const uint32_t b = cur + (jj * 2 + s) * QS;
-            Wgmma<NW>::run(acc, a, smem_desc(b, pb.lbo, pb.sbo));
-            if constexpr (LO) Wgmma<NW>::run(acc, a, smem_desc(b + 4 * QS, pb.lbo, pb.sbo));
+            mpk::Wgmma<NW>::run(acc, a[s], smem_desc(b, pb.lbo, pb.sbo));
+            if constexpr (LO) mpk::Wgmma<NW>::run(acc, a[s], smem_desc(b + 4 * QS, pb.lbo, pb.sbo));
           }
-          wgmma_commit();
+          mpk::wgmma_commit();
         }
-        if (sb == kPageCols / kSub - 1)
+        if (sb == kPageCols / kWgSub - 1)
           for (int p = 0; p < PB; ++p) ring.release(seq + p);  // A of the whole block is in registers or used
         if (next) {
           xst.template store<LO>(xs + (sbg + 1) % 3 * XB);
-          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          mpk::fence_async_smem();
         }
         consumers_sync();
       }
       seq += PB;
     }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < NW / 2; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+    mpk::wgmma_wait<0>();
+    mpk::wg_fence_acc(acc);
     // acc[4i + {0,1,2,3}]: rows (row, row, row + 8, row + 8) × tokens (8i + 2t, + 1, 8i + 2t, + 1).
     float* y = pb.y + (int64_t)mtx * pb.M * pb.N + (int64_t)rt * WR + row;
     const int tb = tok0 + wt * NW;
@@ -395,13 +312,13 @@ double rel_err(const Problem& pb, int i, float* ref) {
 struct Setup {
   int sms;
   double copy_bw;
-  uint32_t lbo = kCoreK, sbo = kCoreN;  // kept once the probe has checked them
+  uint32_t lbo = kWgCoreK, sbo = kWgCoreN;  // kept once the probe has checked them
   bool probed = false;
 };
 
 template <int WR, int MT, bool LO>
 void run(Setup& st, const char* name, int N, int K, int M, int L) {
-  constexpr int XB = xbuf_bytes(MT, LO);
+  constexpr int XB = mpk::wg_xbuf_bytes(MT, LO);
   constexpr int P0 = (kSmemMax - 3 * XB - 256) / kPageBytes, P = P0 > 10 ? 10 : P0;
   static_assert(P >= WR / kPageRows + 1, "the ring holds a block and a page");
   constexpr int smem = mpk::ring_bars_bytes<P>() + P * kPageBytes + 3 * XB;
@@ -433,7 +350,7 @@ void run(Setup& st, const char* name, int N, int K, int M, int L) {
   if (!st.probed) {
     printf("probe: LBO %u SBO %u: rel err %.2e\n", pb.lbo, pb.sbo, err);
     if (!(err < tol)) {
-      pb.lbo = kCoreN, pb.sbo = kCoreK;
+      pb.lbo = kWgCoreN, pb.sbo = kWgCoreK;
       err = check();
       printf("probe: LBO %u SBO %u: rel err %.2e\n", pb.lbo, pb.sbo, err);
     }
@@ -470,8 +387,8 @@ int main() {
   st.copy_bw = copy_bandwidth();
   printf("device %s, %d SMs, L2 %d MB, copy bandwidth %.0f GB/s; dense bf16 peak ~989 TFLOP/s (H100 SXM)\n", prop.name,
          st.sms, prop.l2CacheSize >> 20, st.copy_bw / 1e9);
-  if (probe(kCoreK, kCoreN)) st.lbo = kCoreK, st.sbo = kCoreN, st.probed = true;
-  else if (probe(kCoreN, kCoreK)) st.lbo = kCoreN, st.sbo = kCoreK, st.probed = true;
+  if (probe(kWgCoreK, kWgCoreN)) st.lbo = kWgCoreK, st.sbo = kWgCoreN, st.probed = true;
+  else if (probe(kWgCoreN, kWgCoreK)) st.lbo = kWgCoreN, st.sbo = kWgCoreK, st.probed = true;
   // llama-3.2-1b's gate/up shape ([8,192, 2,048]) and down ([2,048, 8,192]);
   // qwen3-8b's gate/up ([12,288, 4,096]). L copies, back to back.
   run<128, 128, true>(st, "gate-1b", 8192, 2048, 512, 16);
@@ -481,6 +398,7 @@ int main() {
   run<128, 128, true>(st, "gate-8b", 12288, 4096, 512, 4);
   run<256, 64, true>(st, "gate-1b", 8192, 2048, 64, 16);
   run<128, 64, true>(st, "gate-1b", 8192, 2048, 64, 16);
+  run<64, 64, true>(st, "gate-1b", 8192, 2048, 64, 16);  // the megakernel's linear_wgmma split
   run<128, 64, false>(st, "gate-1b", 8192, 2048, 64, 16);
   run<256, 64, true>(st, "down-1b", 2048, 8192, 64, 16);
   run<256, 64, true>(st, "gate-8b", 12288, 4096, 64, 4);

@@ -45,6 +45,27 @@ def test_build_command_tiny_llama(core_lib, fresh_dynamo, tmp_path, monkeypatch,
     assert n_tasks > 0
 
 
+def test_build_wgmma_not_serialised(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys):
+    """Option wgmma: a 64-token chunk's GEMM streams become linear_wgmma,
+    inlined into the megakernel, and ptxas keeps their wgmmas pipelined
+    (it serialises every wgmma of a kernel when one sits in a called
+    function, C7510, or lacks registers, C7512: a silent loss of the tensor
+    cores' rate, so it fails here)."""
+    if build.find_nvcc() is None:
+        pytest.skip("no nvcc")
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    rc = build_cli.main(["--model", "wide-llama", "--prefill", "64", "--cache-tokens", "64", "--wgmma",
+                         "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0 and text.strip().splitlines()[-1].endswith("nvcc ok"), text
+    src = (out / "module.cu").read_text()
+    assert "__forceinline__ uint32_t variant" in src and "mpk::linear_wgmma<" in src
+    logs = list((tmp_path / "cache").rglob("nvcc.log"))
+    assert len(logs) == 1, logs
+    assert "are serialized" not in logs[0].read_text(), logs[0].read_text()
+
+
 def test_cli_dispatch():
     from mpk.__main__ import main
     with pytest.raises(SystemExit) as ei:

@@ -112,6 +112,22 @@ def test_cuda_gemm(core_lib, fresh_dynamo, model, batch, prefill, workers, mask)
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
+@pytest.mark.parametrize("model,batch,prefill,workers,mask", [
+    ("wide-llama", 1, 64, None, True), ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False),
+    ("wide-llama", 1, 128, 16, True)])
+def test_cuda_wgmma(core_lib, fresh_dynamo, model, batch, prefill, workers, mask):
+    """wgmma (off by default) on the GPU: test_cuda_gemm's steps with the GEMM
+    streams on Hopper's wgmma (mpk::linear_wgmma): 64 tokens (a warpgroup's
+    n of 16), 48 rows (tokens past x's rows staged as zeros), 32 (n of 8)
+    and a 128-token chunk in blocks of 64, with and without a mask."""
+    lines = []
+    res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
+                          seed=0, workers=workers, log=lines.append, mask=mask, options={"wgmma": True})
+    assert res.ok, "\n".join(lines)
+    src = res.compiled.sources["module.cu"]
+    assert "mpk::linear_wgmma<" in src and "mpk::linear_gemm<" not in src
+
+
 def test_cuda_long_prompt_chunk(core_lib, fresh_dynamo):
     """A 320-token chunk with a mask on the GPU: GEMM streams over blocks of
     64 rows, the merge split by rows (attn_merge_decode's split_dim 0), the

@@ -6,3 +6,4 @@
 #include "tasks/generic.cuh"
 #include "tasks/linear.cuh"
 #include "tasks/tiles.cuh"
+#include "tasks/wgmma.cuh"

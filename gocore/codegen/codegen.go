@@ -346,7 +346,13 @@ func (gen *generator) variant(code string) int {
 	}
 	id := len(gen.variants)
 	gen.variants[code] = id
-	fmt.Fprintf(&gen.funcs, "__device__ __noinline__ uint32_t variant%d(const mpk::Op& op, int lo, int hi, const mpk::Slots<kNumSlots>& s, const mpk::Ctx c) {\n  %s\n}\n\n", id, code)
+	// A wgmma task is inlined into the megakernel: ptxas serialises every
+	// wgmma of a kernel when one sits in a function it calls (C7510).
+	inline := "__noinline__"
+	if strings.Contains(code, "mpk::linear_wgmma<") {
+		inline = "__forceinline__"
+	}
+	fmt.Fprintf(&gen.funcs, "__device__ %s uint32_t variant%d(const mpk::Op& op, int lo, int hi, const mpk::Slots<kNumSlots>& s, const mpk::Ctx c) {\n  %s\n}\n\n", inline, id, code)
 	return id
 }
 
@@ -439,7 +445,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				epi = fmt.Sprintf("mpk::PairEpi<Expr%d, %d, %d>", gen.expr(e.Expr, touchesF64(op)), e.Pair, int(e.PairDType))
 			}
 		}
-		if p, ok := gen.plans[op]; ok && p.Gemm { // x staged a block at a time: never reused (no xkey)
+		if p, ok := gen.plans[op]; ok && p.Wgmma { // as a GEMM stream's, x is never reused
+			code = fmt.Sprintf("mpk::linear_wgmma<%s, %d, %d, %v, kRingSlots, %v, %s>(op, lo, hi, s, c)",
+				T, K, p.M, p.XLow, op.Attr.Residual, epi)
+			ret = true
+		} else if p, ok := gen.plans[op]; ok && p.Gemm { // x staged a block at a time: never reused (no xkey)
 			code = fmt.Sprintf("mpk::linear_gemm<%s, %d, %d, %v, kRingSlots, %v, %s>(op, lo, hi, s, c)",
 				T, K, p.M, p.XLow, op.Attr.Residual, epi)
 			ret = true
@@ -585,7 +595,10 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	}
 	if ret {
 		code = "return " + code + ";"
-		if p, ok := gen.plans[op]; ok && p.Gemm { // the scratch stream.GemmScratch reserved is what the task takes
+		if p, ok := gen.plans[op]; ok && p.Wgmma { // the scratch stream.WgmmaScratch reserved is what the task takes
+			code = fmt.Sprintf("static_assert(mpk::wgmma_scratch_bytes(%d, %v) <= kSharedBytes, \"codegen reserved too "+
+				"little shared memory for a wgmma stream\");\n  %s", p.M, p.XLow, code)
+		} else if p, ok := gen.plans[op]; ok && p.Gemm { // the scratch stream.GemmScratch reserved is what the task takes
 			code = fmt.Sprintf("static_assert(mpk::gemm_scratch_bytes(%d, %v) <= kSharedBytes, \"codegen reserved too "+
 				"little shared memory for a GEMM stream\");\n  %s", p.M, p.XLow, code)
 		}

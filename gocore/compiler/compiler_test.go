@@ -3,6 +3,7 @@ package compiler
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"mpk/gocore/wire"
@@ -73,6 +74,33 @@ func TestGenerateCUDA(t *testing.T) {
 // the slices named. Their graphs sit in testdata/scale, apart from the
 // fixtures the reference executor runs (these models are too large to run).
 // Under a fifth of their tasks are empty relays.
+// checkWgmma compiles req (a GEMM stream's, compiled to comp with default
+// options) again with wgmma: the same ops, tasks and pages (checkStreams),
+// each GEMM stream's task now mpk::linear_wgmma, whose three x buffers take
+// less shared memory than linear_gemm's staged x, so the ring is no smaller.
+func checkWgmma(t *testing.T, file string, comp *Compiled) {
+	t.Helper()
+	req := loadRequest(t, file)
+	req.Options.Target, req.Options.NumWorkers = "cuda", 132
+	req.Options.SplitRows, req.Options.PrefillRows, req.Options.SplitK, req.Options.Gemm = true, true, true, true
+	req.Options.CoarseEvents, req.Options.Wgmma = true, true
+	wg, err := Compile(req)
+	if err != nil {
+		t.Fatalf("%s with wgmma: %v", file, err)
+	}
+	if len(wg.Tasks.Tasks) != len(comp.Tasks.Tasks) {
+		t.Errorf("%s: %d tasks with wgmma, %d without", file, len(wg.Tasks.Tasks), len(comp.Tasks.Tasks))
+	}
+	checkStreams(t, file+" (wgmma)", wg, "wgmma", 0)
+	src, before := wg.Result.CUDA["module.cu"], comp.Result.CUDA["module.cu"]
+	if !strings.Contains(src, "mpk::wgmma_scratch_bytes(") {
+		t.Errorf("%s: no static check of a wgmma stream's scratch", file)
+	}
+	if got, was := constant(t, src, "kRingPages"), constant(t, before, "kRingPages"); got < was {
+		t.Errorf("%s: %d ring pages with wgmma, %d without", file, got, was)
+	}
+}
+
 func TestDefaultOptionsAtScale(t *testing.T) {
 	for _, c := range []struct {
 		file           string
@@ -103,6 +131,9 @@ func TestDefaultOptionsAtScale(t *testing.T) {
 				c.slices, c.layers, c.others)
 		}
 		checkStreams(t, c.file, comp, c.streams, 0)
+		if c.streams == "gemm" {
+			checkWgmma(t, c.file, comp)
+		}
 		// coarse_events: a producer fans out through relay tasks only where its
 		// consumers' sets overlap little. Without it about half of these
 		// graphs' tasks were relays (the 64-token chunk 40,260 of 73,925,

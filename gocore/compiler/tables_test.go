@@ -215,7 +215,8 @@ func TestStreamTable(t *testing.T) {
 
 // checkStreams checks comp's loader table (TestStreamTable): its Linears
 // stream pages of whole rows ("rows"), tile pages ("tiles") or GEMM pages
-// ("gemm": 32 rows' segments of 256 columns, a block of columns at a time).
+// ("gemm" and "wgmma": 32 rows' segments of 256 columns, a block of columns
+// at a time).
 func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStreams int) (paired int) {
 	t.Helper()
 	src := comp.Result.CUDA["module.cu"]
@@ -279,7 +280,7 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want tile pages of 8 segments, got %v", name, i,
 					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
 			}
-		case "gemm":
+		case "gemm", "wgmma": // the same pages: linear_wgmma differs in how it multiplies them
 			if r[4] != 32 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || r[1] != 256*int(esz) || r[7] != 1 ||
 				task.Box.Lo[1]%32 != 0 || n > 64 || (n%32 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
 				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want GEMM pages of 32 segments, got %v", name, i,
@@ -291,7 +292,8 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	if streamed < minStreams {
 		t.Errorf("%s: %d streamed tasks, want at least %d", name, streamed, minStreams)
 	}
-	for k, template := range map[string]string{"tiles": "mpk::linear_tiles<", "gemm": "mpk::linear_gemm<"} {
+	for k, template := range map[string]string{"tiles": "mpk::linear_tiles<", "gemm": "mpk::linear_gemm<",
+		"wgmma": "mpk::linear_wgmma<"} {
 		if (kind == k) != strings.Contains(src, template) {
 			t.Errorf("%s: %s streams %v, want %v", name, k, !(kind == k), kind == k)
 		}

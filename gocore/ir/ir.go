@@ -248,7 +248,10 @@ type Attrs struct {
 	// Gemm, on a Linear: its x (32 rows or more) streams a block of K at a
 	// time, as a plain input (lower's markGemm keeps the norm that makes it
 	// out of its prologue).
-	Gemm      bool
+	Gemm bool
+	// Wgmma, on a Gemm Linear with bf16 weights: its products run on
+	// Hopper's wgmma (mpk::linear_wgmma) rather than mma.sync.
+	Wgmma     bool
 	HasWeight bool // RMSNorm: In[1] is the weight
 	Dim       int  // Cat, KVWrite, Gather: the dimension
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:

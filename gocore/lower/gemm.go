@@ -16,10 +16,11 @@ import (
 // An x of more than GemmMaxRows rows (a long prompt chunk) is marked too
 // when splitRows will cut it into blocks of GemmMaxRows rows, each a GEMM
 // stream (the weights read once a block).
+// With wgmma, those with bf16 weights multiply on wgmma (ir.Attr.Wgmma).
 // It runs before fusePrologue, which then leaves the norm or elementwise op
 // that makes such an x as its own op (a norm needs whole rows: x is staged
 // a block of K at a time).
-func markGemm(g *ir.Graph, splitRows bool) {
+func markGemm(g *ir.Graph, splitRows, wgmma bool) {
 	written := stream.Writers(g)
 	for _, op := range g.Ops {
 		if op.Kind != ir.Linear || op.Attr.Pro != nil || op.Out.Rank() != 2 {
@@ -31,10 +32,11 @@ func markGemm(g *ir.Graph, splitRows bool) {
 		}
 		c := *op
 		c.Attr.Gemm = true
+		c.Attr.Wgmma = wgmma && op.In[1].DType() == ir.BF16
 		c.Out = op.Out.Clone()
 		c.Out.Shape[0] = min(M, stream.GemmMaxRows) // a block's rows
 		if _, ok := stream.For(&c, written); ok {
-			op.Attr.Gemm = true
+			op.Attr.Gemm, op.Attr.Wgmma = true, c.Attr.Wgmma
 		}
 	}
 }

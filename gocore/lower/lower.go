@@ -46,6 +46,8 @@ type Config struct {
 	// Gemm streams Linears whose x has 32 rows or more a block of K at a
 	// time (markGemm), before SplitK.
 	Gemm bool
+	// Wgmma marks those GEMM streams with bf16 weights for wgmma (markGemm).
+	Wgmma bool
 	// FreshRows folds a decode attention's RoPE and the step's new K and V
 	// rows into it (freshRows): one dependent stage fewer a layer.
 	FreshRows bool
@@ -62,7 +64,7 @@ type Config struct {
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, FreshRows: o.FreshRows,
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, FreshRows: o.FreshRows,
 		PairLinears: o.PairLinears, KVPages: o.KVPages}
 }
 

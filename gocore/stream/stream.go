@@ -65,6 +65,10 @@ type Plan struct {
 	// block (pages of GemmPageRows rows, column-block-major), the products
 	// accumulating in registers across K (mpk::linear_gemm).
 	Gemm bool
+	// Wgmma: a Gemm plan whose products run on wgmma (mpk::linear_wgmma):
+	// the same pages and tasks, x staged 64 columns at a time in three
+	// buffers.
+	Wgmma bool
 	// Pair: a paired Linear (ir.Epilogue.Pair) streams the task's rows of
 	// its second weight after those of its first, in registers only.
 	Pair bool
@@ -111,8 +115,23 @@ func GemmScratch(M int64, low bool) int64 {
 	return max(x, GemmWarpsK(M)*M*GemmRows*4)
 }
 
+// WgmmaScratch mirrors mpk::wgmma_scratch_bytes: three buffers of 64
+// columns of x's tokens (rounded up to 32), each 4 k16 steps of 16 bytes a
+// token and 32 more, twice with the low part.
+func WgmmaScratch(M int64, low bool) int64 {
+	tokens := (M + 31) / 32 * 32
+	parts := int64(4)
+	if low {
+		parts = 8
+	}
+	return 3 * parts * (tokens/8*256 + 32)
+}
+
 // XBytes is the shared memory x takes while the plan's tasks run.
 func (p Plan) XBytes() int64 {
+	if p.Wgmma {
+		return WgmmaScratch(p.M, p.XLow)
+	}
 	if p.Gemm {
 		return GemmScratch(p.M, p.XLow)
 	}
@@ -187,7 +206,8 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		// each on the tensor cores (rounded, a 64-token chunk's argmax
 		// left both fp32's and eager's at a near tie).
 		return Plan{M: M, K: K, ElemBytes: esz, PageBytes: GemmPageRows * GemmCols * esz, Split: K / GemmCols, Gemm: true,
-			Cols: GemmCols, XLow: op.LinearX().Size() > esz, RowStride: w.Strides[0]}, true
+			Wgmma: op.Attr.Wgmma && w.DType() == ir.BF16, Cols: GemmCols, XLow: op.LinearX().Size() > esz,
+			RowStride: w.Strides[0]}, true
 	}
 	if w2, ok := op.PairWeight(); ok { // both weights stream alike, x in registers
 		p, ok := regPlan(M, K, esz)

@@ -92,6 +92,9 @@ type Options struct {
 	// Gemm streams a Linear whose x has 32 rows or more (a prompt chunk) a
 	// block of K at a time, its weights read once (lower.Config).
 	Gemm bool `json:"gemm"`
+	// Wgmma runs those GEMM streams with bf16 weights on wgmma (Hopper)
+	// instead of mma.sync (lower.Config).
+	Wgmma bool `json:"wgmma"`
 	// CoarseEvents makes an op whose tasks wait on overlapping sets of
 	// producer tasks (each producer in more than 2 of them on average) wait
 	// on their union: one event, and no relay tasks fanning a producer out

@@ -250,7 +250,9 @@ def build_module_info(sources: Mapping[str, str], arch: str | None = None,
         try:
             for name, text in sources.items():
                 (tmp / name).write_text(text)
-            nvcc_s = _run_nvcc(cmd, tmp, root, key)
+            nvcc_s, log = _run_nvcc(cmd, tmp, root, key)
+            # ptxas's remarks (e.g. C7510: wgmma serialised) are kept beside the module.
+            (tmp / "nvcc.log").write_text(log)
             (tmp / SIDECAR).write_text(_sha256_file(tmp / MODULE_SO) + "\n")
             (tmp / "command.txt").write_text(" ".join(cmd) + "\n")
             if entry.exists():  # a corrupted or truncated entry: move it aside, then drop it
@@ -264,7 +266,8 @@ def build_module_info(sources: Mapping[str, str], arch: str | None = None,
     return BuildInfo(entry / MODULE_SO, key, False, nvcc_s, cmd)
 
 
-def _run_nvcc(cmd: list[str], cwd: Path, root: Path, key: str) -> float:
+def _run_nvcc(cmd: list[str], cwd: Path, root: Path, key: str) -> tuple[float, str]:
+    """Runs nvcc in cwd; returns its seconds and output."""
     timeout = float(os.environ.get("MPK_NVCC_TIMEOUT", "1800"))
     t0 = time.perf_counter()
     try:
@@ -284,7 +287,7 @@ def _run_nvcc(cmd: list[str], cwd: Path, root: Path, key: str) -> float:
         raise BuildError(f"nvcc failed (exit {r.returncode}) on the generated module:\n{tail}",
                          hint=f"sources and the full log are in {kept}; command: {' '.join(cmd)}",
                          kind="build")
-    return dt
+    return dt, r.stdout + r.stderr
 
 
 # --------------------------------------------------------------------------

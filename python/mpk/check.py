@@ -382,6 +382,9 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gemm", dest="gemm", action="store_false",
                    help="turn off option gemm: a Linear whose x has 32 rows or more (a prompt chunk) then runs as a "
                         "tile stream, slices of K or blocks of rows")
+    p.add_argument("--wgmma", dest="wgmma", action="store_true",
+                   help="turn on option wgmma: those GEMM streams with bf16 weights multiply on Hopper's wgmma "
+                        "instead of mma.sync (off until checked on the GPU)")
     p.add_argument("--no-coarse-events", dest="coarse_events", action="store_false",
                    help="turn off option coarse_events: every task then waits on exactly the producer tasks it reads, "
                         "through empty relay tasks where a producer feeds many sets")
@@ -400,7 +403,7 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
 
 def lowering_options(a: argparse.Namespace) -> dict:
     return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm,
-            "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
+            "wgmma": a.wgmma, "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
             "kv_pages": a.kv_pages}
 
 
