@@ -402,26 +402,6 @@ void summarize_trace(const Setup& s, const Trace* d_trace, int workers) {
   (void)workers;
 }
 
-double copy_bandwidth() {
-  const size_t n = 1ull << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, n));
-  CK(cudaMalloc(&b, n));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-  CK(cudaEventRecord(e0));
-  for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-  CK(cudaEventRecord(e1));
-  CK(cudaEventSynchronize(e1));
-  float ms;
-  CK(cudaEventElapsedTime(&ms, e0, e1));
-  CK(cudaFree(a));
-  CK(cudaFree(b));
-  return 2.0 * n * 10 / (ms / 1e3);
-}
-
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IONBF, 0);
   const std::string model = argc > 1 ? argv[1] : "llama-3.2-1b";

@@ -276,26 +276,6 @@ __global__ void fill_random(bf16* w, float* x, int64_t nw, int64_t nx, uint32_t 
   }
 }
 
-double copy_bandwidth() {
-  const size_t n = 1ull << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, n));
-  CK(cudaMalloc(&b, n));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-  CK(cudaEventRecord(e0));
-  for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-  CK(cudaEventRecord(e1));
-  CK(cudaEventSynchronize(e1));
-  float ms;
-  CK(cudaEventElapsedTime(&ms, e0, e1));
-  CK(cudaFree(a));
-  CK(cudaFree(b));
-  return 2.0 * n * 10 / (ms / 1e3);
-}
-
 // rel_err of matrix i's output against the reference.
 double rel_err(const Problem& pb, int i, float* ref) {
   const int64_t n = (int64_t)pb.M * pb.N;
