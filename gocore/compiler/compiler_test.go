@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"mpk/gocore/ir"
 	"mpk/gocore/wire"
 )
 
@@ -140,6 +141,77 @@ func TestDefaultOptionsAtScale(t *testing.T) {
 		// qwen3-8b at batch 16 78,550 of 156,160); with it 9-13%.
 		if s.EmptyTasks*5 > s.Tasks {
 			t.Errorf("%s: %d of %d tasks are empty relays, want under a fifth", c.file, s.EmptyTasks, s.Tasks)
+		}
+	}
+}
+
+// TestWeightAffinity: a 320-token chunk's Linears run as 5 blocks of 64
+// rows (split_rows), and the tasks of every block that read the same weight
+// rows sit on one worker (tgraph.Schedule), so the rows come from HBM once;
+// the workers' shares of Linear tasks stay within a block group of even; at
+// decode no two tasks read the same rows.
+func TestWeightAffinity(t *testing.T) {
+	for _, workers := range []int{16, 132} {
+		req := loadRequest(t, "wide-llama-prefill320.json.zst")
+		req.Options.NumWorkers = workers
+		comp, err := Compile(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type rows struct {
+			buf, offset, lo, hi int64
+		}
+		readers := map[rows]map[int]bool{}
+		perWorker := make([]int, workers)
+		linears, group := 0, 0
+		for _, task := range comp.Tasks.Tasks {
+			if task.Op < 0 {
+				continue
+			}
+			op := comp.Ops.Ops[task.Op]
+			if op.Kind != ir.Linear {
+				continue
+			}
+			perWorker[task.Worker]++
+			linears++
+			if op.In[1].Buf.Kind != ir.Input {
+				continue
+			}
+			r := rows{int64(op.In[1].Buf.ID), op.In[1].Offset, task.Box.Lo[1], task.Box.Hi[1]}
+			if readers[r] == nil {
+				readers[r] = map[int]bool{}
+			}
+			readers[r][task.Worker] = true
+		}
+		counts := map[int]int{}
+		for _, task := range comp.Tasks.Tasks {
+			if task.Affinity > 0 {
+				counts[task.Affinity]++
+				group = max(group, counts[task.Affinity])
+			}
+		}
+		if group < 2 {
+			t.Fatalf("workers=%d: no task shares its weight rows: the chunk was not cut into blocks of rows", workers)
+		}
+		for r, ws := range readers {
+			if len(ws) != 1 {
+				t.Errorf("workers=%d: weight rows %v are read on %d workers, want 1", workers, r, len(ws))
+			}
+		}
+		even := (linears + workers - 1) / workers
+		for w, n := range perWorker {
+			if n > even+group {
+				t.Errorf("workers=%d: worker %d runs %d Linear tasks, an even share is %d (blocks of %d)", workers, w, n, even, group)
+			}
+		}
+	}
+	dec, err := Compile(loadRequest(t, "qwen3-0.6b-decode.json.zst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, task := range dec.Tasks.Tasks {
+		if task.Affinity != 0 {
+			t.Fatalf("decode: task %d (%s) has weight affinity %d", i, dec.Tasks.Name(i), task.Affinity)
 		}
 	}
 }

@@ -28,7 +28,40 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 			tg.Tasks = append(tg.Tasks, t)
 		}
 	}
+	weightAffinity(g, tg)
 	return tg
+}
+
+// weightAffinity gives the Linear tasks that read the same rows of the same
+// weight (the blocks of rows lower's splitLinearRows cut) one affinity key
+// each (tgraph.Schedule keeps them on one worker).
+func weightAffinity(g *ir.Graph, tg *tgraph.Graph) {
+	type rows struct {
+		buf, offset, k, lo, hi int64
+	}
+	byRows := map[rows][]*tgraph.Task{}
+	var order []rows
+	for _, t := range tg.Tasks {
+		op := g.Ops[t.Op]
+		if op.Kind != ir.Linear || op.In[1].Rank() != 2 || op.Out.Rank() != 2 || op.In[1].Buf.Kind != ir.Input {
+			continue
+		}
+		w := op.In[1]
+		r := rows{int64(w.Buf.ID), w.Offset, w.Shape[1], t.Box.Lo[1], t.Box.Hi[1]}
+		if _, ok := byRows[r]; !ok {
+			order = append(order, r)
+		}
+		byRows[r] = append(byRows[r], t)
+	}
+	key := 0
+	for _, r := range order {
+		if ts := byRows[r]; len(ts) > 1 {
+			key++
+			for _, t := range ts {
+				t.Affinity = key
+			}
+		}
+	}
 }
 
 // decodeAttentionTiles cuts decode attention's partials [B, Splits, H, 1,

@@ -51,6 +51,10 @@ type Task struct {
 	// Order is the position of Op in the sequential program (empty tasks take
 	// the order of the op they serve); conflicting accesses must follow it.
 	Order int
+	// Affinity > 0: the tasks with this key read the same weight rows (a
+	// Linear cut into blocks of x's rows), and Schedule keeps them on one
+	// worker. 0: no other task reads them.
+	Affinity int
 }
 
 // Event is a counter: it is ready when Needed producer tasks have triggered it.
