@@ -77,17 +77,6 @@ def test_export_small_graph(fake_core):
     assert len(out) == 3
 
 
-def test_symbolic_shapes_rejected(fake_core):
-    def f(x):
-        return x * 2
-
-    with pytest.raises(Exception) as ei:
-        with torch.no_grad():
-            torch.compile(f, backend=backend.mpk_backend, options={"target": "reference"},
-                          dynamic=True)(torch.randn(4, 3))
-    assert "dynamic=False" in str(ei.value)
-
-
 def test_unknown_option(fake_core):
     with pytest.raises(Exception) as ei:
         torch.compile(lambda x: x + 1, backend=backend.mpk_backend,

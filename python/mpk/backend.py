@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
-from . import build, export, graph_cache, savable
+from . import build, export, graph_cache, savable, specialize
 from .compiled import CompiledGraph
 from .errors import MpkError
 from .targets import compile_request
@@ -30,7 +30,9 @@ _ON_BY_DEFAULT = ("split_rows", "prefill_rows", "split_k", "gemm", "coarse_event
 # it aborts and the call raises), on_compile (a function called with each
 # compiled callable: the handle to its summary, module and timings; never
 # stored with the compile).
-_FRONT_OPTIONS = ("poison", "sync", "build_only", "wait_budget_ms", "on_compile")
+# max_shapes: how many static compiles a graph with dynamic shapes may make,
+# one per concrete shape (specialize.py); calls of further shapes run eagerly.
+_FRONT_OPTIONS = ("poison", "sync", "build_only", "wait_budget_ms", "on_compile", "max_shapes")
 
 def resolve_options(options: dict | None) -> dict:
     """Checks user options and fills defaults; returns the wire options plus front-end keys."""
@@ -68,9 +70,12 @@ def resolve_options(options: dict | None) -> dict:
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise MpkError(f"option wait_budget_ms={budget!r}: want a positive number of milliseconds",
                        kind="bad_request")
+    max_shapes = opts.get("max_shapes", specialize.DEFAULT_LIMIT)
+    if isinstance(max_shapes, bool) or not isinstance(max_shapes, int) or max_shapes < 1:
+        raise MpkError(f"option max_shapes={max_shapes!r}: want a positive number of shapes", kind="bad_request")
     return {"wire": wire, "poison": bool(opts.get("poison", target == "reference")),
             "sync": bool(opts.get("sync", False)), "build_only": bool(opts.get("build_only", False)),
-            "wait_budget_ms": float(budget)}
+            "wait_budget_ms": float(budget), "max_shapes": max_shapes}
 
 
 def _input_names_and_kinds(gm: torch.fx.GraphModule) -> tuple[list[str], list[str]]:
@@ -144,17 +149,27 @@ def _mpk_backend(gm, example_inputs, options, mode, **kwargs):
         raise MpkError("the build_only option cannot be precompiled (it runs the graph eagerly)",
                        kind="bad_request")
 
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
-                isinstance(s, torch.SymInt) for s in x.shape)):
-            raise export.ExportError(
-                f"graph input {i} has a dynamic shape; mpk compiles static shapes only",
-                hint="compile with torch.compile(model, backend='mpk', dynamic=False)")
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
                                        for x in example_inputs):
         raise MpkError("mpk compiles inference only, but this call would need gradients",
                        hint="run the compiled model under torch.no_grad() or torch.inference_mode()",
                        kind="bad_request")
+    if specialize.is_dynamic(gm, example_inputs):
+        if savable.saving():
+            raise MpkError("a graph with dynamic shapes cannot be precompiled (mpk compiles one module a shape)",
+                           hint="precompile with the shapes fixed (mpk.precompile traces with dynamic=False)",
+                           kind="bad_request")
+
+        def compile_static(static_gm, inputs):
+            # At call time, outside Dynamo: a tracing context of static fake
+            # tensors gives AOTAutograd somewhere to leave its metadata, so
+            # graph_cache.trivial_wrapper can drop its run-time wrapper.
+            from torch._guards import TracingContext, tracing
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            with tracing(TracingContext(FakeTensorMode())):
+                return _mpk_backend(static_gm, inputs, options, mode)
+
+        return specialize.Specializing(gm, example_inputs, compile_static, limit=opts["max_shapes"])
 
     names, kinds = _input_names_and_kinds(gm)
     lifted = [t for _, t in (*gm.named_parameters(remove_duplicate=False),

@@ -1,0 +1,136 @@
+"""Graphs with dynamic shapes (python/mpk/specialize.py): torch.compile's
+default (dynamic=None) hands mpk a graph with symbolic sizes once a size
+changes between calls, as a prompt and its decode steps do; dynamic=True does
+so from the first call. Each concrete shape gets a static compile of its own,
+made on first use, and later calls of that shape reuse it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mpk import check, specialize
+from mpk.errors import MpkError
+
+REL = 1e-4  # float32 on the reference target against eager
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12)).item()
+
+
+def _generate(step, model, chunks):
+    """Feeds the token chunks through `step` over a fresh StaticCache; each
+    call's logits, and the cache's keys and values at the end."""
+    from transformers import StaticCache
+    cache = StaticCache(config=model.config, max_cache_len=64)
+    logits = []
+    with torch.no_grad():
+        for ids in chunks:
+            logits.append(step(input_ids=ids, past_key_values=cache, use_cache=True).logits)
+    return logits, [t for layer in cache.layers for t in (layer.keys, layer.values)]
+
+
+def test_prompt_then_decode_under_the_default_dynamic(core_lib, fresh_dynamo):
+    """A prompt of 8, three decode steps, a chunk of 4, a step, another chunk
+    of 4, under torch.compile's default: the decode graph Dynamo recompiles
+    with symbolic sizes is compiled once for its one shape, each chunk length
+    once; logits and cache match eager's."""
+    check.ensure_backend_registered()
+    model, _ = check.decode_setup("tiny-llama", 0, dtype=torch.float32, device="cpu")
+    ids = torch.randint(0, model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(1))
+    # Slices of one tensor, as a generate loop passes them (storage offsets differ).
+    chunks = [ids[:, :8], ids[:, 8:9], ids[:, 9:10], ids[:, 10:11], ids[:, 11:15], ids[:, 15:16], ids[:, 16:20]]
+    want, want_cache = _generate(model, model, chunks)
+    compiled = []
+    step = torch.compile(model, backend="mpk", options={"target": "reference", "on_compile": compiled.append})
+    got, got_cache = _generate(step, model, chunks)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape and _rel(g, w) < REL, (i, _rel(g, w))
+    for g, w in zip(got_cache, want_cache):
+        assert _rel(g, w) < REL
+    rows = sorted(f.inputs[next(i for i, n in enumerate(f.display_names) if "input_ids" in n)]["meta"]["shape"][1]
+                  for f in compiled)
+    assert rows == [1, 4, 8], rows  # the prompt, one decode step, one chunk of 4
+
+
+def test_sliding_window_cache_under_the_default_dynamic(core_lib, fresh_dynamo):
+    """A sliding-window cache keeps its position in a Python int: the graph
+    takes it as a symbolic argument and returns the next one. Each step's
+    value is a shape of its own (a compile each), and the int the graph
+    returns, worked out at compile time, keeps the cache's position right
+    across the window's end (16): every step matches eager."""
+    check.ensure_backend_registered()
+    model, _ = check.decode_setup("tiny-mistral-sw", 0, dtype=torch.float32, device="cpu")
+    assert model.config.sliding_window == 16
+    ids = torch.randint(0, model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(2))
+    chunks = [ids[:, :8]] + [ids[:, i:i + 1] for i in range(8, 22)]
+    want, want_cache = _generate(model, model, chunks)
+    step = torch.compile(model, backend="mpk", options={"target": "reference", "max_shapes": 32})
+    got, got_cache = _generate(step, model, chunks)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert _rel(g, w) < REL, (i, _rel(g, w))
+    for g, w in zip(got_cache, want_cache):
+        assert _rel(g, w) < REL
+
+
+def test_dynamic_true_compiles_each_shape_once(core_lib, fresh_dynamo):
+    """dynamic=True: symbolic sizes from the first call; a size the graph uses
+    as a value (x.shape[0]) is written into each static compile."""
+    def f(x, w):
+        return torch.relu(x @ w) * x.shape[0] + x.sum(0)
+
+    compiled = []
+    step = torch.compile(f, backend="mpk", dynamic=True,
+                         options={"target": "reference", "on_compile": compiled.append})
+    w = torch.randn(6, 6)
+    with torch.no_grad():
+        for rows in (4, 5, 4, 7, 5):
+            x = torch.randn(rows, 6)
+            assert _rel(step(x, w), f(x, w)) < REL, rows
+    assert sorted(c.inputs[0]["meta"]["shape"][0] for c in compiled) == [4, 5, 7]
+
+
+def test_past_max_shapes_the_graph_runs_eagerly(core_lib, fresh_dynamo):
+    """Past max_shapes static compiles, calls of a new shape run the graph
+    eagerly (a warning, once) and still compute the same function."""
+    def f(x):
+        return torch.tanh(x) * 2 + 1
+
+    compiled = []
+    step = torch.compile(f, backend="mpk", dynamic=True,
+                         options={"target": "reference", "on_compile": compiled.append, "max_shapes": 2})
+    with torch.no_grad():
+        for rows in (2, 3):
+            x = torch.randn(rows, 4)
+            assert _rel(step(x), f(x)) < REL
+        with pytest.warns(UserWarning, match="max_shapes"):
+            x = torch.randn(5, 4)
+            assert _rel(step(x), f(x)) < REL
+        x = torch.randn(6, 4)
+        assert _rel(step(x), f(x)) < REL
+        x = torch.randn(3, 4)
+        assert _rel(step(x), f(x)) < REL  # a compiled shape still runs its module
+    assert len(compiled) == 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "8"])
+def test_max_shapes_must_be_a_positive_count(bad, core_lib, fresh_dynamo):
+    step = torch.compile(lambda x: x + 1, backend="mpk", dynamic=True,
+                         options={"target": "reference", "max_shapes": bad})
+    with pytest.raises(MpkError, match="max_shapes"):
+        step(torch.randn(3))
+
+
+def test_with_values_writes_the_scalars_in():
+    """The static graph: the symbolic placeholders gone, their uses constants,
+    and nothing left of Dynamo's symbolic record on the other placeholders."""
+    g = torch.fx.Graph()
+    n, x = g.placeholder("n"), g.placeholder("x")
+    x.meta["example_value"] = "symbolic"
+    g.output(g.call_function(torch.mul, (x, n)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    static = specialize.with_values(gm, {0: 3})
+    assert [p.name for p in static.graph.nodes if p.op == "placeholder"] == ["x"]
+    assert all("example_value" not in p.meta for p in static.graph.nodes)
+    assert torch.equal(static(torch.ones(2)), torch.full((2,), 3.0))
