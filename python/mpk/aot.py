@@ -219,7 +219,25 @@ def load(model: torch.nn.Module, path: str, check_guards: bool = True) -> Precom
     except MpkError:
         raise
     except Exception as e:  # unpickling, imports and torch's compatibility checks raise many kinds
+        hint = (f"precompile it again with this torch ({torch.__version__}; it was saved "
+                f"with {header.get('torch')}), mpk and GPU")
+        if _in_guard_rebuild(e):
+            # torch saves the key order of the global dicts a trace iterated,
+            # whatever the guard filter says; HF's registry of the model
+            # classes a process has used is one.
+            hint = ("its guards could not be rebuilt here: they can refer to the state of the process that "
+                    "saved it (e.g. Hugging Face's registry of the model classes that process had used); "
+                    "precompile in a process that has built or run no other model")
         raise MpkError(f"cannot load the precompiled step {path}: {type(e).__name__}: {e}",
-                       hint=f"precompile it again with this torch ({torch.__version__}; it was saved "
-                            f"with {header.get('torch')}), mpk and GPU", kind="bad_request") from e
+                       hint=hint, kind="bad_request") from e
     return Precompiled(model, fn, graphs, check_guards=check_guards)
+
+
+def _in_guard_rebuild(e: BaseException) -> bool:
+    """Whether e was raised while torch rebuilt a loaded step's guards."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "load_guard_manager":
+            return True
+        tb = tb.tb_next
+    return False
