@@ -151,9 +151,21 @@ func TestDefaultOptionsAtScale(t *testing.T) {
 // the workers' shares of Linear tasks stay within a block group of even; at
 // decode no two tasks read the same rows.
 func TestWeightAffinity(t *testing.T) {
+	off := loadRequest(t, "wide-llama-prefill320.json.zst")
+	off.Options.WeightAffinity = false
+	plain, err := Compile(off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, task := range plain.Tasks.Tasks {
+		if task.Affinity != 0 {
+			t.Fatalf("weight_affinity off: task %d (%s) has weight affinity %d", i, plain.Tasks.Name(i), task.Affinity)
+		}
+	}
 	for _, workers := range []int{16, 132} {
 		req := loadRequest(t, "wide-llama-prefill320.json.zst")
 		req.Options.NumWorkers = workers
+		req.Options.WeightAffinity = true
 		comp, err := Compile(req)
 		if err != nil {
 			t.Fatal(err)
@@ -205,7 +217,9 @@ func TestWeightAffinity(t *testing.T) {
 			}
 		}
 	}
-	dec, err := Compile(loadRequest(t, "qwen3-0.6b-decode.json.zst"))
+	decode := loadRequest(t, "qwen3-0.6b-decode.json.zst")
+	decode.Options.WeightAffinity = true
+	dec, err := Compile(decode)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,9 @@ var passes = []pass{
 	}},
 	{"decompose", func(c *Compiled, _ *wire.Request) *wire.Error {
 		c.Tasks = decompose.Decompose(c.Ops, c.Options.NumWorkers)
+		if c.Options.WeightAffinity {
+			decompose.WeightAffinity(c.Ops, c.Tasks)
+		}
 		return nil
 	}},
 	{"depend", func(c *Compiled, _ *wire.Request) *wire.Error {

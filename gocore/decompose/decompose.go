@@ -28,14 +28,13 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 			tg.Tasks = append(tg.Tasks, t)
 		}
 	}
-	weightAffinity(g, tg)
 	return tg
 }
 
-// weightAffinity gives the Linear tasks that read the same rows of the same
+// WeightAffinity gives the Linear tasks that read the same rows of the same
 // weight (the blocks of rows lower's splitLinearRows cut) one affinity key
 // each (tgraph.Schedule keeps them on one worker).
-func weightAffinity(g *ir.Graph, tg *tgraph.Graph) {
+func WeightAffinity(g *ir.Graph, tg *tgraph.Graph) {
 	type rows struct {
 		buf, offset, k, lo, hi int64
 	}

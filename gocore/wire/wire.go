@@ -111,6 +111,10 @@ type Options struct {
 	// its K and V chunks from the weight ring, streamed there by the
 	// loader ahead of the attention's inputs (lower.Config).
 	KVPages bool `json:"kv_pages"`
+	// WeightAffinity schedules the blocks of rows of a prompt chunk's Linear
+	// that read the same weight rows on one worker, one after another, so
+	// the rows come from HBM once (decompose.WeightAffinity).
+	WeightAffinity bool `json:"weight_affinity"`
 }
 
 type Graph struct {
