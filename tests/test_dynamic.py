@@ -134,3 +134,27 @@ def test_with_values_writes_the_scalars_in():
     assert [p.name for p in static.graph.nodes if p.op == "placeholder"] == ["x"]
     assert all("example_value" not in p.meta for p in static.graph.nodes)
     assert torch.equal(static(torch.ones(2)), torch.full((2,), 3.0))
+
+
+@pytest.mark.gpu
+def test_cuda_prompt_then_decode_under_the_default_dynamic(core_lib, fresh_dynamo):
+    """The same on the GPU, in float32 with TF32 off (docs/architecture.md:
+    1e-3 against eager): one module for the decode steps, one a prompt length."""
+    check.ensure_backend_registered()
+    model, _ = check.decode_setup("tiny-llama", 0, dtype=torch.float32, device="cuda")
+    ids = torch.randint(0, model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(3)).cuda()
+    chunks = [ids[:, :8], ids[:, 8:9], ids[:, 9:10], ids[:, 10:14], ids[:, 14:15]]
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        want, want_cache = _generate(model, model, chunks)
+        compiled = []
+        step = torch.compile(model, backend="mpk", options={"target": "cuda", "on_compile": compiled.append})
+        got, got_cache = _generate(step, model, chunks)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert _rel(g, w) < 1e-3, (i, _rel(g, w))
+    for g, w in zip(got_cache, want_cache):
+        assert _rel(g, w) < 1e-3
+    assert len(compiled) == 3  # 8 rows, 1, 4
