@@ -68,7 +68,8 @@ func TestGenerateCUDA(t *testing.T) {
 }
 
 // TestDefaultOptionsAtScale compiles real models' batched and prompt-chunk steps for cuda
-// with the default options (split_rows, prefill_rows, split_k, gemm, coarse_events on):
+// with the default options (split_rows, prefill_rows, split_k, gemm, coarse_events,
+// weight_affinity on):
 // each must lower, validate and generate code within the task ABI (qwen3-8b
 // at batch 16 once cut its down projection into 8 slices whose sum read 9
 // inputs, which codegen refused), its down projections cut along K into
@@ -84,7 +85,7 @@ func checkWgmma(t *testing.T, file string, comp *Compiled) {
 	req := loadRequest(t, file)
 	req.Options.Target, req.Options.NumWorkers = "cuda", 132
 	req.Options.SplitRows, req.Options.PrefillRows, req.Options.SplitK, req.Options.Gemm = true, true, true, true
-	req.Options.CoarseEvents, req.Options.Wgmma = true, true
+	req.Options.CoarseEvents, req.Options.Wgmma, req.Options.WeightAffinity = true, true, true
 	wg, err := Compile(req)
 	if err != nil {
 		t.Fatalf("%s with wgmma: %v", file, err)
@@ -121,7 +122,7 @@ func TestDefaultOptionsAtScale(t *testing.T) {
 		req := loadRequest(t, c.file)
 		req.Options.Target, req.Options.NumWorkers = "cuda", 132
 		req.Options.SplitRows, req.Options.PrefillRows, req.Options.SplitK, req.Options.Gemm = true, true, true, true
-		req.Options.CoarseEvents = true
+		req.Options.CoarseEvents, req.Options.WeightAffinity = true, true
 		comp, err := Compile(req)
 		if err != nil {
 			t.Fatalf("%s: %v", c.file, err)
