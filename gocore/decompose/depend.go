@@ -28,25 +28,35 @@ func Depend(tg *tgraph.Graph) [][]int {
 	for b, ops := range writerOps {
 		trackReads[b] = len(ops) > 1 || len(ops) == 1 && tg.Buffers[b].Input
 	}
-	type access struct {
-		task int
-		ivs  []tgraph.Interval
+	writes := make([]*accessIndex, len(tg.Buffers))
+	reads := make([]*accessIndex, len(tg.Buffers))
+	for b, info := range tg.Buffers {
+		if writerOps[b] != nil {
+			writes[b] = newAccessIndex(info.Numel)
+			if trackReads[b] {
+				reads[b] = newAccessIndex(info.Numel)
+			}
+		}
 	}
-	writes := make([][]access, len(tg.Buffers))
-	reads := make([][]access, len(tg.Buffers))
 	preds := make([][]int, len(tg.Tasks))
 	seen := make([]int, len(tg.Tasks)) // seen[p] == t+1: p already a predecessor of t
+	var hits []int32
 	for _, t := range tg.Tasks {
-		add := func(hs []access, ivs []tgraph.Interval) {
-			for _, h := range hs {
-				if tg.Tasks[h.task].Op != t.Op && seen[h.task] != t.ID+1 && tgraph.Overlaps(h.ivs, ivs) {
-					seen[h.task] = t.ID + 1
-					preds[t.ID] = append(preds[t.ID], h.task)
+		add := func(x *accessIndex, ivs []tgraph.Interval) {
+			if x == nil {
+				return
+			}
+			hits = x.overlapping(ivs, hits[:0])
+			for _, h := range hits {
+				p := x.tasks[h]
+				if tg.Tasks[p].Op != t.Op && seen[p] != t.ID+1 {
+					seen[p] = t.ID + 1
+					preds[t.ID] = append(preds[t.ID], p)
 				}
 			}
 		}
 		for _, a := range t.Reads {
-			if writerOps[a.Buf] != nil && !a.Fresh { // a Fresh read never reads what the launch writes
+			if !a.Fresh { // a Fresh read never reads what the launch writes
 				add(writes[a.Buf], a.Ivs)
 			}
 		}
@@ -55,15 +65,87 @@ func Depend(tg *tgraph.Graph) [][]int {
 			add(reads[a.Buf], a.Ivs)
 		}
 		for _, a := range t.Reads {
-			if trackReads[a.Buf] && !a.Fresh {
-				reads[a.Buf] = append(reads[a.Buf], access{t.ID, a.Ivs})
+			if reads[a.Buf] != nil && !a.Fresh {
+				reads[a.Buf].insert(t.ID, a.Ivs)
 			}
 		}
 		for _, a := range t.Writes {
-			writes[a.Buf] = append(writes[a.Buf], access{t.ID, a.Ivs})
+			writes[a.Buf].insert(t.ID, a.Ivs)
 		}
 	}
 	return preds
+}
+
+// accessIndex holds the accesses made so far to one buffer, filed under the
+// buckets of 2^shift elements their intervals touch, so that finding those
+// that overlap a new access looks only at the ones sharing a bucket with it.
+// (Checking every pair took 13 of a 17 s compile of a 512-token chunk of
+// llama-3.2-1b: its RoPE'd queries have 1,024 writer and 1,024 reader tasks
+// a layer, each 64 strided rows of one head.)
+type accessIndex struct {
+	shift   uint
+	buckets [][]int32 // bucket → the accesses with an interval in it, in order
+	tasks   []int     // access → its task
+	ivs     [][]tgraph.Interval
+	stamp   []int32 // access → the last query that looked at it, plus one
+	queries int32
+}
+
+// indexBuckets bounds a buffer's buckets (and so each access's filings).
+const indexBuckets = 4096
+
+func newAccessIndex(numel int64) *accessIndex {
+	x := &accessIndex{}
+	for numel>>x.shift > indexBuckets {
+		x.shift++
+	}
+	x.buckets = make([][]int32, numel>>x.shift+1)
+	return x
+}
+
+// span is the buckets [lo, hi] an interval touches, clamped to the buffer
+// (an access past its end lands in the last bucket; the validator refuses it).
+func (x *accessIndex) span(iv tgraph.Interval) (int64, int64) {
+	last := int64(len(x.buckets) - 1)
+	lo, hi := iv.Lo>>x.shift, (iv.Hi-1)>>x.shift
+	return min(max(lo, 0), last), min(max(hi, 0), last)
+}
+
+func (x *accessIndex) insert(task int, ivs []tgraph.Interval) {
+	a := int32(len(x.tasks))
+	x.tasks = append(x.tasks, task)
+	x.ivs = append(x.ivs, ivs)
+	x.stamp = append(x.stamp, 0)
+	for _, iv := range ivs {
+		lo, hi := x.span(iv)
+		for b := lo; b <= hi; b++ {
+			if n := len(x.buckets[b]); n == 0 || x.buckets[b][n-1] != a {
+				x.buckets[b] = append(x.buckets[b], a)
+			}
+		}
+	}
+}
+
+// overlapping appends to out the accesses whose intervals overlap ivs, in
+// the order they were made (as a scan of them all would find them).
+func (x *accessIndex) overlapping(ivs []tgraph.Interval, out []int32) []int32 {
+	x.queries++
+	for _, iv := range ivs {
+		lo, hi := x.span(iv)
+		for b := lo; b <= hi; b++ {
+			for _, a := range x.buckets[b] {
+				if x.stamp[a] == x.queries {
+					continue
+				}
+				x.stamp[a] = x.queries
+				if tgraph.Overlaps(x.ivs[a], ivs) {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Reduce drops dependencies implied by others: p → t is redundant when every
