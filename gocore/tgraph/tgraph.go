@@ -6,8 +6,9 @@
 package tgraph
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // None marks an absent event (no wait, no trigger).
@@ -138,7 +139,7 @@ func Overlaps(a, b []Interval) bool {
 // NormalizeIntervals sorts and merges intervals in place, dropping empty ones.
 func NormalizeIntervals(ivs []Interval) []Interval {
 	out := ivs[:0]
-	sort.Slice(ivs, func(i, j int) bool { return ivs[i].Lo < ivs[j].Lo })
+	slices.SortFunc(ivs, func(a, b Interval) int { return cmp.Compare(a.Lo, b.Lo) })
 	for _, iv := range ivs {
 		if iv.Hi <= iv.Lo {
 			continue
