@@ -152,25 +152,29 @@ func TestDefaultOptionsAtScale(t *testing.T) {
 // the workers' shares of Linear tasks stay within a block group of even; at
 // decode no two tasks read the same rows.
 func TestWeightAffinity(t *testing.T) {
-	off := loadRequest(t, "wide-llama-prefill320.json.zst")
-	off.Options.WeightAffinity = false
-	plain, err := Compile(off)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, task := range plain.Tasks.Tasks {
-		if task.Affinity != 0 {
-			t.Fatalf("weight_affinity off: task %d (%s) has weight affinity %d", i, plain.Tasks.Name(i), task.Affinity)
+	compile := func(file string, workers int, on bool) *Compiled {
+		req := loadRequest(t, file)
+		if workers > 0 {
+			req.Options.NumWorkers = workers
 		}
-	}
-	for _, workers := range []int{16, 132} {
-		req := loadRequest(t, "wide-llama-prefill320.json.zst")
-		req.Options.NumWorkers = workers
-		req.Options.WeightAffinity = true
+		req.Options.WeightAffinity = on
 		comp, err := Compile(req)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", file, err)
 		}
+		return comp
+	}
+	noKeys := func(what string, comp *Compiled) {
+		for i, task := range comp.Tasks.Tasks {
+			if task.Affinity != 0 {
+				t.Fatalf("%s: task %d (%s) has weight affinity %d", what, i, comp.Tasks.Name(i), task.Affinity)
+			}
+		}
+	}
+	noKeys("weight_affinity off", compile("wide-llama-prefill320.json.zst", 0, false))
+	noKeys("decode", compile("qwen3-0.6b-decode.json.zst", 0, true))
+	for _, workers := range []int{16, 132} {
+		comp := compile("wide-llama-prefill320.json.zst", workers, true)
 		type rows struct {
 			buf, offset, lo, hi int64
 		}
@@ -216,17 +220,6 @@ func TestWeightAffinity(t *testing.T) {
 			if n > even+group {
 				t.Errorf("workers=%d: worker %d runs %d Linear tasks, an even share is %d (blocks of %d)", workers, w, n, even, group)
 			}
-		}
-	}
-	decode := loadRequest(t, "qwen3-0.6b-decode.json.zst")
-	decode.Options.WeightAffinity = true
-	dec, err := Compile(decode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, task := range dec.Tasks.Tasks {
-		if task.Affinity != 0 {
-			t.Fatalf("decode: task %d (%s) has weight affinity %d", i, dec.Tasks.Name(i), task.Affinity)
 		}
 	}
 }
