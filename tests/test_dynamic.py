@@ -54,6 +54,32 @@ def test_prompt_then_decode_under_the_default_dynamic(core_lib, fresh_dynamo):
     assert rows == [1, 4, 8], rows  # the prompt, one decode step, one chunk of 4
 
 
+def test_generate_prompts_of_several_lengths(core_lib, fresh_dynamo):
+    """Hugging Face's recipe (a static cache, the forward compiled) for three
+    prompts of different lengths, as a server meets them: the second length
+    makes Dynamo retrace with a symbolic size, which failed before
+    specialize.py; now the tokens equal eager generate's, one compile a prompt
+    length and one for the decode step."""
+    check.ensure_backend_registered()
+    model, _ = check.decode_setup("tiny-llama", 0, dtype=torch.float32, device="cpu")
+    model.generation_config.pad_token_id = 0
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(1, model.config.vocab_size, (1, n), generator=g) for n in (7, 5, 9)]
+
+    def generate():
+        with torch.no_grad():
+            return [model.generate(p, max_new_tokens=6, do_sample=False, cache_implementation="static")
+                    for p in prompts]
+    want = generate()
+    compiled = []
+    model.forward = torch.compile(model.forward, backend="mpk",
+                                  options={"target": "reference", "on_compile": compiled.append})
+    got = generate()
+    for w, o in zip(want, got):
+        assert torch.equal(w, o), (w, o)
+    assert len(compiled) == 4, len(compiled)
+
+
 def test_sliding_window_cache_under_the_default_dynamic(core_lib, fresh_dynamo):
     """A sliding-window cache keeps its position in a Python int: the graph
     takes it as a symbolic argument and returns the next one. Each step's
