@@ -40,7 +40,8 @@ def test_export_small_graph(fake_core):
                               "round_intermediates": False, "split_rows": True,
                               "prefill_rows": True, "split_k": True, "gemm": True, "wgmma": False,
                               "coarse_events": True, "fresh_rows": True,
-                              "pair_linears": True, "kv_pages": True}
+                              "pair_linears": True, "kv_pages": True, "weight_affinity": True,
+                              "arena_reuse": True}
     g = req["graph"]
     kinds = [i["kind"] for i in g["inputs"]]
     assert kinds.count("param") == 1 and kinds.count("input") == 1 and kinds.count("buffer") == 1

@@ -3,9 +3,11 @@ package codegen
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
+	"mpk/gocore/arena"
 	"mpk/gocore/ir"
 	"mpk/gocore/stream"
 	"mpk/gocore/tgraph"
@@ -29,39 +31,30 @@ type layout struct {
 	arenaBytes int64
 }
 
-const arenaAlign = 256
-
-// newLayout places in the arena only the temporaries some op reads or
-// writes, in the order ops first touch them. Lowering leaves behind the
-// temporaries of the ops it fused away (HF's expanded K/V for GQA, their
-// fp32 copies: tens of MB a layer at a long cache, GBs in all), and a layer's
-// temporaries sit together rather than a dead gap apart.
-func newLayout(g *ir.Graph) layout {
-	l := layout{slot: map[*ir.Buffer]int{}, offset: map[*ir.Buffer]int64{}}
+// newLayout gives the inputs and outputs their slots and the temporaries
+// their arena offsets as package arena placed them (the compiler's arena
+// pass; a graph no pass placed is placed here, without sharing).
+func newLayout(g *ir.Graph, tg *tgraph.Graph) layout {
+	placed := len(tg.Buffers) == len(g.Buffers)
+	if placed {
+		placed = slices.ContainsFunc(tg.Buffers, func(b tgraph.BufInfo) bool { return b.InArena })
+	}
+	if !placed {
+		arena.Place(g, tg, false)
+	}
+	l := layout{slot: map[*ir.Buffer]int{}, offset: map[*ir.Buffer]int64{}, arenaBytes: tg.ArenaBytes}
 	nIn := len(g.Inputs)
 	l.arenaSlot = nIn + len(g.Outputs)
 	for _, b := range g.Buffers {
-		switch b.Kind {
-		case ir.Input:
+		switch info := tg.Buffers[b.ID]; {
+		case b.Kind == ir.Input:
 			l.slot[b] = b.Index
-		case ir.Output:
+		case b.Kind == ir.Output:
 			l.slot[b] = nIn + b.Index
+		case info.InArena:
+			l.slot[b] = l.arenaSlot
+			l.offset[b] = info.Arena / info.ElemBytes
 		}
-	}
-	place := func(v ir.View) {
-		b := v.Buf
-		if _, done := l.slot[b]; done || b.Kind != ir.Temp {
-			return
-		}
-		l.slot[b] = l.arenaSlot
-		l.offset[b] = l.arenaBytes / b.DType.Size()
-		l.arenaBytes += (b.Numel*b.DType.Size() + arenaAlign - 1) / arenaAlign * arenaAlign
-	}
-	for _, op := range g.Ops {
-		for _, v := range op.In {
-			place(v)
-		}
-		place(op.Out)
 	}
 	return l
 }
@@ -132,7 +125,7 @@ func wholeDecodeRows(op *ir.Op, b tgraph.Box) bool {
 // Generate emits module.cu for the task graph; trace makes the kernel record
 // per-task timestamps.
 func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
-	l := newLayout(g)
+	l := newLayout(g, tg)
 	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{},
 		kvs:     map[*ir.Op]kvStream{},
 		written: stream.Writers(g)}

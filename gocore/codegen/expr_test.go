@@ -123,7 +123,7 @@ func TestLayout(t *testing.T) {
 		{Kind: ir.Elementwise, In: []ir.View{flat(a)}, Out: flat(b)},
 		{Kind: ir.Elementwise, In: []ir.View{flat(b)}, Out: g.Outputs[0]},
 	}
-	l := newLayout(g)
+	l := newLayout(g, &tgraph.Graph{})
 	if l.arenaSlot != 3 || l.slot[in] != 0 || l.slot[in1] != 1 || l.slot[out] != 2 || l.slot[a] != 3 || l.slot[c] != 3 {
 		t.Errorf("slots %v, arena slot %d; want inputs 0,1, output 2, arena 3", l.slot, l.arenaSlot)
 	}

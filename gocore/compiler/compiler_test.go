@@ -1,12 +1,16 @@
 package compiler
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/tgraph"
+	"mpk/gocore/validate"
 	"mpk/gocore/wire"
 )
 
@@ -220,6 +224,70 @@ func TestWeightAffinity(t *testing.T) {
 			if n > even+group {
 				t.Errorf("workers=%d: worker %d runs %d Linear tasks, an even share is %d (blocks of %d)", workers, w, n, even, group)
 			}
+		}
+	}
+}
+
+// TestArenaReuse: with arena_reuse, temporaries whose tasks the events order
+// share arena bytes (package arena), and the validator accepts the result:
+// a prompt chunk's arena shrinks to a fraction (each layer's activations
+// take the bytes of the layer before); moving a temporary onto the bytes of
+// another that a task of the same op accesses is refused (shared-arena).
+func TestArenaReuse(t *testing.T) {
+	for _, c := range []struct {
+		file  string
+		ratio int64 // at least this much smaller
+	}{
+		{"wide-llama-prefill320.json.zst", 4},
+		{"scale/llama-3.2-1b-prefill64.json.zst", 10},
+		{"qwen3-0.6b-decode.json.zst", 10},
+		{"tiny-llama-decode.json", 2},
+	} {
+		arenas := map[bool]int64{}
+		var shared *Compiled
+		for _, reuse := range []bool{false, true} {
+			req := loadRequest(t, c.file)
+			req.Options.Target, req.Options.NumWorkers, req.Options.ArenaReuse = "cuda", 132, reuse
+			comp, err := Compile(req)
+			if err != nil {
+				t.Fatalf("%s arena_reuse=%v: %v", c.file, reuse, err)
+			}
+			arenas[reuse] = comp.Tasks.ArenaBytes
+			if reuse {
+				shared = comp
+			}
+		}
+		if arenas[true]*c.ratio > arenas[false] {
+			t.Errorf("%s: arena %d bytes with reuse, %d without; want %dx smaller", c.file, arenas[true], arenas[false], c.ratio)
+		}
+		// Two temporaries one op's tasks access, the second moved onto the first.
+		g := shared.Tasks
+		var a, b int = -1, -1
+		for _, task := range g.Tasks {
+			var temps []int
+			for _, set := range [2][]tgraph.Access{task.Reads, task.Writes} {
+				for _, x := range set {
+					if g.Buffers[x.Buf].InArena && !slices.Contains(temps, x.Buf) {
+						temps = append(temps, x.Buf)
+					}
+				}
+			}
+			if len(temps) >= 2 && g.Buffers[temps[1]].Numel*g.Buffers[temps[1]].ElemBytes <= g.ArenaBytes {
+				a, b = temps[0], temps[1]
+				break
+			}
+		}
+		if a < 0 {
+			t.Fatalf("%s: no task accesses two temporaries", c.file)
+		}
+		g.Buffers[b].Arena = g.Buffers[a].Arena / g.Buffers[b].ElemBytes * g.Buffers[b].ElemBytes
+		if end := g.Buffers[b].Arena + g.Buffers[b].Numel*g.Buffers[b].ElemBytes; end > g.ArenaBytes {
+			g.Buffers[b].Arena -= end - g.ArenaBytes
+		}
+		var ve *validate.Error
+		if err := validate.Check(g); !errors.As(err, &ve) || ve.Rule != "shared-arena" {
+			t.Errorf("%s: bufs %s and %s moved onto one another's bytes: Check = %v, want rule shared-arena",
+				c.file, g.Buffers[a].Name, g.Buffers[b].Name, err)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"mpk/gocore/arena"
 	"mpk/gocore/codegen"
 	"mpk/gocore/decompose"
 	"mpk/gocore/ir"
@@ -71,6 +72,10 @@ var passes = []pass{
 	}},
 	{"schedule", func(c *Compiled, _ *wire.Request) *wire.Error {
 		tgraph.Schedule(c.Tasks)
+		return nil
+	}},
+	{"arena", func(c *Compiled, _ *wire.Request) *wire.Error {
+		arena.Place(c.Ops, c.Tasks, c.Options.ArenaReuse)
 		return nil
 	}},
 	{"debug_drop_dependency", func(c *Compiled, _ *wire.Request) *wire.Error {

@@ -35,14 +35,19 @@ func run(g *ir.Graph, tg *tgraph.Graph, ptrs []uintptr, seed int64, audit bool) 
 	}
 	mems := make([]mem, len(g.Buffers))
 	keep := make([][]byte, 0)
+	// The temporaries the arena holds share its bytes as on the GPU, so an
+	// order the events allow that breaks the sharing gives a wrong result.
+	arena := make([]byte, tg.ArenaBytes+8)
 	for _, b := range g.Buffers {
 		var p unsafe.Pointer
-		switch b.Kind {
-		case ir.Input:
+		switch {
+		case b.Kind == ir.Input:
 			p = callerMemory(ptrs[b.Index])
-		case ir.Output:
+		case b.Kind == ir.Output:
 			p = callerMemory(ptrs[len(g.Inputs)+b.Index])
-		case ir.Temp:
+		case b.ID < len(tg.Buffers) && tg.Buffers[b.ID].InArena:
+			p = unsafe.Pointer(&arena[tg.Buffers[b.ID].Arena])
+		default: // a temporary no op touches
 			buf := make([]byte, b.Numel*b.DType.Size()+8)
 			keep = append(keep, buf)
 			p = unsafe.Pointer(&buf[0])
@@ -55,6 +60,7 @@ func run(g *ir.Graph, tg *tgraph.Graph, ptrs []uintptr, seed int64, audit bool) 
 	x := &exec{g: g, mems: mems, audit: audit}
 	n, err := x.run(tg, rand.New(rand.NewSource(seed)))
 	runtime.KeepAlive(keep) // the temporaries are reached only through unsafe pointers
+	runtime.KeepAlive(arena)
 	return n, err
 }
 

@@ -37,10 +37,16 @@ func fill(b []byte, dt ir.DType, rng *rand.Rand) {
 // TestRunIsOrderIndependent runs recorded models on the reference executor
 // with 20 seeds (random interleavings of the workers' queues, and random
 // orders the events alone allow): outputs and the in-place updated KV
-// caches must be bit-identical.
+// caches must be bit-identical, with temporaries sharing arena bytes
+// (arena_reuse, as on the GPU) and without.
 func TestRunIsOrderIndependent(t *testing.T) {
 	for _, f := range []string{"tiny-llama-decode.json", "tiny-qwen3-prefill16.json"} {
-		for _, workers := range []int{8, 132} {
+		var first [][]byte // seed 0's result without arena reuse
+		for _, c := range []struct {
+			workers int
+			reuse   bool
+		}{{8, false}, {8, true}, {132, false}, {132, true}} {
+			workers := c.workers
 			data, err := os.ReadFile(filepath.Join("..", "testdata", f))
 			if err != nil {
 				t.Skipf("fixture %s: %v", f, err)
@@ -49,7 +55,7 @@ func TestRunIsOrderIndependent(t *testing.T) {
 			if derr != nil {
 				t.Fatal(derr)
 			}
-			req.Options.Target, req.Options.NumWorkers = "reference", workers
+			req.Options.Target, req.Options.NumWorkers, req.Options.ArenaReuse = "reference", workers, c.reuse
 			c, werr := compiler.Compile(req)
 			if werr != nil {
 				t.Fatalf("%s: %v", f, werr)
@@ -60,7 +66,6 @@ func TestRunIsOrderIndependent(t *testing.T) {
 				init[i] = make([]byte, b.Numel*b.DType.Size())
 				fill(init[i], b.DType, rng)
 			}
-			var first [][]byte
 			for seed := int64(0); seed < 20; seed++ {
 				var mems [][]byte
 				var ptrs []uintptr
@@ -90,7 +95,7 @@ func TestRunIsOrderIndependent(t *testing.T) {
 				if n != len(c.Tasks.Tasks) {
 					t.Fatalf("%s: ran %d of %d tasks", f, n, len(c.Tasks.Tasks))
 				}
-				if seed == 0 {
+				if first == nil {
 					first = mems
 					out := mems[len(init)]
 					if c.Ops.Outputs[0].DType() == ir.F32 {
@@ -110,7 +115,7 @@ func TestRunIsOrderIndependent(t *testing.T) {
 				}
 				for i := range mems {
 					if !bytes.Equal(mems[i], first[i]) {
-						t.Errorf("%s workers=%d: seed %d changed buffer %d (inputs then outputs) compared with seed 0", f, workers, seed, i)
+						t.Errorf("%s workers=%d arena_reuse=%v: seed %d changed buffer %d (inputs then outputs) compared with seed 0 at 8 workers without reuse", f, workers, req.Options.ArenaReuse, seed, i)
 					}
 				}
 			}

@@ -72,6 +72,12 @@ type BufInfo struct {
 	Numel  int64
 	Output bool // a graph output: every element must be written
 	Input  bool // caller-owned memory
+	// InArena: a temporary placed in the arena (package arena), Arena bytes
+	// from its start, with elements of ElemBytes. Temporaries may share
+	// arena bytes; the validator checks their accesses in arena bytes.
+	InArena   bool
+	Arena     int64
+	ElemBytes int64
 }
 
 // Graph is a task graph and, once scheduled, its per-worker queues.
@@ -82,6 +88,8 @@ type Graph struct {
 	OpNames []string // for messages: op index → "linear#12 (mm_3)"
 	Workers int
 	Queues  [][]int // per worker, task ids in execution order
+	// ArenaBytes is the arena's size once its temporaries are placed.
+	ArenaBytes int64
 }
 
 // Name describes task t for error messages.

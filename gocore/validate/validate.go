@@ -21,6 +21,9 @@
 //	unordered-write  a write that is not event-ordered after a lower-Order
 //	                 reader or writer of the region, or two tiles of one op
 //	                 writing one element
+//	shared-arena     two temporaries share arena bytes (package arena) while a
+//	                 task of one is not event-ordered before every task of the
+//	                 other
 //	output           an element of an output buffer that no task writes
 //
 // Queue order never counts as ordering for memory: only events do. Queue
@@ -48,7 +51,7 @@ func (e *Error) Error() string { return fmt.Sprintf("validate: rule %q: %s", e.R
 
 // Rules lists every rule name in the order Check applies them.
 var Rules = []string{"capacity", "ids", "no-producer", "unsatisfiable-wait", "partial-wait",
-	"cycle", "launch-range", "queue", "queue-deadlock", "unordered-read", "unordered-write", "output"}
+	"cycle", "launch-range", "queue", "queue-deadlock", "unordered-read", "unordered-write", "shared-arena", "output"}
 
 // Check returns nil if g is safe to launch, or the first violated rule as an
 // *Error. It runs in O(tasks·events/64 + accesses·log + conflicting pairs).
@@ -60,7 +63,7 @@ func Check(g *tgraph.Graph) error {
 		return e
 	}
 	c := &checker{g: g, prod: g.Producers(), cons: g.Consumers()}
-	for _, f := range []func() *Error{c.waits, c.order, c.launchRange, c.queues, c.deadlock, c.memory, c.outputs} {
+	for _, f := range []func() *Error{c.waits, c.order, c.launchRange, c.queues, c.deadlock, c.memory, c.sharedArena, c.outputs} {
 		if e := f(); e != nil {
 			return e
 		}
@@ -139,6 +142,13 @@ func checkIDs(g *tgraph.Graph) *Error {
 		}
 		if e.First < 0 || e.First > e.Last || e.Last > nt {
 			return fail("ids", nil, []int{i}, "event %d launch range [%d, %d) is not within [0, %d)", i, e.First, e.Last, nt)
+		}
+	}
+	for _, b := range g.Buffers {
+		if b.InArena && (b.Input || b.Output || b.ElemBytes <= 0 || b.Arena < 0 || b.Arena%b.ElemBytes != 0 ||
+			b.Arena+b.Numel*b.ElemBytes > g.ArenaBytes) {
+			return fail("ids", nil, nil, "buf %s (%d elements of %d bytes) at arena byte %d does not fit an arena of %d bytes",
+				b.Name, b.Numel, b.ElemBytes, b.Arena, g.ArenaBytes)
 		}
 	}
 	if g.Queues != nil && len(g.Queues) != g.Workers {
@@ -512,6 +522,98 @@ func (c *checker) pair(buf int, x, y span) *Error {
 		return fail("unordered-write", ts, nil, "%s writes buf %s [%d, %d) read by the earlier %s, want the reader ordered before it by events",
 			g.Name(y.task), name, lo, hi, g.Name(x.task))
 	}
+}
+
+// sharedArena checks the temporaries that share arena bytes: of each two
+// whose bytes overlap, every task accessing one happens-before, by events,
+// every task accessing the other (package arena places them so). Accesses
+// of one buffer are checked by memory, in the buffer's own elements.
+func (c *checker) sharedArena() *Error {
+	g := c.g
+	type held struct {
+		buf    int
+		lo, hi int64
+	}
+	var spans []held
+	for b, info := range g.Buffers {
+		if info.InArena && info.Numel > 0 {
+			spans = append(spans, held{b, info.Arena, info.Arena + info.Numel*info.ElemBytes})
+		}
+	}
+	if len(spans) < 2 {
+		return nil
+	}
+	users := make([]taskSet, len(g.Buffers))
+	for _, t := range g.Tasks {
+		for _, set := range [2][]tgraph.Access{t.Reads, t.Writes} {
+			for _, a := range set {
+				if g.Buffers[a.Buf].InArena {
+					users[a.Buf].add(t)
+				}
+			}
+		}
+	}
+	slices.SortFunc(spans, func(x, y held) int { return cmp.Compare(x.lo, y.lo) })
+	var active []held
+	for _, s := range spans {
+		active = slices.DeleteFunc(active, func(a held) bool { return a.hi <= s.lo })
+		for _, a := range active {
+			if c.allBefore(&users[a.buf], &users[s.buf]) || c.allBefore(&users[s.buf], &users[a.buf]) {
+				continue
+			}
+			return fail("shared-arena", nil, nil, "bufs %s and %s share arena bytes [%d, %d), but their tasks are not ordered one buffer's before the other's by events",
+				g.Buffers[a.buf].Name, g.Buffers[s.buf].Name, max(a.lo, s.lo), min(a.hi, s.hi))
+		}
+		active = append(active, s)
+	}
+	return nil
+}
+
+// taskSet is the tasks accessing one buffer: a bitset over the words of task
+// ids they span (checked against an ancestor set a word at a time), and the
+// events they wait on.
+type taskSet struct {
+	first  int
+	words  bitset
+	waits  []int
+	noWait bool // one of them waits on nothing
+}
+
+func (s *taskSet) add(t *tgraph.Task) {
+	w := t.ID >> 6
+	switch {
+	case s.words == nil:
+		s.first, s.words = w, bitset{0}
+	case w < s.first:
+		s.words, s.first = append(make(bitset, s.first-w), s.words...), w
+	case w >= s.first+len(s.words):
+		s.words = append(s.words, make(bitset, w-s.first-len(s.words)+1)...)
+	}
+	s.words[w-s.first] |= 1 << (uint(t.ID) & 63)
+	if t.Wait == tgraph.None {
+		s.noWait = true
+	} else if !slices.Contains(s.waits, t.Wait) {
+		s.waits = append(s.waits, t.Wait)
+	}
+}
+
+// allBefore reports whether every task of as happens-before every task of bs.
+func (c *checker) allBefore(as, bs *taskSet) bool {
+	if as.words == nil {
+		return true
+	}
+	if bs.noWait {
+		return false
+	}
+	for _, w := range bs.waits {
+		anc := c.anc[w][as.first:]
+		for i, x := range as.words {
+			if anc[i]&x != x {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (c *checker) outputs() *Error {

@@ -136,3 +136,55 @@ func contains(xs []int, x int) bool {
 	}
 	return false
 }
+
+// TestSharedArena: a chain a → b → c → out of temporaries in the arena
+// (package arena). a and c may share bytes (every task of a happens-before
+// every task of c); a and b may not (the task writing b reads a), nor may
+// temporaries sit past the arena's end.
+func TestSharedArena(t *testing.T) {
+	build := func(place func(g *tgraph.Graph)) *tgraph.Graph {
+		b := NewBuilder(2)
+		x, y, z, out := b.Buf("a", 16), b.Buf("b", 16), b.Buf("c", 16), b.Buf("out", 16)
+		b.Output(out)
+		e0, e1, e2 := b.Event(), b.Event(), b.Event()
+		b.Task("first#0", 0, none, e0, W(x, 0, 16))
+		b.Task("second#1", 1, e0, e1, R(x, 0, 16), W(y, 0, 16))
+		b.Task("third#2", 2, e1, e2, R(y, 0, 16), W(z, 0, 16))
+		b.Task("last#3", 3, e2, none, R(z, 0, 16), W(out, 0, 16))
+		g := b.Finish()
+		for i, at := range []int64{0, 256, 512} { // a, b, c apart
+			g.Buffers[i].InArena, g.Buffers[i].Arena, g.Buffers[i].ElemBytes = true, at, 4
+		}
+		g.ArenaBytes = 768
+		place(g)
+		return g
+	}
+	rule := func(err error) string {
+		var ve *Error
+		if errors.As(err, &ve) {
+			return ve.Rule
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		name  string
+		place func(g *tgraph.Graph)
+		rule  string
+	}{
+		{"apart", func(g *tgraph.Graph) {}, ""},
+		{"a and c share", func(g *tgraph.Graph) { g.Buffers[2].Arena = 0 }, ""},
+		{"a and c overlap in part", func(g *tgraph.Graph) { g.Buffers[2].Arena = 32 }, ""},
+		{"a and b share", func(g *tgraph.Graph) { g.Buffers[1].Arena = 0 }, "shared-arena"},
+		{"b and c overlap in part", func(g *tgraph.Graph) { g.Buffers[2].Arena = 256 + 60 }, "shared-arena"},
+		{"past the arena's end", func(g *tgraph.Graph) { g.ArenaBytes = 560 }, "ids"},
+		{"misaligned", func(g *tgraph.Graph) { g.Buffers[1].Arena = 258 }, "ids"},
+		{"an output in the arena", func(g *tgraph.Graph) {
+			g.Buffers[3].InArena, g.Buffers[3].ElemBytes = true, 4
+		}, "ids"},
+	} {
+		err := Check(build(c.place))
+		if got := rule(err); got != c.rule || (c.rule == "") != (err == nil) {
+			t.Errorf("%s: Check = %v, want rule %q", c.name, err, c.rule)
+		}
+	}
+}

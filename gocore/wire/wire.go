@@ -115,6 +115,9 @@ type Options struct {
 	// that read the same weight rows on one worker, one after another, so
 	// the rows come from HBM once (decompose.WeightAffinity).
 	WeightAffinity bool `json:"weight_affinity"`
+	// ArenaReuse lets temporaries whose accesses the events order share
+	// arena bytes (package arena); the validator checks the sharing.
+	ArenaReuse bool `json:"arena_reuse"`
 }
 
 type Graph struct {

@@ -400,6 +400,8 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-weight-affinity", dest="weight_affinity", action="store_false",
                    help="turn off option weight_affinity: the blocks of rows of a prompt chunk's Linear that read the "
                         "same weight rows then run round-robin over the workers")
+    p.add_argument("--no-arena-reuse", dest="arena_reuse", action="store_false",
+                   help="turn off option arena_reuse: every temporary then keeps arena bytes of its own")
     p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
                    help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
 
@@ -407,7 +409,7 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
 def lowering_options(a: argparse.Namespace) -> dict:
     return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm,
             "wgmma": a.wgmma, "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
-            "kv_pages": a.kv_pages, "weight_affinity": a.weight_affinity}
+            "kv_pages": a.kv_pages, "weight_affinity": a.weight_affinity, "arena_reuse": a.arena_reuse}
 
 
 def main(argv: list[str] | None = None) -> int:
