@@ -3,11 +3,9 @@ package codegen
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 
-	"mpk/gocore/arena"
 	"mpk/gocore/ir"
 	"mpk/gocore/stream"
 	"mpk/gocore/tgraph"
@@ -32,31 +30,31 @@ type layout struct {
 }
 
 // newLayout gives the inputs and outputs their slots and the temporaries
-// their arena offsets as package arena placed them (the compiler's arena
-// pass; a graph no pass placed is placed here, without sharing).
-func newLayout(g *ir.Graph, tg *tgraph.Graph) layout {
-	placed := len(tg.Buffers) == len(g.Buffers)
-	if placed {
-		placed = slices.ContainsFunc(tg.Buffers, func(b tgraph.BufInfo) bool { return b.InArena })
-	}
-	if !placed {
-		arena.Place(g, tg, false)
-	}
+// their arena offsets, as package arena placed them in tg.
+func newLayout(g *ir.Graph, tg *tgraph.Graph) (layout, error) {
 	l := layout{slot: map[*ir.Buffer]int{}, offset: map[*ir.Buffer]int64{}, arenaBytes: tg.ArenaBytes}
 	nIn := len(g.Inputs)
 	l.arenaSlot = nIn + len(g.Outputs)
 	for _, b := range g.Buffers {
-		switch info := tg.Buffers[b.ID]; {
+		switch {
 		case b.Kind == ir.Input:
 			l.slot[b] = b.Index
 		case b.Kind == ir.Output:
 			l.slot[b] = nIn + b.Index
-		case info.InArena:
+		case b.ID < len(tg.Buffers) && tg.Buffers[b.ID].InArena:
+			info := tg.Buffers[b.ID]
 			l.slot[b] = l.arenaSlot
 			l.offset[b] = info.Arena / info.ElemBytes
 		}
 	}
-	return l
+	for _, op := range g.Ops {
+		for _, v := range append([]ir.View{op.Out}, op.In...) {
+			if _, ok := l.slot[v.Buf]; !ok {
+				return l, fmt.Errorf("codegen: op %d's buffer %s has no place in the arena (arena.Place did not run)", op.ID, v.Buf.Name)
+			}
+		}
+	}
+	return l, nil
 }
 
 // splitDim finds the one dim along which decompose cut op's tiles. An op
@@ -125,7 +123,10 @@ func wholeDecodeRows(op *ir.Op, b tgraph.Box) bool {
 // Generate emits module.cu for the task graph; trace makes the kernel record
 // per-task timestamps.
 func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
-	l := newLayout(g, tg)
+	l, err := newLayout(g, tg)
+	if err != nil {
+		return nil, err
+	}
 	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{},
 		kvs:     map[*ir.Op]kvStream{},
 		written: stream.Writers(g)}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"mpk/gocore/arena"
 	"mpk/gocore/ir"
 	"mpk/gocore/tgraph"
 )
@@ -123,7 +124,12 @@ func TestLayout(t *testing.T) {
 		{Kind: ir.Elementwise, In: []ir.View{flat(a)}, Out: flat(b)},
 		{Kind: ir.Elementwise, In: []ir.View{flat(b)}, Out: g.Outputs[0]},
 	}
-	l := newLayout(g, &tgraph.Graph{})
+	tg := &tgraph.Graph{}
+	arena.Place(g, tg, false)
+	l, err := newLayout(g, tg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if l.arenaSlot != 3 || l.slot[in] != 0 || l.slot[in1] != 1 || l.slot[out] != 2 || l.slot[a] != 3 || l.slot[c] != 3 {
 		t.Errorf("slots %v, arena slot %d; want inputs 0,1, output 2, arena 3", l.slot, l.arenaSlot)
 	}
@@ -170,6 +176,7 @@ func TestGenerateRejects(t *testing.T) {
 	}
 	for _, c := range cases {
 		tg := &tgraph.Graph{Workers: 1, Tasks: c.tasks, Queues: [][]int{{0}}}
+		arena.Place(c.g, tg, false)
 		_, err := Generate(c.g, tg, false)
 		if err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.err)
@@ -207,6 +214,7 @@ func TestLinearWeightPaths(t *testing.T) {
 		if writeW {
 			tg.Queues = [][]int{{0, 1}}
 		}
+		arena.Place(g, tg, false)
 		m, err := Generate(g, tg, false)
 		if err != nil {
 			t.Fatal(err)
