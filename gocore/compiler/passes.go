@@ -126,6 +126,7 @@ func dropDependency(g *tgraph.Graph) {
 func summarize(c *Compiled) {
 	s := c.Result.Summary
 	s.Ops, s.Tasks, s.Events, s.Workers = len(c.Ops.Ops), len(c.Tasks.Tasks), len(c.Tasks.Events), c.Tasks.Workers
+	s.ArenaBytes = c.Tasks.ArenaBytes
 	s.TasksByOp, s.OpsByKind = map[string]int{}, map[string]int{}
 	labels, nodes := make([]string, len(c.Ops.Ops)), make([]string, len(c.Ops.Ops))
 	for i, op := range c.Ops.Ops {
@@ -152,8 +153,8 @@ func summarize(c *Compiled) {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
-	text := fmt.Sprintf("mpk task graph: %d ops, %d tasks (%d empty relays, %d local waits), %d events, %d workers, target %s\n",
-		s.Ops, s.Tasks, s.EmptyTasks, s.LocalWaits, s.Events, s.Workers, c.Options.Target)
+	text := fmt.Sprintf("mpk task graph: %d ops, %d tasks (%d empty relays, %d local waits), %d events, %d workers, target %s, arena %s\n",
+		s.Ops, s.Tasks, s.EmptyTasks, s.LocalWaits, s.Events, s.Workers, c.Options.Target, bytesText(s.ArenaBytes))
 	for _, k := range kinds {
 		text += fmt.Sprintf("  %-16s %4d ops %7d tasks\n", k, s.OpsByKind[k], s.TasksByOp[k])
 	}
@@ -167,4 +168,17 @@ func summarize(c *Compiled) {
 		}
 		c.Result.Outputs = append(c.Result.Outputs, spec)
 	}
+}
+
+// bytesText writes a size in B, KB, MB or GB (powers of 1,000).
+func bytesText(n int64) string {
+	for _, u := range []struct {
+		size float64
+		name string
+	}{{1e9, "GB"}, {1e6, "MB"}, {1e3, "KB"}} {
+		if float64(n) >= u.size {
+			return fmt.Sprintf("%.1f %s", float64(n)/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
 }

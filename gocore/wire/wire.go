@@ -274,6 +274,7 @@ type Summary struct {
 	OpsByKind  map[string]int `json:"ops_by_kind"`
 	EmptyTasks int            `json:"empty_tasks"`
 	LocalWaits int            `json:"local_waits"` // waits the runtime drops (tgraph.LocalWaits)
+	ArenaBytes int64          `json:"arena_bytes"` // the temporaries' device memory (package arena)
 	Passes     []PassTime     `json:"passes"`
 	CoreMs     float64        `json:"core_ms"`
 	OpLabels   []string       `json:"op_labels"` // by op index, as the task tables number ops
