@@ -356,3 +356,34 @@ def test_two_instances_of_one_module_interleave(core_lib, fresh_dynamo, streams)
     for r in runs:
         errs = [check.rel_err(g.float().cpu(), e) for g, e in zip(r["got"], r["eager"])]
         assert max(errs) <= 1e-3, errs
+
+
+@pytest.mark.parametrize("model,batch", [("small-llama", 1), ("wide-llama", 3)])
+def test_cuda_arena_reuse_is_bit_identical(core_lib, fresh_dynamo, model, batch):
+    """arena_reuse moves temporaries onto bytes earlier ones held (the
+    validator proves every task of one ordered before every task of the
+    other); the kernels, their order and their arithmetic stay the same, and
+    the task library has no atomics, so 4 decode steps give the same logits
+    and cache, bit for bit, with and without it. A race the sharing opened
+    would show as a difference."""
+    check.ensure_backend_registered()
+    m, cache = check.decode_setup(model, 64, extra=8, batch=batch)
+    state = check.snapshot(cache)
+    gen = torch.Generator().manual_seed(5)
+    toks = [torch.randint(0, m.config.vocab_size, (batch, 1), generator=gen).cuda() for _ in range(4)]
+    runs = {}
+    for reuse in (True, False):
+        torch._dynamo.reset()
+        check.restore(cache, state)
+        compiled = []
+        step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
+                             options={"target": "cuda", "arena_reuse": reuse, "on_compile": compiled.append})
+        logits = check._steps(step, cache, toks, "cuda")
+        runs[reuse] = (logits, [t.clone() for layer in check.snapshot(cache) for t in layer.values()
+                                if isinstance(t, torch.Tensor)], compiled[0].summary["arena_bytes"])
+    (got, got_cache, shared), (want, want_cache, apart) = runs[True], runs[False]
+    assert shared < apart, (shared, apart)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert torch.equal(g, w), f"step {i}: logits differ with arena_reuse"
+    for g, w in zip(got_cache, want_cache):
+        assert torch.equal(g, w), "the cache differs with arena_reuse"
