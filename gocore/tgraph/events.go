@@ -166,8 +166,9 @@ func Linearize(g *Graph) error {
 // them there: its wait is then local (LocalWaits), and costs no hop through
 // global memory. Tasks that read the same weight rows (Task.Affinity: the
 // blocks of rows of a long prompt chunk's Linear) share one worker, which
-// runs them one after another: the rows come from HBM once and from L2 after, where round-robin workers read them at different
-// times (a 512-token chunk in blocks of 64 rows read every weight 8 times).
+// runs them one after another: the rows come from HBM once and from L2
+// after, where round-robin workers read them at different times (a
+// 512-token chunk in blocks of 64 rows read every weight 8 times).
 func Schedule(g *Graph) {
 	g.Queues = make([][]int, g.Workers)
 	consumers := g.Consumers()
