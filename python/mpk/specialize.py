@@ -121,7 +121,7 @@ def split_scalar_outputs(static: torch.fx.GraphModule, args: Sequence[Any]) -> t
             env[n] = sizes.node_copy(n, lambda x: env[x])
     sizes.output(tuple(torch.fx.node.map_arg(results[i], lambda x: env[x]) for i in scalar_at))
     values = torch.fx.GraphModule(static, sizes)(*args)
-    out.args = (tuple(a for i, a in enumerate(results) if i not in set(scalar_at)),)
+    out.args = (tuple(a for i, a in enumerate(results) if i not in scalar_at),)
     for n in reversed(list(graph.nodes)):  # the scalars' nodes, now unused
         if n in need and not n.users:
             graph.erase_node(n)
@@ -141,16 +141,18 @@ class Specializing:
         self.compile_static = compile_static
         self.limit = limit
         self.n_inputs = len(example_inputs)
-        traced = [_traced_value(n, x) for n, x in zip(_placeholders(gm), example_inputs)]
+        nodes = _placeholders(gm)
+        traced = [_traced_value(n, x) for n, x in zip(nodes, example_inputs)]
         # Scalars the graph takes as arguments, written into each static
         # graph; those it never reads do not tell its shapes apart.
         self.scalars = [i for i, v in enumerate(traced)
                         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))]
-        self.keyed_scalars = [i for i in self.scalars if _placeholders(gm)[i].users]
+        self.keyed_scalars = [i for i in self.scalars if nodes[i].users]
         self.shaped = [i for i, v in enumerate(traced) if _symbolic_tensor(v)]
         # The arguments a static compile takes, picked in C: a decode step
         # passes hundreds.
-        tensors = [i for i in range(len(traced)) if i not in set(self.scalars)]
+        scalars = set(self.scalars)
+        tensors = [i for i in range(len(traced)) if i not in scalars]
         if len(tensors) == 1:  # itemgetter of one index returns the item, not a tuple
             self._static_args = lambda args, i=tensors[0]: (args[i],)
         else:
