@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -121,3 +123,38 @@ def test_non_finite_floats_are_valid_json():
     assert neg == {"k": "float", "f": -export.FLOAT64_MAX, "s": "-inf"}
     assert ex.arg(float("nan"), node) == {"k": "float", "f": 0.0, "s": "nan"}
     json.dumps([neg], allow_nan=False)
+
+
+def _fake_cuda_graph(fn):
+    """fn traced to ATen with a fake CUDA tensor x and a CPU scalar n (no GPU needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    with FakeTensorMode():
+        x, n = torch.empty(4, device="cuda"), torch.tensor(3)
+        # functionalized as AOTAutograd does: an input mutation is a copy_ into it
+        return make_fx(torch.func.functionalize(fn, remove="mutations_and_views"))(x, n), [x, n]
+
+
+def test_cpu_input_of_a_cuda_graph_is_marked_host():
+    """HF's StaticCache holds its length on the CPU until the first call
+    moves it: that input is copied to the device per call (marked host)."""
+    gm, ex = _fake_cuda_graph(lambda x, n: x + n.to(x.device))
+    inputs = export.export_graph(gm, ex)["graph"]["inputs"]
+    assert [i.get("host", False) for i in inputs] == [False, True]
+
+
+def test_cpu_graph_has_no_host_inputs():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    x, n = torch.ones(4), torch.tensor(3)
+    inputs = export.export_graph(make_fx(lambda x, n: x + n)(x, n), [x, n])["graph"]["inputs"]
+    assert not any(i.get("host") for i in inputs)
+
+
+@pytest.mark.parametrize("fn, what", [
+    (lambda x, n: (x + n.to(x.device), n + 1), "graph output 1 (add_1) is a CPU tensor in a CUDA graph"),
+    (lambda x, n: x + n.add_(1).to(x.device), "graph input n_1 is a CPU tensor that the CUDA graph writes"),
+])
+def test_cpu_tensor_a_cuda_graph_writes_or_returns_is_refused(fn, what):
+    gm, ex = _fake_cuda_graph(fn)
+    with pytest.raises(export.ExportError, match=re.escape(what)):
+        export.export_graph(gm, ex)

@@ -478,6 +478,8 @@ class CudaGraph(CompiledGraph):
         return abort_error(st, self.summary)
 
     def __call__(self, *args):
+        if self._host:
+            args = self._host_to_device(unbox(args, len(self.inputs)))
         try:
             out = self._call(args, self._stream(self._index))
         except Exception as e:  # noqa: BLE001 - the launcher's refusals become mpk's errors
@@ -487,6 +489,17 @@ class CudaGraph(CompiledGraph):
             torch.cuda.current_stream(self.device).synchronize()
             self.check_status()
         return out
+
+    def _host_to_device(self, args: tuple) -> tuple:
+        """The arguments with the graph's CPU inputs copied to its device, on
+        the launch stream, as the traced .to() did; a wrong argument is left
+        for the checks to name."""
+        args = list(args)
+        for k in self._host:
+            a = args[k] if k < len(args) else None
+            if isinstance(a, torch.Tensor) and a.device.type == "cpu":
+                args[k] = a.to(self.device, non_blocking=a.is_pinned())
+        return tuple(args)
 
     def _call_error(self, args: tuple, e: Exception) -> Exception:
         L = self._launcher

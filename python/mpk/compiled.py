@@ -70,6 +70,8 @@ class CompiledGraph:
         # The inputs the kernel reads with bulk copies (cuda: streamed weights,
         # kv_pages caches): their data must be 16-byte aligned.
         self._bulk = frozenset(compiled.result.get("bulk_inputs") or [])
+        # CPU inputs of a CUDA graph (export marks them), copied over per call.
+        self._host = tuple(k for k, i in enumerate(self.inputs) if i.get("host"))
         self.layout = self._layout()
 
     def _layout(self) -> tuple[list[tuple], list[tuple]]:

@@ -206,6 +206,10 @@ def export_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     if len(placeholders) != len(example_inputs):
         raise ExportError(f"graph has {len(placeholders)} inputs but {len(example_inputs)} "
                           "example inputs were given", kind="internal")
+    # A CPU tensor among a CUDA graph's inputs (HF's StaticCache keeps its
+    # length counter on the CPU until the first call moves it) is copied to
+    # the graph's device at each call, as the graph's own .to() would.
+    on_cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
     inputs = []
     for i, (ph, ex_in) in enumerate(zip(placeholders, example_inputs)):
         if not isinstance(ex_in, torch.Tensor):
@@ -214,6 +218,8 @@ def export_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                               if isinstance(ex_in, torch.SymInt) else "")
         kind = input_kinds[i] if input_kinds else _guess_kind(ph.name)
         inputs.append({"name": ph.name, "kind": kind, "meta": tensor_meta(ex_in, ph)})
+        if on_cuda and ex_in.device.type == "cpu":
+            inputs[-1]["host"] = True
 
     nodes, outputs = [], []
     for node in gm.graph.nodes:
@@ -246,8 +252,30 @@ def export_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             "outs": ex.outs(node),
             "source": source_line(node),
         })
+    if on_cuda:
+        _check_host_tensors(gm, inputs, nodes)
     return {"version": WIRE_VERSION, "options": dict(options or {}),
             "graph": {"inputs": inputs, "nodes": nodes, "outputs": outputs}}
+
+
+def _check_host_tensors(gm: torch.fx.GraphModule, inputs: list[dict], nodes: list[dict]) -> None:
+    """A CUDA graph's CPU inputs are copied to the device per call, so the
+    graph may only read them, and every output is on the device."""
+    host = {i["name"] for i in inputs if i.get("host")}
+    for n in nodes:
+        a = n["args"][0] if n["args"] else {}
+        if n["target"] == "aten.copy_.default" and a.get("k") == "node" and a.get("node") in host:
+            raise ExportError(f"graph input {a['node']} is a CPU tensor that the CUDA graph writes",
+                              node=n["name"], op=n["target"], source=n["source"],
+                              hint="move that tensor to the GPU before the first call")
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    outs = out.args[0] if isinstance(out.args[0], (list, tuple)) else (out.args[0],)
+    for k, o in enumerate(outs):
+        val = o.meta.get("val") if isinstance(o, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and val.device.type == "cpu":
+            raise ExportError(f"graph output {k} ({o.name}) is a CPU tensor in a CUDA graph",
+                              node=o.name, op=_target_name(o) if o.op == "call_function" else o.op,
+                              source=source_line(o), hint="keep the model's tensors on one device")
 
 
 def output_structure(gm: torch.fx.GraphModule) -> tuple[int, bool]:
