@@ -19,13 +19,14 @@ from .errors import MpkError
 
 def export_for_cuda(model_name: str, dtype: str = "bfloat16", workers: int = 132, seed: int = 0,
                     cache_tokens: int = 64, prefill: int = 1, extra: dict | None = None,
-                    batch: int = 1, mask: bool = False):
+                    batch: int = 1, mask: bool = False, capacity: int = 0):
     """Compiles one step of a model (a named model or a local HF config; the
     inputs `python -m mpk check` gives it) for the cuda target on the CPU
-    (build_only) and returns the BuildOnlyGraph holding the core's result."""
+    (build_only) and returns the BuildOnlyGraph holding the core's result.
+    capacity > 0 sets the cache's length (at least the tokens it must hold)."""
     check.ensure_backend_registered()
     m = models.build(model_name, dtype=check.DTYPES[dtype], device="cpu", seed=seed)
-    max_len = (cache_tokens + prefill + 63) // 64 * 64
+    max_len = (max(cache_tokens + prefill, capacity) + 63) // 64 * 64
     plan = check.plan_inputs(m.config.vocab_size, batch, cache_tokens, prefill, 1, mask, max_len, seed)
     cache = check._make_cache(m, max_len, "cpu", plan.fill, **plan.fill_inputs)
     compiled: list = []
@@ -54,6 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prefill", type=int, default=1, help="tokens per step")
     p.add_argument("--cache-tokens", type=int, default=64)
+    p.add_argument("--capacity", type=int, default=0,
+                   help="the cache's length (default: cache tokens + prefill, to a multiple of 64)")
     p.add_argument("--batch", type=int, default=1, help="sequences per step")
     p.add_argument("--mask", action="store_true", help="a 2-D attention mask, as `mpk check --mask`")
     check.add_lowering_flags(p)
@@ -66,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         fn = export_for_cuda(a.config or a.model, a.dtype, a.workers, a.seed, a.cache_tokens, a.prefill,
                              extra=check.lowering_options(a),
-                             batch=a.batch, mask=a.mask)
+                             batch=a.batch, mask=a.mask, capacity=a.capacity)
     except MpkError as e:
         print(f"mpk error ({e.kind}): {e}")
         print("BUILT 0 tasks, cuda 0 bytes, nvcc skipped")
