@@ -139,6 +139,19 @@ def test_cuda_long_prompt_chunk(core_lib, fresh_dynamo):
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
+def test_cuda_prompt_chunk_over_a_long_cache(core_lib, fresh_dynamo):
+    """A 64-token chunk after 300 cached tokens in a cache of 4,096 on 16
+    workers: the attention's tasks are bounded (32 a worker: 4 KV heads x 4
+    blocks of rows x 32 chunks), so each chunk of 128 positions is read into
+    shared memory a tile of 64 after another, and no tile past the rows'
+    extents is read."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", prefill=64, cache_tokens=300, capacity=4096, steps=2,
+                          seed=0, workers=16, log=lines.append)
+    assert res.ok, "\n".join(lines)
+    assert "mpk::attention_rows<__nv_bfloat16, float, float, 128, 2, 64>" in res.compiled.sources["module.cu"]
+
+
 def _compiled_tiny_llama(options=None):
     check.ensure_backend_registered()
     m = models.build("tiny-llama", dtype=torch.bfloat16, device="cuda", seed=0)

@@ -1197,7 +1197,7 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
 }
 
 // attention_rows_bytes is attention_rows' shared memory (codegen's
-// sharedKVBytes): a chunk of C rows of K and of V, each padded by 8
+// sharedKVBytes): a tile of C rows of K and of V, each padded by 8
 // elements, and every warp's G pre-scaled queries.
 __host__ __device__ constexpr int attention_rows_bytes(int C, int D, int G) {
   return 2 * C * (D + 8) * 2 + kConsumerWarps * G * D * 4;
@@ -1205,17 +1205,20 @@ __host__ __device__ constexpr int attention_rows_bytes(int C, int D, int G) {
 
 // attention_rows: split-KV attention over a prompt chunk's queries as rows
 // (ir.Attrs.SharedKV: K and V broadcast over the rows, lower's
-// queriesAsRows). A task is the rows [r0, r1) of one KV head's G query heads
-// and one chunk of at most C positions: [lo, hi) are flat units
-// (group·Splits + split)·B + row (codegen's taskRange). The chunk's K and V
-// rows are read once into shared memory for all the task's rows (as decode,
-// each query re-read them from L2, a round trip after another), each row
-// padded by 8 elements so a lane's 16-byte loads of consecutive rows hit
-// different banks. Then each warp takes a row, as attention_decode takes a
+// queriesAsRows). A task is the rows [r0, r1) (at most a row a consumer
+// warp: decompose's sharedKVRows) of one KV head's G query heads and one
+// chunk of positions: [lo, hi) are flat units (group·Splits + split)·B +
+// row (codegen's taskRange). The chunk's K and V rows are read once into
+// shared memory for all the task's rows, C at a time (a long cache's chunk
+// is longer than the tile: lower bounds the tasks, not the chunk), each
+// row padded by 8 elements so a lane's 16-byte loads of consecutive rows
+// hit different banks. Each warp takes a row, as attention_decode takes a
 // unit: its G queries pre-scaled in shared memory (read as broadcasts), a
 // lane owning a position for q·k and PER output columns for p·V, the
-// softmax reduced once per 32 positions. With FLAG_EXTENT a row whose
-// extent ends before the chunk writes no partials (the merge reads none).
+// softmax reduced once per 32 positions, its state kept across the tiles.
+// With FLAG_EXTENT no tile past the task's rows' largest extent is read,
+// and a row whose extent ends before the chunk writes no partials (the
+// merge reads none).
 template <typename T, typename QT, typename MT, int D, int G, int C, int N>
 __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(sizeof(T) == 2 && D % 8 == 0, "2-byte K and V rows of whole 16-byte pieces");
@@ -1224,46 +1227,63 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
   const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
   const int gs = lo / B, r0 = lo % B, r1 = r0 + (hi - lo);
   const int sp = gs % splits, h0 = gs / splits * G, kvh = h0 / op.groups;
-  const int j_lo = min(sp * chunk, S), n = min(min(j_lo + chunk, S) - j_lo, C);
+  const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The positions of the chunk each row sees (its extent's), and the
+  // task's: the largest of its rows'. Every warp reads them all (r1 - r0
+  // is at most a warp's lanes).
+  const int r = r0 + warp;
+  auto seen = [&](int row) {
+    if (!(op.flags & FLAG_EXTENT)) return n;
+    const int e = __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset + row * op.in[4].stride[0]);
+    return max(0, min(e - j_lo, n));
+  };
+  const int seen_by_lane = r0 + lane < r1 ? seen(r0 + lane) : 0;
+  const int n_task = __reduce_max_sync(0xffffffffu, seen_by_lane);
+  const int n_row = r < r1 ? __shfl_sync(0xffffffffu, seen_by_lane, warp) : 0;
   T* ks = reinterpret_cast<T*>(smem);  // [C][KP]
   T* vs = ks + C * KP;                 // [C][KP]
   float* qs = reinterpret_cast<float*>(vs + C * KP) + warp * G * D;
   // The chunk of KV head kvh (K and V broadcast over the rows: row 0's).
   const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
   const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
-  if (rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16)) {
-    for (int i = threadIdx.x; i < n * (D / V16); i += MPK_THREADS) {
-      const int j = i / (D / V16), c = i % (D / V16) * V16;
-      *reinterpret_cast<uint4*>(ks + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(kb + j * k.stride[2] + c));
-      *reinterpret_cast<uint4*>(vs + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(vb + j * v.stride[2] + c));
-    }
-  } else {
-    for (int i = threadIdx.x; i < n * D; i += MPK_THREADS) {
-      const int j = i / D, c = i % D;
-      ks[j * KP + c] = __ldcg(kb + j * k.stride[2] + c * k.stride[3]);
-      vs[j * KP + c] = __ldcg(vb + j * v.stride[2] + c * v.stride[3]);
-    }
-  }
-  consumer_sync();
-  float* pb = reinterpret_cast<float*>(base(s, p));
-  for (int r = r0 + warp; r < r1; r += kConsumerWarps) {
-    if ((op.flags & FLAG_EXTENT) && splits_below_extent(op.in[4], r, chunk, splits, s) <= sp) continue;
+  const bool aligned = rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16);
+  float m[G], l[G], acc[G][PER];
+  MaskRow<MT> mask{};
+  int64_t mask_hs = 0;
+  if (n_row > 0) {
     stage_queries<QT, D, G>(qs, op, s, r, h0, lane);
-    const MaskRow<MT> mask = mask_row<MT>(op, s, r, h0);
-    int64_t mask_hs = 0;
+    mask = mask_row<MT>(op, s, r, h0);
     if constexpr (G > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
-    float m[G], l[G], acc[G][PER];
     clear_softmax(m, l, acc);
-    for (int j0 = 0; j0 < n; j0 += 32) {
+  }
+  for (int c0 = 0; c0 < n_task; c0 += C) {
+    const int nc = min(C, n_task - c0);
+    if (aligned) {
+      for (int i = threadIdx.x; i < nc * (D / V16); i += MPK_THREADS) {
+        const int j = i / (D / V16), c = i % (D / V16) * V16;
+        *reinterpret_cast<uint4*>(ks + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(kb + (c0 + j) * k.stride[2] + c));
+        *reinterpret_cast<uint4*>(vs + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(vb + (c0 + j) * v.stride[2] + c));
+      }
+    } else {
+      for (int i = threadIdx.x; i < nc * D; i += MPK_THREADS) {
+        const int j = i / D, c = i % D;
+        ks[j * KP + c] = __ldcg(kb + (c0 + j) * k.stride[2] + c * k.stride[3]);
+        vs[j * KP + c] = __ldcg(vb + (c0 + j) * v.stride[2] + c * v.stride[3]);
+      }
+    }
+    consumer_sync();
+    // A row's positions past its extent are masked: the tiles past it are skipped.
+    const int nr = min(nc, n_row - c0);
+    for (int j0 = 0; j0 < nr; j0 += 32) {
       const int jl = j0 + lane;
       float sc[G], dot[G];
 #pragma unroll
       for (int u = 0; u < G; ++u) {
-        sc[u] = jl >= n ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j_lo + jl, u * mask_hs) : sc[0];
+        sc[u] = jl >= nr ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j_lo + c0 + jl, u * mask_hs) : sc[0];
         dot[u] = 0.f;
       }
-      const T* krow = ks + min(jl, n - 1) * KP;
+      const T* krow = ks + min(jl, nr - 1) * KP;
 #pragma unroll
       for (int d0 = 0; d0 < D; d0 += V16) {
         const uint4 raw = *reinterpret_cast<const uint4*>(krow + d0);
@@ -1272,7 +1292,7 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
       }
       float pr[G];
       softmax_step(m, l, acc, sc, dot, pr);
-      const int rows_here = min(32, n - j0);
+      const int rows_here = min(32, nr - j0);
       for (int rr = 0; rr < rows_here; ++rr) {
         const T* vrow = vs + (j0 + rr) * KP;
         float vv[PER];
@@ -1286,12 +1306,14 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
         }
       }
     }
-#pragma unroll
-    for (int u = 0; u < G; ++u)
-      store_partial<D>(pb + p.offset + r * p.stride[0] + sp * p.stride[1] + (h0 + u) * p.stride[2], p.stride[4], m[u],
-                       l[u], acc[u], lane);
+    consumer_sync();  // the tile is read until the last row
   }
-  consumer_sync();  // ks and vs are read until the last row
+  if (n_row <= 0) return;
+  float* pb = reinterpret_cast<float*>(base(s, p));
+#pragma unroll
+  for (int u = 0; u < G; ++u)
+    store_partial<D>(pb + p.offset + r * p.stride[0] + sp * p.stride[1] + (h0 + u) * p.stride[2], p.stride[4], m[u],
+                     l[u], acc[u], lane);
 }
 
 // DecodeShape is a split-KV attention's shape as constants, emitted by

@@ -107,8 +107,8 @@ func sharedKVBytes(C, D, G int) int {
 // (taskRange): whole rows, or in one row whole head groups, or chunks of one.
 func decodeBoxOK(op *ir.Op, b tgraph.Box) bool {
 	splits, ug := op.Out.Shape[1], op.HeadsPerUnit()
-	if op.Attr.SharedKV { // rows of one head group and split (taskRange)
-		return b.Hi[1]-b.Lo[1] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]-b.Lo[2] == ug
+	if op.Attr.SharedKV { // rows of one head group and split (taskRange), a consumer warp each
+		return b.Hi[1]-b.Lo[1] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]-b.Lo[2] == ug && b.Hi[0]-b.Lo[0] <= Threads/32
 	}
 	return wholeDecodeRows(op, b) || b.Hi[0]-b.Lo[0] == 1 && b.Lo[2]%ug == 0 && b.Hi[2]%ug == 0 &&
 		(b.Hi[2]-b.Lo[2] == ug || b.Lo[1] == 0 && b.Hi[1] == splits)
@@ -531,7 +531,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, decodeBytes)
 		if op.Attr.SharedKV {
 			k, v := op.In[1], op.In[2]
-			C := ir.SplitChunk(k.Shape[2], op.Attr.Splits)
+			C := min(ir.SplitChunk(k.Shape[2], op.Attr.Splits), ir.SharedKVTile)
 			if k.DType() != ir.BF16 && k.DType() != ir.F16 || D%8 != 0 || k.Strides[3] != 1 ||
 				v.Strides[3] != 1 || k.Strides[0] != 0 || v.Strides[0] != 0 {
 				return "", fmt.Errorf("codegen: attention op %d with shared K and V wants 2-byte K and V rows (head dim a multiple of 8) broadcast over the rows", op.ID)

@@ -423,6 +423,11 @@ func (op *Op) HeadsPerUnit() int64 { return max(1, op.Attr.UnitHeads) }
 // attention with splits chunks covers (the last may cover fewer).
 func SplitChunk(S, splits int64) int64 { return (S + splits - 1) / splits }
 
+// SharedKVTile is the most K and V rows of a chunk that attention with
+// shared K and V (Attrs.SharedKV) holds in shared memory at once: a longer
+// chunk is read a tile after another.
+const SharedKVTile = 64
+
 // SplitPositions returns the KV positions [lo, hi) that the chunks [s0, s1)
 // of a split-KV attention over S positions cover.
 func SplitPositions(S, splits, s0, s1 int64) (int64, int64) {

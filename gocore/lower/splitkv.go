@@ -65,15 +65,21 @@ func queriesAsRows(op *ir.Op) bool {
 
 // A prompt chunk of at least sharedKVMinRows queries (rows) runs its
 // attention with K and V shared (ir.Attrs.SharedKV): chunks of
-// sharedKVPositions positions, a KV head's G query heads in a warp, at most
+// ir.SharedKVTile positions, a KV head's G query heads in a warp, at most
 // maxSharedKVOutputs outputs a lane. As decode over the rows, each query
 // re-read its KV head's K and V (a 64-token chunk: 1,024 tasks of 19.5 us a
 // layer on the H100).
 const (
 	sharedKVMinRows    = 16
-	sharedKVPositions  = 64
 	maxSharedKVOutputs = 16
 )
+
+// maxSharedKVTasksPerWorker bounds the tasks of one attention with shared K
+// and V (KV heads × blocks of rows × chunks): past it the chunks grow
+// (tiles read one after another) instead. A 512-token chunk over a cache of
+// 16,392 took 65,792 tasks a layer in chunks of 64, past the runtime's
+// capacity over 16 layers, when its queries see at most 512 positions.
+const maxSharedKVTasksPerWorker = 32
 
 // maxUnitOutputs bounds the outputs a lane of a decode attention unit
 // accumulates (heads × ⌈Dv/32⌉): more and its registers spill.
@@ -170,8 +176,10 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages bool) {
 			}
 		}
 		sharedKV := rows && B >= sharedKVMinRows && op.Attr.Groups*((Dv+31)/32) <= maxSharedKVOutputs
-		if sharedKV { // chunks of sharedKVPositions, each read once for a block of rows
-			splits = max(2, min((S+sharedKVPositions-1)/sharedKVPositions, maxSplits))
+		if sharedKV { // chunks of a tile, each read once for a block of rows, while the tasks are few enough
+			perSplit := H / max(1, op.Attr.Groups) * ((B + stream.Threads/32 - 1) / (stream.Threads / 32))
+			splits = min((S+ir.SharedKVTile-1)/ir.SharedKVTile, maxSplits, maxSharedKVTasksPerWorker*int64(workers)/perSplit)
+			splits = max(2, splits)
 		}
 		if splits < 2 {
 			continue

@@ -83,27 +83,56 @@ func TestKVPagesChunks(t *testing.T) {
 	}
 }
 
+// promptAttention is a graph of one attention of B sequences' Sq queries
+// (8 heads, 2 KV heads of 64) over a cache of S positions, with a mask or not.
+func promptAttention(B, Sq, S int64, mask bool) (*builder, *ir.Op) {
+	b := newBuilder()
+	q := b.input("q", ir.BF16, B, 8, Sq, 64)
+	k := b.input("k", ir.BF16, B, 2, S, 64)
+	v := b.input("v", ir.BF16, B, 2, S, 64)
+	att := b.temp("att", ir.F32, B, 8, Sq, 64)
+	a := b.op(ir.Attention, att, q, k, v)
+	a.Attr.Scale, a.Attr.Groups = 1, 4
+	if mask {
+		a.In = append(a.In, strided(b.input("mask", ir.F32, B, 1, Sq, S), 0, sh(B, 8, Sq, S), sh(Sq*S, 0, S, 1)))
+		a.Attr.HasMask = true
+	}
+	b.output(att)
+	return b, a
+}
+
+// TestSharedKVTasksAreBounded: a long prompt chunk over a long cache takes
+// chunks of a tile while its tasks (KV heads × blocks of 16 rows × chunks)
+// stay within 32 a worker, longer chunks past that.
+func TestSharedKVTasksAreBounded(t *testing.T) {
+	for _, c := range []struct{ Sq, S, splits int64 }{
+		{64, 576, 9},      // 2 x 4 x 9 = 72 tasks: chunks of 64
+		{64, 2568, 41},    // 328
+		{512, 576, 9},     // 2 x 32 x 9 = 576
+		{512, 16392, 66},  // 4,224 tasks / 64 a chunk: chunks of 249 positions
+		{2048, 16392, 16}, // 4,224 / 256
+		{4096, 16392, 8},  // 4,224 / 512
+	} {
+		b, a := promptAttention(1, c.Sq, c.S, true)
+		splitAttention(b.g, 132, true, false)
+		if !a.Attr.SharedKV || a.Attr.Splits != c.splits {
+			t.Errorf("%+v: shared K and V %v, %d splits", c, a.Attr.SharedKV, a.Attr.Splits)
+		}
+	}
+	// The most tasks a worker (a chunk of at least two).
+	b, a := promptAttention(1, 32768, 1024, true)
+	splitAttention(b.g, 132, true, false)
+	if a.Attr.Splits != 2 {
+		t.Errorf("32,768 queries: %d splits, want 2", a.Attr.Splits)
+	}
+}
+
 // TestPromptQueriesAsRows: one sequence's masked prompt chunk runs as decode
 // over its queries: q, the mask and the output viewed [Sq, H, 1, D], K and V
 // broadcast over the rows, and with 16 queries or more its tasks share each
 // chunk of K and V (SharedKV); batches, causal and unmasked attention stay.
 func TestPromptQueriesAsRows(t *testing.T) {
-	build := func(B, Sq int64, mask bool) (*builder, *ir.Op) {
-		b := newBuilder()
-		q := b.input("q", ir.BF16, B, 8, Sq, 64)
-		k := b.input("k", ir.BF16, B, 2, 576, 64)
-		v := b.input("v", ir.BF16, B, 2, 576, 64)
-		att := b.temp("att", ir.F32, B, 8, Sq, 64)
-		a := b.op(ir.Attention, att, q, k, v)
-		a.Attr.Scale, a.Attr.Groups = 1, 4
-		if mask {
-			a.In = append(a.In, strided(b.input("mask", ir.F32, B, 1, Sq, 576), 0, sh(B, 8, Sq, 576), sh(Sq*576, 0, 576, 1)))
-			a.Attr.HasMask = true
-		}
-		b.output(att)
-		return b, a
-	}
-	b, a := build(1, 64, true)
+	b, a := promptAttention(1, 64, 576, true)
 	q0, out0 := a.In[0], a.Out
 	splitAttention(b.g, 132, true, false)
 	q, k, m, out := a.In[0], a.In[1], a.In[3], b.g.Ops[1].Out
@@ -122,7 +151,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 			m.Shape, m.Strides, out.Shape, out.Strides)
 	}
 	// 8 queries: rows, each with its own units (too few rows to share a chunk).
-	b, a = build(1, 8, true)
+	b, a = promptAttention(1, 8, 576, true)
 	splitAttention(b.g, 132, true, false)
 	if !a.DecodeUnits() || a.Attr.SharedKV {
 		t.Errorf("8 queries: decode units %v, shared K and V %v; want units, not shared", a.DecodeUnits(), a.Attr.SharedKV)
@@ -132,7 +161,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 		mask bool
 		on   bool
 	}{{2, true, true}, {1, false, true}, {1, true, false}} { // the last: the option off
-		b, a := build(c.B, 64, c.mask)
+		b, a := promptAttention(c.B, 64, 576, c.mask)
 		splitAttention(b.g, 132, c.on, false)
 		if a.DecodeUnits() || a.In[0].Shape[2] != 64 {
 			t.Errorf("%+v: rewritten as rows", c)
