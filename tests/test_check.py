@@ -4,6 +4,7 @@ reference target, against eager (float32: relative L2 of logits < 1e-4)."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from mpk import check
 
@@ -267,3 +268,12 @@ def test_bf16_intermediates_fp32_by_default_eager_rounding_on_request(core_lib, 
                               check.rel_err(eager, judge))
     assert wide < 0.5 * ref_err
     assert rounded > 1.5 * wide and rounded > 0.5 * ref_err
+
+
+def test_judge_near_tie_is_one_bf16_spacing_at_the_top():
+    """A token counts as the judge's near tie when its float32 logit is
+    within one bf16 spacing of the top logit (1/64 at 3.7, 1/256 at -0.5)."""
+    from mpk.check import judge_near_tie
+    judge = torch.tensor([[3.7, 3.698, 1.0], [3.7, 3.68, 1.0], [-0.5, -0.501, -3.0], [-0.5, -0.51, -3.0]])
+    assert judge_near_tie(judge, torch.tensor([1, 1, 1, 1])).tolist() == [True, False, True, False]
+    assert judge_near_tie(judge, torch.tensor([0, 0, 0, 0])).all()

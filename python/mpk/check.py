@@ -328,6 +328,15 @@ def float32_copy(model: torch.nn.Module, name: str) -> torch.nn.Module:
     return ref
 
 
+def judge_near_tie(judge: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+    """Per row: whether the judge's logit of the picked token is within one
+    bf16 spacing (at the judge's top logit) of that top, so that the two
+    round to neighbouring or equal bf16 values."""
+    top = judge.float().max(-1).values
+    spacing = torch.exp2(torch.floor(torch.log2(top.abs().clamp_min(1e-30))) - 7)
+    return top - judge.float().gather(-1, picked.unsqueeze(-1)).squeeze(-1) <= spacing
+
+
 def _bf16_rule(m, name, fill, state, token_steps, max_len, eager, got, log=print) -> list[str]:
     """The bf16 rule (docs/architecture.md, Correctness): judge against a float32 copy of the model on the
     same inputs: the same tokens, and the same cache contents (the bf16 cache
@@ -353,6 +362,9 @@ def _bf16_rule(m, name, fill, state, token_steps, max_len, eager, got, log=print
         # top of mpk's logits with the fp32 or eager token counts as agreement.
         top = g.max(-1, keepdim=True).values
         tied = (g.gather(-1, ja.unsqueeze(-1)) == top).squeeze(-1) | (g.gather(-1, ea.unsqueeze(-1)) == top).squeeze(-1)
+        # So does a token the float32 judge itself cannot tell from its top
+        # one at bf16's resolution (a prompt's hundreds of rows hold a few).
+        tied |= judge_near_tie(j, ga)
         if not bool(((ga == ja) | (ga == ea) | tied).all()):
             problems.append(f"step {i}: argmax {ga.flatten().tolist()} differs from fp32 {ja.flatten().tolist()} "
                             f"and eager {ea.flatten().tolist()} (mpk logits there: "
