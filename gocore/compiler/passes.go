@@ -14,6 +14,23 @@ import (
 	"mpk/gocore/wire"
 )
 
+// tooLarge is the error for a step with more tasks or events than the
+// runtime's tables hold (a long prompt chunk, a large batch): a limit the
+// user can act on, said before the validator's capacity rule would call it
+// a compiler bug.
+func tooLarge(g *tgraph.Graph) *wire.Error {
+	what, n, most := "tasks", len(g.Tasks), tgraph.MaxTasks
+	if len(g.Events) > tgraph.MaxEvents {
+		what, n, most = "events", len(g.Events), tgraph.MaxEvents
+	}
+	if n <= most {
+		return nil
+	}
+	return &wire.Error{Kind: "bad_request",
+		Message: fmt.Sprintf("this step needs %d %s, more than the %d the megakernel's tables hold", n, what, most),
+		Hint:    "compile shorter prompt chunks or a smaller batch (each chunk length compiles once)"}
+}
+
 type pass struct {
 	name string
 	fn   func(c *Compiled, req *wire.Request) *wire.Error
@@ -40,7 +57,7 @@ var passes = []pass{
 		if c.Options.WeightAffinity {
 			decompose.WeightAffinity(c.Ops, c.Tasks)
 		}
-		return nil
+		return tooLarge(c.Tasks)
 	}},
 	{"depend", func(c *Compiled, _ *wire.Request) *wire.Error {
 		c.preds = decompose.Depend(c.Tasks)
@@ -62,7 +79,7 @@ var passes = []pass{
 	}},
 	{"normalize", func(c *Compiled, _ *wire.Request) *wire.Error {
 		tgraph.Normalize(c.Tasks, c.fused)
-		return nil
+		return tooLarge(c.Tasks) // with the relays and events
 	}},
 	{"linearize", func(c *Compiled, _ *wire.Request) *wire.Error {
 		if err := tgraph.Linearize(c.Tasks); err != nil {
