@@ -11,7 +11,7 @@ USAGE = """usage: python -m mpk <command> [options]
                   [--batch N] [--mask]
   build           compile for the cuda target without a GPU; write module.cu (and module.so)
                   --out DIR [--model NAME | --config PATH] [--workers N] [--dtype bfloat16|float32]
-                  [--prefill N] [--batch N] [--mask] [--arch 90a]
+                  [--prefill N] [--cache-tokens N] [--capacity N] [--batch N] [--mask] [--arch 90a]
   validate-suite  the validator's adversarial mutant suite [--n N] [--seed S]"""
 
 
