@@ -6,6 +6,8 @@ made on first use, and later calls of that shape reuse it."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -184,3 +186,44 @@ def test_cuda_prompt_then_decode_under_the_default_dynamic(core_lib, fresh_dynam
     for g, w in zip(got_cache, want_cache):
         assert _rel(g, w) < 1e-3
     assert len(compiled) == 3  # 8 rows, 1, 4
+
+
+def test_a_growing_cache_stops_compiling(core_lib, fresh_dynamo):
+    """Hugging Face's default DynamicCache grows its keys and values a token
+    a call: each size would be a compile of its own (an nvcc build each on
+    the GPU). From the third growth by the same sizes in a row, new sizes
+    run eagerly, with a warning that says to keep the cache static; generate
+    still returns eager's tokens."""
+    check.ensure_backend_registered()
+    model, _ = check.decode_setup("tiny-llama", 0, dtype=torch.float32, device="cpu")
+    ids = torch.randint(0, model.config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=12, do_sample=False)
+    compiled = []
+    forward = model.forward
+    model.forward = torch.compile(forward, backend="mpk", options={"target": "reference", "on_compile": compiled.append})
+    try:
+        with torch.no_grad(), pytest.warns(UserWarning, match="cache_implementation='static'"):
+            got = model.generate(ids, max_new_tokens=12, do_sample=False)
+    finally:
+        model.forward = forward
+    assert torch.equal(got, want)
+    assert len(compiled) <= 5, len(compiled)  # was 10: one a size up to max_shapes
+
+
+def test_sizes_that_grow_by_other_steps_keep_compiling(core_lib, fresh_dynamo):
+    """Only the same growth three calls in a row counts: sizes 2, 3, 5, 8
+    (dynamic=True) each compile, and 9, 10, 11 after a compiled size (2)
+    start a new run, so 11 is still compiled."""
+    def f(x):
+        return torch.tanh(x) * 2 + 1
+
+    compiled = []
+    step = torch.compile(f, backend="mpk", dynamic=True,
+                         options={"target": "reference", "on_compile": compiled.append, "max_shapes": 16})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for rows in (2, 3, 5, 8, 2, 9, 10, 11):
+            x = torch.randn(rows, 4)
+            assert _rel(step(x), f(x)) < REL
+    assert sorted(c.inputs[0]["meta"]["shape"][0] for c in compiled) == [2, 3, 5, 8, 9, 10, 11]

@@ -11,7 +11,9 @@ whose sizes are symbolic) pick a static compile, made on first use from the
 graph with those values written in, as if Dynamo had traced that call with
 dynamic=False. A decode loop thus runs one module; each new prompt length
 compiles one more. Past `limit` shapes the graph runs eagerly (with a warning,
-once), as Dynamo falls back at its recompile limit."""
+once), as Dynamo falls back at its recompile limit; so do new shapes once the
+inputs have grown by the same sizes at three calls in a row (a Hugging Face
+DynamicCache: a compile a token), the warning saying to keep the cache static."""
 
 from __future__ import annotations
 
@@ -129,6 +131,22 @@ def split_scalar_outputs(static: torch.fx.GraphModule, args: Sequence[Any]) -> t
     return static, dict(zip(scalar_at, values))
 
 
+def _growth(before: tuple, after: tuple) -> tuple:
+    """(input, dim, by how much) for each size that changed from the shapes
+    in key part `before` to `after`, when every change is an increase; ()
+    otherwise."""
+    grew = []
+    for i, ((a, _), (b, _)) in enumerate(zip(before, after)):
+        if len(a) != len(b):
+            return ()
+        for d, (x, y) in enumerate(zip(a, b)):
+            if y < x:
+                return ()
+            if y > x:
+                grew.append((i, d, y - x))
+    return tuple(grew)
+
+
 class Specializing:
     """The callable a graph with dynamic shapes compiles to (module doc).
     `compile_static(graph, inputs)` compiles a graph without symbolic inputs
@@ -159,6 +177,14 @@ class Specializing:
             self._static_args = operator.itemgetter(*tensors) if tensors else (lambda args: ())
         self.compiled: dict[tuple, Callable] = {}
         self._warned = False
+        # A graph whose inputs grow by the same step at every call (the
+        # keys and values of a Hugging Face DynamicCache) would compile a
+        # module a call: from the third such growth in a row, new shapes
+        # run eagerly (see _grown).
+        self._last_new: tuple | None = None  # the previous call's key, when that call compiled
+        self._growth: tuple = ()  # how the previous compile's shapes grew from the one before
+        self._streak = 0  # calls in a row that grew by _growth
+        self.growing = False
 
     def key(self, args: Sequence[Any]) -> tuple:
         """The concrete sizes of a call: what picks its static compile. A
@@ -174,10 +200,25 @@ class Specializing:
         k = self.key(args)
         fn = self.compiled.get(k)
         if fn is None:
+            if self.growing or self._grown(k):
+                return self._eager(args, growing=True)
             if len(self.compiled) >= self.limit:
                 return self._eager(args)
             fn = self.compiled[k] = self._compile(args)
+            self._last_new = k
+        else:
+            self._last_new, self._growth, self._streak = None, (), 0
         return fn(*self._static_args(args))
+
+    def _grown(self, k: tuple) -> bool:
+        """Whether the new key k is the third in a row of calls that each
+        brought a shape grown from the last one's by the same sizes (a cache
+        that grows a step a call); it notes k's growth for the next call."""
+        growth = _growth(self._last_new[1], k[1]) if self._last_new is not None else ()
+        self._streak = self._streak + 1 if growth and growth == self._growth else int(bool(growth))
+        self._growth = growth
+        self.growing = self._streak >= 3
+        return self.growing
 
     def _compile(self, args: Sequence[Any]) -> Callable:
         static_args = list(self._static_args(args))
@@ -192,11 +233,18 @@ class Specializing:
             return [scalars[i] if i in scalars else next(tensors) for i in range(total)]
         return with_scalars
 
-    def _eager(self, args: Sequence[Any]):
+    def _eager(self, args: Sequence[Any], growing: bool = False):
         if not self._warned:
             self._warned = True
-            warnings.warn(f"mpk: this graph was compiled for {self.limit} shapes (option max_shapes); "
-                          "calls of other shapes run eagerly. Pad inputs to a few fixed sizes, or raise "
-                          "max_shapes.", stacklevel=3)
+            if growing:
+                warnings.warn("mpk: this graph's inputs grow at every call (as a Hugging Face DynamicCache's "
+                              "keys and values do), and each size would compile a megakernel of its own: "
+                              "calls of new sizes run eagerly. Keep the cache static: "
+                              "model.generate(..., cache_implementation='static'), or pass a "
+                              "transformers.StaticCache as past_key_values.", stacklevel=3)
+            else:
+                warnings.warn(f"mpk: this graph was compiled for {self.limit} shapes (option max_shapes); "
+                              "calls of other shapes run eagerly. Pad inputs to a few fixed sizes, or raise "
+                              "max_shapes.", stacklevel=3)
         with torch.no_grad():
             return self.gm(*args)
