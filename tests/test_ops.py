@@ -212,3 +212,20 @@ def test_decode_attention_gqa_batch(core_lib, fresh_dynamo, target, mask):
     torch.testing.assert_close(got, f(q, k, v, m), atol=1e-3 if target == "cuda" else 1e-5, rtol=1e-3 if target == "cuda" else 1e-5)
     if target == "cuda":  # the units took the KV head's 4 query heads
         assert compiled and ", 4>(op, lo, hi, s, c.smem)" in compiled[-1].sources["module.cu"]
+
+
+@pytest.mark.parametrize("case", ["bool_last", "int_first", "float_mid", "scalar"])
+def test_cumsum(core_lib, fresh_dynamo, case):
+    """cumsum along any dim (Hugging Face's packed-sequence detection counts
+    (position_diff != 1) along the positions of a call without a cache)."""
+    fs = {
+        "bool_last": lambda x: (x.long().diff(dim=-1, prepend=x.long()[:, :1] - 1) != 1).cumsum(-1) * 3,
+        "int_first": lambda x: (x.long() * 2 - 3).cumsum(0) - 1,
+        "float_mid": lambda x: (x.float() * 0.5).view(2, 3, 4).cumsum(1) + 1,
+        "scalar": lambda x: x.float().sum().cumsum(0) * 2,
+    }
+    x = torch.tensor([[0, 1, 2, 0, 1, 7], [3, 4, 5, 6, 0, 1], [2, 3, 4, 5, 6, 7], [9, 8, 1, 2, 3, 4]])
+    got = _compiled(fs[case])(x)
+    want = fs[case](x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)

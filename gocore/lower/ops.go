@@ -22,6 +22,7 @@ var computeOps = map[string]func(l *lowerer){
 	"amax.default":              reduceOp("amax"),
 	"amin.default":              reduceOp("amin"),
 	"argmax.default":            reduceOp("argmax"),
+	"cumsum.default":            cumsumOp,
 	"_softmax.default":          softmaxOp,
 	"native_layer_norm.default": layerNormOp,
 	"embedding.default":         embeddingOp,
@@ -171,6 +172,46 @@ func reduceOp(kind string) func(l *lowerer) {
 		v := l.reduce(kind, x, dims, l.outDType(0), keep)
 		l.set(&v)
 	}
+}
+
+// cumsumOp lowers cumsum along a dim as a sum over a triangle: out[.., i] =
+// Σ_{j ≤ i} x[.., j] is an elementwise op over [.., N, N] (x broadcast along
+// i, zero where j > i) and a sum of its last dim. N² work: a cumsum in an
+// LLM's graph counts along a row of a mask or of positions (Hugging Face's
+// packed-sequence detection, a call without a cache), not hidden states.
+func cumsumOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	dt := l.outDType(0)
+	d := wrapDim(l, l.intArg(1, "dim", 0), x.Rank())
+	if x.Rank() == 0 { // a scalar's cumsum is itself
+		out := l.temp(dt, nil)
+		l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{x}, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Load(0))}})
+		l.set(&out)
+		return
+	}
+	perm := make([]int, 0, x.Rank()) // d last
+	for i := range x.Rank() {
+		if i != d {
+			perm = append(perm, i)
+		}
+	}
+	perm = append(perm, d)
+	xp := permute(x, perm)
+	r := xp.Rank() + 1 // [.., i, j]
+	rows := ir.View{Buf: xp.Buf, Offset: xp.Offset,
+		Shape:   append(slices.Clone(xp.Shape), xp.Shape[r-2]),
+		Strides: append(slices.Clone(xp.Strides), xp.Strides[r-2])}
+	rows.Strides[r-2] = 0
+	tri := l.temp(dt, rows.Shape)
+	upTo := ir.Apply(ir.EWhere, ir.Apply(ir.ELe, ir.Index(r-1), ir.Index(r-2)), ir.Load(0), ir.Const(0))
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{rows}, Out: tri, Attr: ir.Attrs{Expr: ir.Cast(dt, upTo)}})
+	sum := l.reduce("sum", tri, []int64{int64(r - 1)}, dt, false)
+	back := make([]int, len(perm)) // x's dim order again
+	for i, p := range perm {
+		back[p] = i
+	}
+	out := permute(sum, back)
+	l.set(&out)
 }
 
 func (l *lowerer) reduce(kind string, x ir.View, dims []int64, dt ir.DType, keep bool) ir.View {

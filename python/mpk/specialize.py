@@ -238,8 +238,8 @@ class Specializing:
             self._warned = True
             if growing:
                 warnings.warn("mpk: this graph's inputs grow at every call (as a Hugging Face DynamicCache's "
-                              "keys and values do), and each size would compile a megakernel of its own: "
-                              "calls of new sizes run eagerly. Keep the cache static: "
+                              "keys and values do, or a generate without a cache), and each size would compile "
+                              "a megakernel of its own: calls of new sizes run eagerly. Keep the cache static: "
                               "model.generate(..., cache_implementation='static'), or pass a "
                               "transformers.StaticCache as past_key_values.", stacklevel=3)
             else:
