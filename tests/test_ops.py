@@ -229,3 +229,30 @@ def test_cumsum(core_lib, fresh_dynamo, case):
     want = fs[case](x)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("rows", [1, 6])
+def test_cross_entropy(core_lib, fresh_dynamo, reduction, rows):
+    """log_softmax and nll_loss (a language model's loss for labels, as
+    Hugging Face computes it for `labels=`), ignore_index rows included."""
+    def f(x, t):
+        if rows == 1:
+            x, t = x[0], t[0]
+        return F.cross_entropy(x.float() * 2, t, ignore_index=-100, reduction=reduction) + 1
+
+    x = torch.randn(6, 11)
+    t = torch.tensor([3, -100, 10, 0, 7, -100])
+    torch.testing.assert_close(_compiled(f)(x, t), f(x, t))
+
+
+def test_log_softmax_along_a_leading_dim(core_lib, fresh_dynamo):
+    x = torch.randn(4, 3, 5)
+    f = lambda x: torch.log_softmax(x * 3, dim=1) - 1  # noqa: E731
+    torch.testing.assert_close(_compiled(f)(x), f(x))
+
+
+def test_a_target_past_the_classes_is_an_error(core_lib, fresh_dynamo):
+    x = torch.randn(3, 5)
+    with pytest.raises(Exception, match="out of range|index"):
+        _compiled(lambda x, t: F.cross_entropy(x, t))(x, torch.tensor([1, 5, 0]))

@@ -24,6 +24,8 @@ var computeOps = map[string]func(l *lowerer){
 	"argmax.default":            reduceOp("argmax"),
 	"cumsum.default":            cumsumOp,
 	"_softmax.default":          softmaxOp,
+	"_log_softmax.default":      logSoftmaxOp,
+	"nll_loss_forward.default":  nllLossOp,
 	"native_layer_norm.default": layerNormOp,
 	"embedding.default":         embeddingOp,
 	"index.Tensor":              indexOp,
@@ -270,6 +272,77 @@ func softmaxOp(l *lowerer) {
 	l.set(&out)
 }
 
+// logSoftmaxOp: x - max - log Σ exp(x - max) along dim, in float32.
+func logSoftmaxOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	d := wrapDim(l, l.intArg(1, "dim", -1), x.Rank())
+	dt := l.outDType(0)
+	mx := l.reduce("amax", x, []int64{int64(d)}, ir.F32, true)
+	e := l.temp(ir.F32, x.Shape)
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{x, broadcast(l, mx, x.Shape)}, Out: e,
+		Attr: ir.Attrs{Expr: ir.Cast(ir.F32, ir.Apply(ir.EExp, ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))))}})
+	s := l.reduce("sum", e, []int64{int64(d)}, ir.F32, true)
+	out := l.temp(dt, x.Shape)
+	shifted := ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{x, broadcast(l, mx, x.Shape), broadcast(l, s, x.Shape)}, Out: out,
+		Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Apply(ir.ESub, shifted, ir.Apply(ir.ELog, ir.Load(2))))}})
+	l.set(&out)
+}
+
+// nllLossOp lowers nll_loss_forward (cross_entropy's second half: a
+// language model's loss for labels) without class weights: each row's
+// -logp[target], none where the target is ignore_index, then per reduction
+// (0 none, 1 mean over the counted rows, 2 sum); the second output is the
+// count of rows (0 for none).
+func nllLossOp(l *lowerer) {
+	lp, t := l.tensorArg(0, "self"), l.tensorArg(1, "target")
+	if !l.isNone(l.arg(2, "weight")) {
+		l.failf("nll_loss with class weights is not supported")
+	}
+	reduction, ignore := l.intArg(3, "reduction", 1), float64(l.intArg(4, "ignore_index", -100))
+	single := lp.Rank() == 1
+	if single { // one row: [C] and a scalar target
+		lp = ir.View{Buf: lp.Buf, Offset: lp.Offset, Shape: []int64{1, lp.Shape[0]}, Strides: []int64{0, lp.Strides[0]}}
+		t = ir.View{Buf: t.Buf, Offset: t.Offset, Shape: []int64{1}, Strides: []int64{0}}
+	}
+	if lp.Rank() != 2 || t.Rank() != 1 || t.Shape[0] != lp.Shape[0] || reduction < 0 || reduction > 2 {
+		l.failf("nll_loss of %v log-probabilities, %v targets and reduction %d", lp.Shape, t.Shape, reduction)
+	}
+	N := t.Shape[0]
+	kept := ir.Apply(ir.ENe, ir.Load(0), ir.Const(ignore))
+	target := l.temp(ir.I64, []int64{N, 1}) // an ignored row reads class 0, then counts for nothing
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{t}, Out: ir.View{Buf: target.Buf, Shape: []int64{N}, Strides: []int64{1}},
+		Attr: ir.Attrs{Expr: ir.Cast(ir.I64, ir.Apply(ir.EWhere, kept, ir.Load(0), ir.Const(0)))}})
+	picked := l.gather(lp, 1, target)
+	loss := l.temp(ir.F32, []int64{N})
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{ir.View{Buf: picked.Buf, Shape: []int64{N}, Strides: []int64{1}}, t}, Out: loss,
+		Attr: ir.Attrs{Expr: ir.Cast(ir.F32, ir.Apply(ir.EWhere, ir.Apply(ir.ENe, ir.Load(1), ir.Const(ignore)),
+			ir.Apply(ir.ENeg, ir.Load(0)), ir.Const(0)))}})
+	dt := l.outDType(0)
+	count := l.temp(ir.F32, []int64{N})
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{t}, Out: count, Attr: ir.Attrs{Expr: ir.Cast(ir.F32, kept)}})
+	weight := l.reduce("sum", count, nil, l.outDType(1), false)
+	var out ir.View
+	switch reduction {
+	case 0:
+		out = l.temp(dt, []int64{N})
+		l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{loss}, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Load(0))}})
+		if single { // one row without reduction: a scalar
+			out = ir.View{Buf: out.Buf}
+		}
+		weight = l.temp(l.outDType(1), nil)
+		l.emit(&ir.Op{Kind: ir.Elementwise, Out: weight, Attr: ir.Attrs{Expr: ir.Const(0)}})
+	case 1:
+		sum := l.reduce("sum", loss, nil, ir.F32, false)
+		out = l.temp(dt, nil)
+		l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{sum, weight}, Out: out,
+			Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Apply(ir.EDiv, ir.Load(0), ir.Load(1)))}})
+	case 2:
+		out = l.reduce("sum", loss, nil, dt, false)
+	}
+	l.set(&out, &weight)
+}
+
 func embeddingOp(l *lowerer) {
 	w, idx := l.tensorArg(0, "weight"), l.tensorArg(1, "indices")
 	if w.Rank() != 2 {
@@ -378,7 +451,13 @@ func (l *lowerer) multiIndex(x ir.View, dims []int, idxs []ir.View) (ir.View, in
 func gatherOp(l *lowerer) {
 	x := l.tensorArg(0, "self")
 	d := wrapDim(l, l.intArg(1, "dim", 0), x.Rank())
-	idx := l.tensorArg(2, "index")
+	out := l.gather(x, d, l.tensorArg(2, "index"))
+	l.set(&out)
+}
+
+// gather is torch.gather(x, d, idx): an index outside x's dim d reads past
+// the buffer, which the Gather task reports as an index error.
+func (l *lowerer) gather(x ir.View, d int, idx ir.View) ir.View {
 	if idx.Rank() != x.Rank() {
 		l.failf("gather of a %d-d tensor with a %d-d index", x.Rank(), idx.Rank())
 	}
@@ -398,7 +477,7 @@ func gatherOp(l *lowerer) {
 	out := l.temp(x.DType(), idx.Shape)
 	whole := ir.View{Buf: x.Buf, Shape: []int64{n}, Strides: []int64{1}}
 	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{whole, pos}, Out: out})
-	l.set(&out)
+	return out
 }
 
 // broadcastShapes is the numpy broadcast of shapes a and b.
