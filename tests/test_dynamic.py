@@ -84,22 +84,26 @@ def test_generate_prompts_of_several_lengths(core_lib, fresh_dynamo):
 
 def test_sliding_window_cache_under_the_default_dynamic(core_lib, fresh_dynamo):
     """A sliding-window cache keeps its position in a Python int: the graph
-    takes it as a symbolic argument and returns the next one. Each step's
-    value is a shape of its own (a compile each), and the int the graph
-    returns, worked out at compile time, keeps the cache's position right
-    across the window's end (16): every step matches eager."""
+    takes it as a symbolic argument and returns the next one, worked out
+    per call, so it keys no compile (the tensors never read it): a compile
+    for the prompt, and a few for the decode steps (before, at and past the
+    window's end, 16, where HF's Python branches differ), not one a step;
+    every step matches eager."""
     check.ensure_backend_registered()
     model, _ = check.decode_setup("tiny-mistral-sw", 0, dtype=torch.float32, device="cpu")
     assert model.config.sliding_window == 16
     ids = torch.randint(0, model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(2))
     chunks = [ids[:, :8]] + [ids[:, i:i + 1] for i in range(8, 22)]
     want, want_cache = _generate(model, model, chunks)
-    step = torch.compile(model, backend="mpk", options={"target": "reference", "max_shapes": 32})
+    compiled = []
+    step = torch.compile(model, backend="mpk", options={"target": "reference", "max_shapes": 32,
+                                                        "on_compile": compiled.append})
     got, got_cache = _generate(step, model, chunks)
     for i, (g, w) in enumerate(zip(got, want)):
         assert _rel(g, w) < REL, (i, _rel(g, w))
     for g, w in zip(got_cache, want_cache):
         assert _rel(g, w) < REL
+    assert len(compiled) <= 6, len(compiled)  # 15 calls: one a step before
 
 
 def test_dynamic_true_compiles_each_shape_once(core_lib, fresh_dynamo):
@@ -227,3 +231,39 @@ def test_sizes_that_grow_by_other_steps_keep_compiling(core_lib, fresh_dynamo):
             x = torch.randn(rows, 4)
             assert _rel(step(x), f(x)) < REL
     assert sorted(c.inputs[0]["meta"]["shape"][0] for c in compiled) == [2, 3, 5, 8, 9, 10, 11]
+
+
+def test_an_int_read_as_a_number_is_passed_not_compiled(core_lib, fresh_dynamo):
+    """An int argument the tensors read only as a number (positions: arange
+    + n, through max) is passed to one compile as a 0-d tensor; an int used
+    as a size still compiles per value."""
+    def positions(x, n):
+        return (torch.arange(4) + max(n - 3, 0)) * x
+
+    def sized(x, n):
+        return torch.ones(n).sum() * x
+
+    for f, values, compiles in ((positions, (1, 5, 9, 2), 1), (sized, (2, 3, 2), 2)):
+        compiled = []
+        step = torch.compile(f, backend="mpk", dynamic=True,
+                             options={"target": "reference", "on_compile": compiled.append})
+        x = torch.arange(4)
+        with torch.no_grad():
+            for n in values:
+                assert torch.equal(step(x, n), f(x, n)), (f.__name__, n)
+        assert len(compiled) == compiles, (f.__name__, len(compiled))
+        torch._dynamo.reset()
+
+
+def test_a_returned_int_keys_no_compile(core_lib, fresh_dynamo):
+    """An int the graph only returns (n + 1, as a sliding-window cache's
+    position) is worked out per call: one compile for every value."""
+    compiled = []
+    step = torch.compile(lambda x, n: (x * 2, n + 1), backend="mpk", dynamic=True,
+                         options={"target": "reference", "on_compile": compiled.append})
+    x = torch.randn(3)
+    with torch.no_grad():
+        for n in (4, 7, 11):
+            out, m = step(x, n)
+            assert m == n + 1 and torch.equal(out, x * 2)
+    assert len(compiled) == 1

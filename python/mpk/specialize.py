@@ -10,7 +10,10 @@ symbolic arguments the graph uses, and the shapes and strides of its inputs
 whose sizes are symbolic) pick a static compile, made on first use from the
 graph with those values written in, as if Dynamo had traced that call with
 dynamic=False. A decode loop thus runs one module; each new prompt length
-compiles one more. Past `limit` shapes the graph runs eagerly (with a warning,
+compiles one more. An int the graph only returns (a sliding-window cache's
+position) is worked out per call, and one its tensors read only as a number
+is passed as a 0-d tensor: neither keys a compile. Past `limit` shapes the
+graph runs eagerly (with a warning,
 once), as Dynamo falls back at its recompile limit; so do new shapes once the
 inputs have grown by the same sizes at three calls in a row (a Hugging Face
 DynamicCache: a compile a token), the warning saying to keep the cache static."""
@@ -57,6 +60,18 @@ def is_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
                for v in (_traced_value(n, x) for n, x in zip(_placeholders(gm), example_inputs)))
 
 
+def _size_symbols(values: Sequence[Any]) -> set:
+    """The free symbols of SymInts, and of tensors' sizes, strides and offsets."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+    out = set()
+    for v in values:
+        for x in (v.shape, v.stride(), (v.storage_offset(),)) if isinstance(v, torch.Tensor) else ((v,),):
+            for s in x:
+                if isinstance(s, torch.SymInt):
+                    out |= free_symbols(s)
+    return out
+
+
 def _symbolic_tensor(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and any(
         _is_symbolic(s) for s in (*v.shape, *v.stride(), v.storage_offset()))
@@ -86,49 +101,128 @@ def with_values(gm: torch.fx.GraphModule, values: dict[int, Any]) -> torch.fx.Gr
     return torch.fx.GraphModule(gm, graph)
 
 
-def split_scalar_outputs(static: torch.fx.GraphModule, args: Sequence[Any]) -> tuple[torch.fx.GraphModule, dict[int, Any]]:
-    """The static graph returning its tensor outputs only, and the values of
-    the others by their place among all outputs. A graph of symbolic sizes
-    may return sizes too (a sliding-window cache's position, kept in a Python
-    int); with the sizes written in, they are constants of the shape, worked
-    out once here from args (the static graph's arguments) by the nodes they
-    come from, which compute on sizes, never on tensor data."""
-    graph = static.graph
-    out = _output(graph)
-    results = out.args[0]
-    if not isinstance(results, (tuple, list)):
-        return static, {}
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of gm's graph (nodes' records kept); attributes shared."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)
 
-    def is_tensor(a):  # as Dynamo traced it (a node without a record: taken for one)
-        return isinstance(a, torch.fx.Node) and isinstance(_traced_value(a, torch.empty(0)), torch.Tensor)
 
-    scalar_at = [i for i, a in enumerate(results) if not is_tensor(a)]
-    if not scalar_at:
-        return static, {}
-    # The nodes the scalars come from; then a graph of them alone, run once.
-    need, stack = set(), [a for a in (results[i] for i in scalar_at) if isinstance(a, torch.fx.Node)]
+class ScalarOutputs:
+    """A graph's outputs that are not tensors (sizes: a sliding-window
+    cache's position, kept in a Python int): `graph` is a copy of the graph
+    returning its tensor outputs only, and calling this with the graph's
+    arguments gives the others, by their nodes, which compute on sizes and
+    Python numbers, never on tensor data. Worked out per call (a few
+    microseconds), a position that is only returned, not used, keys no
+    compile of its own."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.graph = _copy(gm)
+        graph = self.graph.graph
+        out = _output(graph)
+        results = out.args[0]
+        self.at: list[int] = []
+        self.total = len(results) if isinstance(results, (tuple, list)) else 1
+        self._sizes = None
+        if not isinstance(results, (tuple, list)):
+            return
+
+        def is_tensor(a):  # as Dynamo traced it (a node without a record: taken for one)
+            return isinstance(a, torch.fx.Node) and isinstance(_traced_value(a, torch.empty(0)), torch.Tensor)
+
+        self.at = [i for i, a in enumerate(results) if not is_tensor(a)]
+        if not self.at:
+            return
+        # The nodes the scalars come from; then a graph of them alone.
+        need, stack = set(), [a for a in (results[i] for i in self.at) if isinstance(a, torch.fx.Node)]
+        while stack:
+            n = stack.pop()
+            if n in need or n.op == "placeholder":
+                continue
+            if is_tensor(n) or n.op not in ("call_function", "call_method"):
+                raise MpkError(f"a graph output that is not a tensor depends on {n.op} {n.name}, not on "
+                               "sizes alone", kind="unsupported_op")
+            need.add(n)
+            stack.extend(n.all_input_nodes)
+        sizes = torch.fx.Graph()
+        env: dict[torch.fx.Node, torch.fx.Node] = {}
+        for n in graph.nodes:
+            if n.op == "placeholder" or n in need:
+                env[n] = sizes.node_copy(n, lambda x: env[x])
+        sizes.output(tuple(torch.fx.node.map_arg(results[i], lambda x: env[x]) for i in self.at))
+        self._sizes = torch.fx.GraphModule(self.graph, sizes)
+        out.args = (tuple(a for i, a in enumerate(results) if i not in self.at),)
+        for n in reversed(list(graph.nodes)):  # the scalars' nodes, now unused
+            if n in need and not n.users:
+                graph.erase_node(n)
+        self.graph.recompile()
+
+    def merge(self, tensors: Sequence[Any], args: Sequence[Any]) -> Any:
+        """The graph's outputs in its order: the tensor graph's, and the
+        scalars for this call's arguments."""
+        if self._sizes is None:
+            return tensors
+        scalars = dict(zip(self.at, self._sizes(*args)))
+        rest = iter(tensors)
+        return [scalars[i] if i in scalars else next(rest) for i in range(self.total)]
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    """torch.sym_max for a number passed as a 0-d tensor (sym_max would
+    branch on its value)."""
+    if not isinstance(a, torch.Tensor):
+        a, b = b, a
+    return torch.maximum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, min=b)
+
+
+def _minimum(a: Any, b: Any) -> Any:
+    if not isinstance(a, torch.Tensor):
+        a, b = b, a
+    return torch.minimum(a, b) if isinstance(b, torch.Tensor) else torch.clamp(a, max=b)
+
+
+# Python arithmetic and comparisons: on two ints an int, with a tensor a
+# tensor; sym_max and sym_min become _maximum and _minimum on a 0-d tensor.
+_AS_TENSOR_OPS = {torch.sym_max: _maximum, torch.sym_min: _minimum}
+_NUMBER_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
+               operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne, *_AS_TENSOR_OPS}
+
+
+def as_tensor_ops(gm: torch.fx.GraphModule, numbers: Sequence[int]) -> torch.fx.GraphModule:
+    """gm with the int placeholders at `numbers` (taken as 0-d tensors) read
+    by ops that take tensors: sym_max and sym_min downstream of them."""
+    nodes = _placeholders(gm)
+    reached, stack = set(), [nodes[i] for i in numbers]
+    while stack:
+        for u in stack.pop().users:
+            if u not in reached:
+                reached.add(u)
+                stack.append(u)
+    for n in reached:
+        if n.op == "call_function" and n.target in _AS_TENSOR_OPS:
+            n.target = _AS_TENSOR_OPS[n.target]
+    gm.recompile()
+    return gm
+
+
+def _read_as_a_number(node: torch.fx.Node) -> bool:
+    """Whether every use of an int placeholder ends in arithmetic with a
+    tensor (tensor + n, n - 1 < tensor), never in a size, a view or a
+    Python decision: then a 0-d tensor of the same value computes the same."""
+    stack, seen = [node], set()
     while stack:
         n = stack.pop()
-        if n in need or n.op == "placeholder":
-            continue
-        if is_tensor(n) or n.op not in ("call_function", "call_method"):
-            raise MpkError(f"a graph output that is not a tensor depends on {n.op} {n.name}, not on "
-                           "sizes alone", kind="unsupported_op")
-        need.add(n)
-        stack.extend(n.all_input_nodes)
-    sizes = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    for n in graph.nodes:
-        if n.op == "placeholder" or n in need:
-            env[n] = sizes.node_copy(n, lambda x: env[x])
-    sizes.output(tuple(torch.fx.node.map_arg(results[i], lambda x: env[x]) for i in scalar_at))
-    values = torch.fx.GraphModule(static, sizes)(*args)
-    out.args = (tuple(a for i, a in enumerate(results) if i not in scalar_at),)
-    for n in reversed(list(graph.nodes)):  # the scalars' nodes, now unused
-        if n in need and not n.users:
-            graph.erase_node(n)
-    static.recompile()
-    return static, dict(zip(scalar_at, values))
+        for u in n.users:
+            if u in seen:
+                continue
+            seen.add(u)
+            if u.op != "call_function" or u.target not in _NUMBER_OPS or u.kwargs:
+                return False
+            if not any(isinstance(a, torch.fx.Node) and isinstance(_traced_value(a, None), torch.Tensor)
+                       for a in u.args):
+                stack.append(u)  # int arithmetic: its result is read the same way
+    return True
 
 
 def _growth(before: tuple, after: tuple) -> tuple:
@@ -159,22 +253,41 @@ class Specializing:
         self.compile_static = compile_static
         self.limit = limit
         self.n_inputs = len(example_inputs)
+        self.outputs = ScalarOutputs(gm)
         nodes = _placeholders(gm)
         traced = [_traced_value(n, x) for n, x in zip(nodes, example_inputs)]
         # Scalars the graph takes as arguments, written into each static
-        # graph; those it never reads do not tell its shapes apart.
+        # graph; those its tensors never depend on (read by no node, or only
+        # by the scalar outputs') do not tell its shapes apart.
         self.scalars = [i for i, v in enumerate(traced)
                         if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))]
-        self.keyed_scalars = [i for i in self.scalars if nodes[i].users]
+        used = _placeholders(self.outputs.graph)
         self.shaped = [i for i, v in enumerate(traced) if _symbolic_tensor(v)]
+        # An int the tensors read only as a number (arange + position), and
+        # that no input's shape fixes already, is passed as a 0-d tensor
+        # instead: no compile a value.
+        sized = _size_symbols([traced[i] for i in self.shaped])
+        self.values = [i for i in self.scalars if used[i].users and isinstance(traced[i], torch.SymInt)
+                       and not _size_symbols([traced[i]]) <= sized and _read_as_a_number(used[i])]
+        self.keyed_scalars = [i for i in self.scalars if used[i].users and i not in self.values]
         # The arguments a static compile takes, picked in C: a decode step
         # passes hundreds.
-        scalars = set(self.scalars)
-        tensors = [i for i in range(len(traced)) if i not in scalars]
-        if len(tensors) == 1:  # itemgetter of one index returns the item, not a tuple
-            self._static_args = lambda args, i=tensors[0]: (args[i],)
+        fixed = set(self.scalars) - set(self.values)
+        static = [i for i in range(len(traced)) if i not in fixed]
+        if len(static) == 1:  # itemgetter of one index returns the item, not a tuple
+            pick = lambda args, i=static[0]: (args[i],)  # noqa: E731
         else:
-            self._static_args = operator.itemgetter(*tensors) if tensors else (lambda args: ())
+            pick = operator.itemgetter(*static) if static else (lambda args: ())
+        self._static_args = pick
+        if self.values:
+            at = [static.index(i) for i in self.values]
+
+            def with_tensors(args):
+                picked = list(pick(args))
+                for k in at:
+                    picked[k] = torch.tensor(picked[k], dtype=torch.int64)
+                return picked
+            self._static_args = with_tensors
         self.compiled: dict[tuple, Callable] = {}
         self._warned = False
         # A graph whose inputs grow by the same step at every call (the
@@ -208,7 +321,7 @@ class Specializing:
             self._last_new = k
         else:
             self._last_new, self._growth, self._streak = None, (), 0
-        return fn(*self._static_args(args))
+        return self.outputs.merge(fn(*self._static_args(args)), args)
 
     def _grown(self, k: tuple) -> bool:
         """Whether the new key k is the third in a row of calls that each
@@ -222,16 +335,11 @@ class Specializing:
 
     def _compile(self, args: Sequence[Any]) -> Callable:
         static_args = list(self._static_args(args))
-        static, scalars = split_scalar_outputs(with_values(self.gm, {i: args[i] for i in self.scalars}), static_args)
-        fn = self.compile_static(static, static_args)
-        if not scalars:
-            return fn
-        total = len(_output(static.graph).args[0]) + len(scalars)
-
-        def with_scalars(*a):  # the outputs in the graph's order, the shape's constants among them
-            tensors = iter(fn(*a))
-            return [scalars[i] if i in scalars else next(tensors) for i in range(total)]
-        return with_scalars
+        static = with_values(self.outputs.graph, {i: args[i] for i in self.scalars if i not in self.values})
+        if self.values:  # their placeholders, among the tensors', in the same order
+            kept = [i for i in range(self.n_inputs) if i not in self.scalars or i in self.values]
+            static = as_tensor_ops(static, [kept.index(i) for i in self.values])
+        return self.compile_static(static, static_args)
 
     def _eager(self, args: Sequence[Any], growing: bool = False):
         if not self._warned:
