@@ -400,3 +400,21 @@ def test_cuda_arena_reuse_is_bit_identical(core_lib, fresh_dynamo, model, batch)
         assert torch.equal(g, w), f"step {i}: logits differ with arena_reuse"
     for g, w in zip(got_cache, want_cache):
         assert torch.equal(g, w), "the cache differs with arena_reuse"
+
+
+def test_cuda_loss_and_cumsum(core_lib, fresh_dynamo):
+    """log_softmax, nll_loss (a loss for labels, ignore_index rows included)
+    and cumsum (HF's packed-sequence detection) on the GPU, float32."""
+    import torch.nn.functional as F
+
+    def f(x, t):
+        seq = (t.diff(dim=-1, prepend=t[:1] - 1) != 1).cumsum(-1)
+        return F.cross_entropy(x * 2, t.clamp(max=10).masked_fill(t == 4, -100)), seq * 3
+
+    check.ensure_backend_registered()
+    x = torch.randn(6, 11, device="cuda")
+    t = torch.tensor([3, 4, 10, 0, 1, 2], device="cuda")
+    got = torch.compile(f, backend="mpk", options={"target": "cuda"}, fullgraph=True, dynamic=False)(x, t)
+    want = f(x, t)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[1], want[1])
