@@ -256,3 +256,24 @@ def test_a_target_past_the_classes_is_an_error(core_lib, fresh_dynamo):
     x = torch.randn(3, 5)
     with pytest.raises(Exception, match="out of range|index"):
         _compiled(lambda x, t: F.cross_entropy(x, t))(x, torch.tensor([1, 5, 0]))
+
+
+@pytest.mark.parametrize("case", ["remainder", "fmod", "floor_div", "trunc_div", "floor_divide", "rounding", "int_mod"])
+def test_rounding_ops(core_lib, fresh_dynamo, case):
+    """floor, ceil, trunc and the divisions and remainders built on them
+    (Python's % takes the sign of the divisor, fmod that of the dividend)."""
+    fs = {
+        "remainder": lambda x, i: torch.remainder(x, 0.75) + x % -1.5,
+        "fmod": lambda x, i: torch.fmod(x, 0.75) - torch.fmod(x, -2.0),
+        "floor_div": lambda x, i: torch.div(x, 0.3, rounding_mode="floor"),
+        "trunc_div": lambda x, i: torch.div(x, -0.3, rounding_mode="trunc"),
+        "floor_divide": lambda x, i: i // 3 + torch.floor_divide(i, -4),
+        "rounding": lambda x, i: torch.floor(x * 3) + torch.ceil(x * 3) * 10 + torch.trunc(x * 3) * 100,
+        "int_mod": lambda x, i: (i % 5) * 2 - torch.remainder(i, -3),
+    }
+    x = torch.randn(5, 7)
+    i = torch.arange(-17, 18).view(5, 7)
+    got = _compiled(fs[case])(x, i)
+    want = fs[case](x, i)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want)

@@ -682,7 +682,8 @@ var funcs32 = map[ir.ExprOp]string{ir.EExp: "expf", ir.ELog: "logf", ir.ESqrt: "
 	ir.ESigmoid: "mpk::sigmoidf", ir.ESilu: "mpk::siluf", ir.EGelu: "mpk::geluf", ir.EGeluTanh: "mpk::gelu_tanhf"}
 
 var funcs = map[ir.ExprOp]string{ir.EExp: "exp", ir.ELog: "log", ir.ESqrt: "sqrt", ir.ERsqrt: "rsqrt", ir.ESin: "sin",
-	ir.ECos: "cos", ir.ETanh: "tanh", ir.EAbs: "fabs", ir.EErf: "erf", ir.EMax: "fmax", ir.EMin: "fmin", ir.EPow: "mpk::powd"}
+	ir.ECos: "cos", ir.ETanh: "tanh", ir.EAbs: "fabs", ir.EErf: "erf", ir.EMax: "fmax", ir.EMin: "fmin", ir.EPow: "mpk::powd",
+	ir.EFloor: "floor", ir.ETrunc: "trunc"}
 
 func exprC(e *ir.Expr, fp64 bool) string {
 	a := func(i int) string { return exprC(e.Args[i], fp64) }

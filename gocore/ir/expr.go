@@ -47,6 +47,8 @@ const (
 	EOr
 	ENot
 	EIsNaN
+	EFloor
+	ETrunc // toward zero
 )
 
 var exprNames = map[ExprOp]string{
@@ -55,6 +57,7 @@ var exprNames = map[ExprOp]string{
 	ERsqrt: "rsqrt", ESin: "sin", ECos: "cos", ETanh: "tanh", ESigmoid: "sigmoid", ESilu: "silu", EGelu: "gelu",
 	EGeluTanh: "gelu_tanh", EAbs: "abs", ERecip: "reciprocal", ERelu: "relu", EErf: "erf", EWhere: "where",
 	ELt: "lt", ELe: "le", EGt: "gt", EGe: "ge", EEq: "eq", ENe: "ne", EAnd: "and", EOr: "or", ENot: "not", EIsNaN: "isnan",
+	EFloor: "floor", ETrunc: "trunc",
 }
 
 func (o ExprOp) String() string { return exprNames[o] }

@@ -34,17 +34,55 @@ func constant(arg int, name string, def float64) ewSpec {
 	return ewSpec{nil, func(l *lowerer, _ []*ir.Expr) *ir.Expr { return ir.Const(l.floatArg(arg, name, def)) }}
 }
 
+// rounded divides a by b and rounds the quotient with op (EFloor, ETrunc).
+func rounded(op ir.ExprOp, a, b *ir.Expr) *ir.Expr { return ir.Apply(op, ir.Apply(ir.EDiv, a, b)) }
+
+// modulo is a - round(a / b)·b: remainder (floor: the sign of b, as
+// Python's %) or fmod (trunc: the sign of a).
+func modulo(op ir.ExprOp) ewSpec {
+	return ewSpec{[]int{0, 1}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.ESub, x[0], ir.Apply(ir.EMul, rounded(op, x[0], x[1]), x[1]))
+	}}
+}
+
+// divMode is div with rounding_mode None (true division), "floor" or "trunc".
+var divMode = ewSpec{[]int{0, 1}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+	a := l.arg(-1, "rounding_mode")
+	switch {
+	case l.isNone(a):
+		return ir.Apply(ir.EDiv, x[0], x[1])
+	case a.K == "str" && a.S == "floor":
+		return rounded(ir.EFloor, x[0], x[1])
+	case a.K == "str" && a.S == "trunc":
+		return rounded(ir.ETrunc, x[0], x[1])
+	}
+	l.failf("div with rounding_mode %q", a.S)
+	return nil
+}}
+
 var elementwiseOps = map[string]ewSpec{
-	"add.Tensor":          withAlpha(ir.EAdd),
-	"add.Scalar":          withAlpha(ir.EAdd),
-	"sub.Tensor":          withAlpha(ir.ESub),
-	"sub.Scalar":          withAlpha(ir.ESub),
-	"rsub.Scalar":         {[]int{1, 0}, func(l *lowerer, x []*ir.Expr) *ir.Expr { return withAlpha(ir.ESub).build(l, x) }},
-	"rsub.Tensor":         {[]int{1, 0}, func(l *lowerer, x []*ir.Expr) *ir.Expr { return withAlpha(ir.ESub).build(l, x) }},
-	"mul.Tensor":          binary(ir.EMul),
-	"mul.Scalar":          binary(ir.EMul),
-	"div.Tensor":          binary(ir.EDiv),
-	"div.Scalar":          binary(ir.EDiv),
+	"add.Tensor":           withAlpha(ir.EAdd),
+	"add.Scalar":           withAlpha(ir.EAdd),
+	"sub.Tensor":           withAlpha(ir.ESub),
+	"sub.Scalar":           withAlpha(ir.ESub),
+	"rsub.Scalar":          {[]int{1, 0}, func(l *lowerer, x []*ir.Expr) *ir.Expr { return withAlpha(ir.ESub).build(l, x) }},
+	"rsub.Tensor":          {[]int{1, 0}, func(l *lowerer, x []*ir.Expr) *ir.Expr { return withAlpha(ir.ESub).build(l, x) }},
+	"mul.Tensor":           binary(ir.EMul),
+	"mul.Scalar":           binary(ir.EMul),
+	"div.Tensor":           binary(ir.EDiv),
+	"div.Scalar":           binary(ir.EDiv),
+	"div.Tensor_mode":      divMode,
+	"div.Scalar_mode":      divMode,
+	"floor_divide.default": {[]int{0, 1}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return rounded(ir.EFloor, x[0], x[1]) }},
+	"remainder.Tensor":     modulo(ir.EFloor),
+	"remainder.Scalar":     modulo(ir.EFloor),
+	"fmod.Tensor":          modulo(ir.ETrunc),
+	"fmod.Scalar":          modulo(ir.ETrunc),
+	"floor.default":        unary(ir.EFloor),
+	"ceil.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.ENeg, ir.Apply(ir.EFloor, ir.Apply(ir.ENeg, x[0])))
+	}},
+	"trunc.default":       unary(ir.ETrunc),
 	"pow.Tensor_Scalar":   binary(ir.EPow),
 	"pow.Tensor_Tensor":   binary(ir.EPow),
 	"pow.Scalar":          binary(ir.EPow),

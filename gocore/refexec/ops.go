@@ -64,6 +64,10 @@ func (x *exec) eval(op *ir.Op, e *ir.Expr, idx []int64) float64 {
 		return b2f(a == 0)
 	case ir.EIsNaN:
 		return b2f(math.IsNaN(a))
+	case ir.EFloor:
+		return math.Floor(a)
+	case ir.ETrunc:
+		return math.Trunc(a)
 	}
 	c := arg(1)
 	switch e.Op {
