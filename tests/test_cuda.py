@@ -418,3 +418,26 @@ def test_cuda_loss_and_cumsum(core_lib, fresh_dynamo):
     want = f(x, t)
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
     assert torch.equal(got[1], want[1])
+
+
+def test_cuda_composite_ops(core_lib, fresh_dynamo):
+    """test_ops' composite reductions and activations, all in one graph on
+    the GPU (float32), against eager."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_ops import _COMPOSITES, _X
+
+    def f(x):
+        out = []
+        for k in sorted(_COMPOSITES):
+            r = _COMPOSITES[k](x)
+            out += list(r) if isinstance(r, tuple) else [r]
+        return out
+
+    check.ensure_backend_registered()
+    x = _X.cuda()
+    got = torch.compile(f, backend="mpk", options={"target": "cuda"}, fullgraph=True, dynamic=False)(x)
+    for g, w in zip(got, f(x)):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        torch.testing.assert_close(g, w, equal_nan=True)

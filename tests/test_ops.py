@@ -277,3 +277,35 @@ def test_rounding_ops(core_lib, fresh_dynamo, case):
     want = fs[case](x, i)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want)
+
+
+_X = torch.tensor([[0.5, -1.25, 3.0, 0.0, -0.0, 2.5], [1.0, 1.0, -2.0, 7.5, -3.0, 0.25],
+                   [-0.75, 4.0, 4.0, -4.0, 0.125, 9.0], [2.0, -6.0, 0.5, 1.5, -0.5, -1.0]])
+_COMPOSITES = {
+    "argmin": lambda x: x.argmin(-1) + x.argmin(),
+    "max_min_dim": lambda x: (x.max(-1).values, x.max(0).indices, x.min(1, keepdim=True).values, x.min(1).indices),
+    "var_std": lambda x: (x.var(-1), x.std(0, keepdim=True), x.var(), x.var(-1, correction=0)),
+    "logsumexp": lambda x: (x.logsumexp(-1), x.masked_fill(x < 100, float("-inf")).logsumexp(1, keepdim=True)),
+    "activations": lambda x: (F.softplus(x * 10), F.mish(x), F.leaky_relu(x, 0.1), F.elu(x), F.hardtanh(x), x.sign()),
+    "exp_log": lambda x: (torch.exp2(x), x.abs().add(1).log2(), torch.sinh(x), torch.cosh(x)),
+    "infinities": lambda x: (torch.isinf(x / x.trunc()), torch.nan_to_num(x / x.trunc(), nan=7.0)),
+    "addc_lerp": lambda x: (torch.addcmul(x, x, x, value=0.5), torch.addcdiv(x, x, x + 10), torch.lerp(x, -x, 0.3)),
+    "truth": lambda x: ((x > 0).any(-1), (x > -7).all(), (x != 0).all(0), torch.logical_xor(x > 0, x < 1)),
+    "triangles": lambda x: (x.triu(1), x.tril(), x.view(2, 2, 6).triu(-1)),
+    "norms": lambda x: (x.norm(dim=-1, keepdim=True), torch.linalg.vector_norm(x, ord=float("inf"), dim=0),
+                        torch.linalg.vector_norm(x, ord=3), torch.linalg.vector_norm(x, ord=0, dim=1)),
+    "index_select": lambda x: (x.index_select(1, torch.tensor([5, 0, 2])), x.index_select(0, torch.tensor([3, 3]))),
+    "one_hot": lambda x: F.one_hot(torch.tensor([0, 2, 5, 1]), 6) * x,
+}
+
+
+@pytest.mark.parametrize("case", sorted(_COMPOSITES))
+def test_composite_ops(core_lib, fresh_dynamo, case):
+    """Reductions and activations lowered as compositions of mpk's ops
+    (edge values: signed zeros, ties, an all -inf row, NaN and infinities)."""
+    f = _COMPOSITES[case]
+    got, want = _compiled(f)(_X), f(_X)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        torch.testing.assert_close(g, w, equal_nan=True)

@@ -1,6 +1,10 @@
 package lower
 
-import "mpk/gocore/ir"
+import (
+	"math"
+
+	"mpk/gocore/ir"
+)
 
 // ewSpec lowers one elementwise ATen op: operands are the positional
 // arguments (tensor or scalar) that feed the expression; build combines them.
@@ -59,6 +63,108 @@ var divMode = ewSpec{[]int{0, 1}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
 	l.failf("div with rounding_mode %q", a.S)
 	return nil
 }}
+
+// Helpers for composite activations (each a few expression ops).
+func gt0(x *ir.Expr) *ir.Expr         { return ir.Apply(ir.EGt, x, ir.Const(0)) }
+func times(a, b *ir.Expr) *ir.Expr    { return ir.Apply(ir.EMul, a, b) }
+func where(c, a, b *ir.Expr) *ir.Expr { return ir.Apply(ir.EWhere, c, a, b) }
+
+// softplus is log(1 + exp(βx)) / β, and x itself past the threshold (as torch).
+func softplus(x *ir.Expr, beta, threshold float64) *ir.Expr {
+	bx := times(x, ir.Const(beta))
+	soft := ir.Apply(ir.EDiv, ir.Apply(ir.ELog, ir.Apply(ir.EAdd, ir.Const(1), ir.Apply(ir.EExp, bx))), ir.Const(beta))
+	return where(ir.Apply(ir.EGt, bx, ir.Const(threshold)), x, soft)
+}
+
+// triangle keeps the elements on and above (upper) or on and below the
+// k-th diagonal of the last two dims, zero elsewhere (triu, tril).
+func triangle(upper bool) ewSpec {
+	return ewSpec{[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		r, k := len(l.outShape(0)), float64(l.intArg(1, "diagonal", 0))
+		if r < 2 {
+			l.failf("triu/tril of a %d-d tensor", r)
+		}
+		off := ir.Apply(ir.ESub, ir.Index(r-1), ir.Index(r-2)) // column - row
+		keep := ir.Apply(ir.ELe, off, ir.Const(k))
+		if upper {
+			keep = ir.Apply(ir.EGe, off, ir.Const(k))
+		}
+		return where(keep, x[0], times(x[0], ir.Const(0)))
+	}}
+}
+
+// finiteMax is the largest finite value of a float dtype (nan_to_num).
+var finiteMax = map[ir.DType]float64{ir.F32: math.MaxFloat32, ir.F64: math.MaxFloat64, ir.F16: 65504,
+	ir.BF16: 3.3895313892515355e38}
+
+var composites = map[string]ewSpec{
+	"sign.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { // 0 and NaN stay
+		return where(gt0(x[0]), ir.Const(1), where(ir.Apply(ir.ELt, x[0], ir.Const(0)), ir.Const(-1), times(x[0], ir.Const(0))))
+	}},
+	"leaky_relu.default": {[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		return where(gt0(x[0]), x[0], times(x[0], ir.Const(l.floatArg(1, "negative_slope", 0.01))))
+	}},
+	"elu.default": {[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		alpha, scale, in := l.floatArg(1, "alpha", 1), l.floatArg(2, "scale", 1), l.floatArg(3, "input_scale", 1)
+		neg := times(ir.Const(scale*alpha), ir.Apply(ir.ESub, ir.Apply(ir.EExp, times(x[0], ir.Const(in))), ir.Const(1)))
+		return where(gt0(x[0]), times(x[0], ir.Const(scale)), neg)
+	}},
+	"hardtanh.default": {[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.EMax, ir.Apply(ir.EMin, x[0], ir.Const(l.floatArg(2, "max_val", 1))), ir.Const(l.floatArg(1, "min_val", -1)))
+	}},
+	"softplus.default": {[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		return softplus(x[0], l.floatArg(1, "beta", 1), l.floatArg(2, "threshold", 20))
+	}},
+	"mish.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return times(x[0], ir.Apply(ir.ETanh, softplus(x[0], 1, 20)))
+	}},
+	"isinf.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.EEq, ir.Apply(ir.EAbs, x[0]), ir.Const(math.Inf(1)))
+	}},
+	"nan_to_num.default": {[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		top, ok := finiteMax[l.outDType(0)]
+		if !ok {
+			return x[0] // integers hold no NaN or infinity
+		}
+		pos, neg := l.floatArg(2, "posinf", top), l.floatArg(3, "neginf", -top)
+		inf := func(sign float64) *ir.Expr { return ir.Apply(ir.EEq, x[0], ir.Const(math.Inf(int(sign)))) }
+		return where(ir.Apply(ir.EIsNaN, x[0]), ir.Const(l.floatArg(1, "nan", 0)),
+			where(inf(1), ir.Const(pos), where(inf(-1), ir.Const(neg), x[0])))
+	}},
+	"exp2.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return ir.Apply(ir.EExp, times(x[0], ir.Const(math.Ln2))) }},
+	"log2.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.EDiv, ir.Apply(ir.ELog, x[0]), ir.Const(math.Ln2))
+	}},
+	"sinh.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return times(ir.Const(0.5), ir.Apply(ir.ESub, ir.Apply(ir.EExp, x[0]), ir.Apply(ir.EExp, ir.Apply(ir.ENeg, x[0]))))
+	}},
+	"cosh.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return times(ir.Const(0.5), ir.Apply(ir.EAdd, ir.Apply(ir.EExp, x[0]), ir.Apply(ir.EExp, ir.Apply(ir.ENeg, x[0]))))
+	}},
+	"addcmul.default": {[]int{0, 1, 2}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.EAdd, x[0], times(ir.Const(l.floatArg(3, "value", 1)), times(x[1], x[2])))
+	}},
+	"addcdiv.default": {[]int{0, 1, 2}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.EAdd, x[0], times(ir.Const(l.floatArg(3, "value", 1)), ir.Apply(ir.EDiv, x[1], x[2])))
+	}},
+	"lerp.Scalar": {[]int{0, 1, 2}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.EAdd, x[0], times(x[2], ir.Apply(ir.ESub, x[1], x[0])))
+	}},
+	"lerp.Tensor": {[]int{0, 1, 2}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.EAdd, x[0], times(x[2], ir.Apply(ir.ESub, x[1], x[0])))
+	}},
+	"logical_xor.default": {[]int{0, 1}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(ir.ENe, ir.Apply(ir.ENe, x[0], ir.Const(0)), ir.Apply(ir.ENe, x[1], ir.Const(0)))
+	}},
+	"triu.default": triangle(true),
+	"tril.default": triangle(false),
+}
+
+func init() {
+	for name, spec := range composites {
+		elementwiseOps[name] = spec
+	}
+}
 
 var elementwiseOps = map[string]ewSpec{
 	"add.Tensor":           withAlpha(ir.EAdd),

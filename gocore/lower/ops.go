@@ -10,39 +10,53 @@ import (
 
 // computeOps lower the ATen ops that are not elementwise and not views.
 var computeOps = map[string]func(l *lowerer){
-	"mm.default":                mmOp,
-	"bmm.default":               bmmOp,
-	"addmm.default":             addmmOp,
-	"baddbmm.default":           baddbmmOp,
-	"gather.default":            gatherOp,
-	"mean.dim":                  reduceOp("mean"),
-	"mean.default":              reduceOp("mean"),
-	"sum.dim_IntList":           reduceOp("sum"),
-	"sum.default":               reduceOp("sum"),
-	"amax.default":              reduceOp("amax"),
-	"amin.default":              reduceOp("amin"),
-	"argmax.default":            reduceOp("argmax"),
-	"cumsum.default":            cumsumOp,
-	"_softmax.default":          softmaxOp,
-	"_log_softmax.default":      logSoftmaxOp,
-	"nll_loss_forward.default":  nllLossOp,
-	"native_layer_norm.default": layerNormOp,
-	"embedding.default":         embeddingOp,
-	"index.Tensor":              indexOp,
-	"cat.default":               joinOp(false),
-	"stack.default":             joinOp(true),
-	"roll.default":              rollOp,
-	"repeat.default":            repeatOp,
-	"index_put.default":         indexPutOp(false),
-	"index_put_.default":        indexPutOp(true),
-	"index_copy.default":        indexCopyOp(false),
-	"index_copy_.default":       indexCopyOp(true),
-	"copy_.default":             copyInPlaceOp,
-	"clone.default":             cloneOp,
-	"lift_fresh_copy.default":   cloneOp,
-	"contiguous.default":        cloneOp,
-	"constant_pad_nd.default":   padOp,
-	"mpk.constant":              constantOp,
+	"mm.default":                 mmOp,
+	"bmm.default":                bmmOp,
+	"addmm.default":              addmmOp,
+	"baddbmm.default":            baddbmmOp,
+	"gather.default":             gatherOp,
+	"mean.dim":                   reduceOp("mean"),
+	"mean.default":               reduceOp("mean"),
+	"sum.dim_IntList":            reduceOp("sum"),
+	"sum.default":                reduceOp("sum"),
+	"amax.default":               reduceOp("amax"),
+	"amin.default":               reduceOp("amin"),
+	"argmax.default":             reduceOp("argmax"),
+	"cumsum.default":             cumsumOp,
+	"argmin.default":             argminOp,
+	"max.dim":                    extremumDimOp("amax"),
+	"min.dim":                    extremumDimOp("amin"),
+	"any.dim":                    truthOp("amax"),
+	"any.dims":                   truthOp("amax"),
+	"any.default":                truthOp("amax"),
+	"all.dim":                    truthOp("amin"),
+	"all.dims":                   truthOp("amin"),
+	"all.default":                truthOp("amin"),
+	"var.correction":             varianceOp(false),
+	"std.correction":             varianceOp(true),
+	"logsumexp.default":          logsumexpOp,
+	"linalg_vector_norm.default": vectorNormOp,
+	"index_select.default":       indexSelectOp,
+	"_softmax.default":           softmaxOp,
+	"_log_softmax.default":       logSoftmaxOp,
+	"nll_loss_forward.default":   nllLossOp,
+	"native_layer_norm.default":  layerNormOp,
+	"embedding.default":          embeddingOp,
+	"index.Tensor":               indexOp,
+	"cat.default":                joinOp(false),
+	"stack.default":              joinOp(true),
+	"roll.default":               rollOp,
+	"repeat.default":             repeatOp,
+	"index_put.default":          indexPutOp(false),
+	"index_put_.default":         indexPutOp(true),
+	"index_copy.default":         indexCopyOp(false),
+	"index_copy_.default":        indexCopyOp(true),
+	"copy_.default":              copyInPlaceOp,
+	"clone.default":              cloneOp,
+	"lift_fresh_copy.default":    cloneOp,
+	"contiguous.default":         cloneOp,
+	"constant_pad_nd.default":    padOp,
+	"mpk.constant":               constantOp,
 }
 
 // padOp lowers constant_pad_nd: fill the output with the value, then copy the
@@ -213,6 +227,156 @@ func cumsumOp(l *lowerer) {
 		back[p] = i
 	}
 	out := permute(sum, back)
+	l.set(&out)
+}
+
+// pointwise emits one elementwise op of e over the inputs (broadcast to
+// shape) and returns its output.
+func (l *lowerer) pointwise(dt ir.DType, shape []int64, e *ir.Expr, in ...ir.View) ir.View {
+	ins := make([]ir.View, len(in))
+	for i, v := range in {
+		ins[i] = broadcast(l, v, shape)
+	}
+	out := l.temp(dt, shape)
+	l.emit(&ir.Op{Kind: ir.Elementwise, In: ins, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, e)}})
+	return out
+}
+
+// dimsArg reads a reduction's dims: an int, a list, or none (all dims).
+func (l *lowerer) dimsArg(i int) []int64 {
+	a := l.arg(i, "dim")
+	if l.isNone(a) {
+		return nil
+	}
+	return l.intsArg(i, "dim")
+}
+
+// argminOp is argmax of -x (the first of equal minima, as torch).
+func argminOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	var dims []int64
+	if !l.isNone(l.arg(1, "dim")) {
+		dims = []int64{l.intArg(1, "dim", 0)}
+	}
+	neg := l.pointwise(ir.F64, x.Shape, ir.Apply(ir.ENeg, ir.Load(0)), x)
+	v := l.reduce("argmax", neg, dims, l.outDType(0), l.boolArg(2, "keepdim", false))
+	l.set(&v)
+}
+
+// extremumDimOp lowers max.dim and min.dim: the values and their indices.
+func extremumDimOp(kind string) func(l *lowerer) {
+	return func(l *lowerer) {
+		x := l.tensorArg(0, "self")
+		dims, keep := []int64{l.intArg(1, "dim", 0)}, l.boolArg(2, "keepdim", false)
+		vals := l.reduce(kind, x, dims, l.outDType(0), keep)
+		src := x
+		if kind == "amin" {
+			src = l.pointwise(ir.F64, x.Shape, ir.Apply(ir.ENeg, ir.Load(0)), x)
+		}
+		idx := l.reduce("argmax", src, dims, l.outDType(1), keep)
+		l.set(&vals, &idx)
+	}
+}
+
+// truthOp lowers any (amax) and all (amin) of x != 0.
+func truthOp(kind string) func(l *lowerer) {
+	return func(l *lowerer) {
+		x := l.tensorArg(0, "self")
+		nz := l.pointwise(ir.Bool, x.Shape, ir.Apply(ir.ENe, ir.Load(0), ir.Const(0)), x)
+		v := l.reduce(kind, nz, l.dimsArg(1), l.outDType(0), l.boolArg(2, "keepdim", false))
+		l.set(&v)
+	}
+}
+
+// varianceOp lowers var and std: Σ(x - mean)² / (N - correction), in
+// float64, then its square root for std.
+func varianceOp(root bool) func(l *lowerer) {
+	return func(l *lowerer) {
+		x := l.tensorArg(0, "self")
+		dims, keep := l.dimsArg(1), l.boolArg(-1, "keepdim", false)
+		n := int64(1)
+		for d := range x.Shape {
+			if len(dims) == 0 || slices.Contains(dims, int64(d)) || slices.Contains(dims, int64(d-x.Rank())) {
+				n *= x.Shape[d]
+			}
+		}
+		corr := l.floatArg(-1, "correction", 1)
+		mean := l.reduce("mean", x, dims, ir.F64, true)
+		dev := ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))
+		sq := l.pointwise(ir.F64, x.Shape, ir.Apply(ir.EMul, dev, dev), x, mean)
+		sum := l.reduce("sum", sq, dims, ir.F64, keep)
+		e := ir.Apply(ir.EDiv, ir.Load(0), ir.Const(max(float64(n)-corr, 0)))
+		if root {
+			e = ir.Apply(ir.ESqrt, e)
+		}
+		out := l.pointwise(l.outDType(0), sum.Shape, e, sum)
+		l.set(&out)
+	}
+}
+
+// logsumexpOp: max + log Σ exp(x - max), the max taken as 0 where it is
+// infinite (a row of -inf gives -inf, as torch).
+func logsumexpOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	dims, keep := l.dimsArg(1), l.boolArg(2, "keepdim", false)
+	mx := l.reduce("amax", x, dims, ir.F64, true)
+	finite := l.pointwise(ir.F64, mx.Shape, ir.Apply(ir.EWhere,
+		ir.Apply(ir.EEq, ir.Apply(ir.EAbs, ir.Load(0)), ir.Const(math.Inf(1))), ir.Const(0), ir.Load(0)), mx)
+	e := l.pointwise(ir.F64, x.Shape, ir.Apply(ir.EExp, ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))), x, finite)
+	sum := l.reduce("sum", e, dims, ir.F64, keep)
+	shift := finite
+	if !keep {
+		shift = l.reduce("amax", finite, dims, ir.F64, false) // the same values, without the kept dims
+	}
+	out := l.pointwise(l.outDType(0), sum.Shape, ir.Apply(ir.EAdd, ir.Apply(ir.ELog, ir.Load(0)), ir.Load(1)), sum, shift)
+	l.set(&out)
+}
+
+// vectorNormOp lowers linalg_vector_norm: (Σ|x|^p)^(1/p); p = inf is the
+// largest |x|, p = 0 the count of nonzeros.
+func vectorNormOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	p := l.floatArg(1, "ord", 2)
+	dims, keep := l.dimsArg(2), l.boolArg(3, "keepdim", false)
+	dt := l.outDType(0)
+	abs := ir.Apply(ir.EAbs, ir.Load(0))
+	var out ir.View
+	switch {
+	case math.IsInf(p, 1):
+		out = l.reduce("amax", l.pointwise(ir.F64, x.Shape, abs, x), dims, dt, keep)
+	case math.IsInf(p, -1):
+		out = l.reduce("amin", l.pointwise(ir.F64, x.Shape, abs, x), dims, dt, keep)
+	case p == 0:
+		out = l.reduce("sum", l.pointwise(ir.F64, x.Shape, ir.Apply(ir.ENe, ir.Load(0), ir.Const(0)), x), dims, dt, keep)
+	default:
+		pw := l.pointwise(ir.F64, x.Shape, ir.Apply(ir.EPow, abs, ir.Const(p)), x)
+		sum := l.reduce("sum", pw, dims, ir.F64, keep)
+		out = l.pointwise(dt, sum.Shape, ir.Apply(ir.EPow, ir.Load(0), ir.Const(1/p)), sum)
+	}
+	l.set(&out)
+}
+
+// indexSelectOp is a gather along dim with the index broadcast over the
+// other dims.
+func indexSelectOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	d := wrapDim(l, l.intArg(1, "dim", 0), x.Rank())
+	idx := l.tensorArg(2, "index")
+	if idx.Rank() > 1 {
+		l.failf("index_select with a %d-d index", idx.Rank())
+	}
+	if x.Rank() == 0 {
+		out := l.pointwise(x.DType(), nil, ir.Load(0), x)
+		l.set(&out)
+		return
+	}
+	shape := slices.Clone(x.Shape)
+	shape[d] = idx.Numel()
+	strides := make([]int64, x.Rank())
+	if idx.Rank() == 1 {
+		strides[d] = idx.Strides[0]
+	}
+	out := l.gather(x, d, ir.View{Buf: idx.Buf, Offset: idx.Offset, Shape: shape, Strides: strides})
 	l.set(&out)
 }
 
