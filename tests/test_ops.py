@@ -296,6 +296,9 @@ _COMPOSITES = {
                         torch.linalg.vector_norm(x, ord=3), torch.linalg.vector_norm(x, ord=0, dim=1)),
     "index_select": lambda x: (x.index_select(1, torch.tensor([5, 0, 2])), x.index_select(0, torch.tensor([3, 3]))),
     "one_hot": lambda x: F.one_hot(torch.tensor([0, 2, 5, 1]), 6) * x,
+    "round": lambda x: ((x * 2).round(), x.round(decimals=1), (x * 4 + 0.5).round()),
+    "log1p_expm1": lambda x: ((x * 1e-7).log1p(), (x.abs() * 3).log1p(), (x * 1e-6).expm1(), x.expm1()),
+    "flip": lambda x: (x.flip(-1), x.flip(0, 1), x.t().flip(0) * 2),
 }
 
 

@@ -97,7 +97,37 @@ func triangle(upper bool) ewSpec {
 var finiteMax = map[ir.DType]float64{ir.F32: math.MaxFloat32, ir.F64: math.MaxFloat64, ir.F16: 65504,
 	ir.BF16: 3.3895313892515355e38}
 
+// roundHalfEven rounds x to an integer, ties to even (torch.round).
+func roundHalfEven(x *ir.Expr) *ir.Expr {
+	f := ir.Apply(ir.EFloor, ir.Apply(ir.EAdd, x, ir.Const(0.5)))
+	tie := ir.Apply(ir.EEq, ir.Apply(ir.ESub, f, x), ir.Const(0.5))
+	odd := ir.Apply(ir.ENe, ir.Apply(ir.ESub, f, times(ir.Const(2), ir.Apply(ir.EFloor, times(f, ir.Const(0.5))))), ir.Const(0))
+	return where(ir.Apply(ir.EAnd, tie, odd), ir.Apply(ir.ESub, f, ir.Const(1)), f)
+}
+
+// nearZero is e where |x| < small, else far: log1p and expm1 keep the
+// digits of a tiny x by their series there (float32 functions would lose
+// them in 1 + x).
+func nearZero(x *ir.Expr, small float64, e, far *ir.Expr) *ir.Expr {
+	return where(ir.Apply(ir.ELt, ir.Apply(ir.EAbs, x), ir.Const(small)), e, far)
+}
+
 var composites = map[string]ewSpec{
+	"round.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { return roundHalfEven(x[0]) }},
+	"round.decimals": {[]int{0}, func(l *lowerer, x []*ir.Expr) *ir.Expr {
+		scale := math.Pow(10, float64(l.intArg(1, "decimals", 0)))
+		return ir.Apply(ir.EDiv, roundHalfEven(times(x[0], ir.Const(scale))), ir.Const(scale))
+	}},
+	"log1p.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { // x - x²/2 + x³/3
+		x2 := times(x[0], x[0])
+		series := ir.Apply(ir.EAdd, ir.Apply(ir.ESub, x[0], times(x2, ir.Const(0.5))), times(times(x2, x[0]), ir.Const(1.0/3)))
+		return nearZero(x[0], 1e-4, series, ir.Apply(ir.ELog, ir.Apply(ir.EAdd, ir.Const(1), x[0])))
+	}},
+	"expm1.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { // x + x²/2 + x³/6
+		x2 := times(x[0], x[0])
+		series := ir.Apply(ir.EAdd, ir.Apply(ir.EAdd, x[0], times(x2, ir.Const(0.5))), times(times(x2, x[0]), ir.Const(1.0/6)))
+		return nearZero(x[0], 1e-4, series, ir.Apply(ir.ESub, ir.Apply(ir.EExp, x[0]), ir.Const(1)))
+	}},
 	"sign.default": {[]int{0}, func(_ *lowerer, x []*ir.Expr) *ir.Expr { // 0 and NaN stay
 		return where(gt0(x[0]), ir.Const(1), where(ir.Apply(ir.ELt, x[0], ir.Const(0)), ir.Const(-1), times(x[0], ir.Const(0))))
 	}},

@@ -37,6 +37,7 @@ var computeOps = map[string]func(l *lowerer){
 	"logsumexp.default":          logsumexpOp,
 	"linalg_vector_norm.default": vectorNormOp,
 	"index_select.default":       indexSelectOp,
+	"flip.default":               flipOp,
 	"_softmax.default":           softmaxOp,
 	"_log_softmax.default":       logSoftmaxOp,
 	"nll_loss_forward.default":   nllLossOp,
@@ -377,6 +378,29 @@ func indexSelectOp(l *lowerer) {
 		strides[d] = idx.Strides[0]
 	}
 	out := l.gather(x, d, ir.View{Buf: idx.Buf, Offset: idx.Offset, Shape: shape, Strides: strides})
+	l.set(&out)
+}
+
+// flipOp reverses x along dims: a Gather of the element at the mirrored
+// index (views keep positive strides).
+func flipOp(l *lowerer) {
+	x := l.tensorArg(0, "self")
+	flip := make([]bool, x.Rank())
+	for _, d := range l.intsArg(1, "dims") {
+		flip[wrapDim(l, d, x.Rank())] = true
+	}
+	at := ir.Const(float64(x.Offset))
+	for e := range x.Shape {
+		i := ir.Index(e)
+		if flip[e] {
+			i = ir.Apply(ir.ESub, ir.Const(float64(x.Shape[e]-1)), i)
+		}
+		at = ir.Apply(ir.EAdd, at, ir.Apply(ir.EMul, i, ir.Const(float64(x.Strides[e]))))
+	}
+	pos := l.pointwise(ir.I64, x.Shape, at)
+	out := l.temp(x.DType(), x.Shape)
+	whole := ir.View{Buf: x.Buf, Shape: []int64{x.Buf.Numel}, Strides: []int64{1}}
+	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{whole, pos}, Out: out})
 	l.set(&out)
 }
 
