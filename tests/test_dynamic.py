@@ -172,10 +172,19 @@ def test_with_values_writes_the_scalars_in():
 def test_cuda_prompt_then_decode_under_the_default_dynamic(core_lib, fresh_dynamo):
     """The same on the GPU, in float32 with TF32 off (docs/architecture.md:
     1e-3 against eager): one module for the decode steps, one a prompt length."""
+    compiles = _cuda_against_eager("tiny-llama", 3, lambda ids: [ids[:, :8], ids[:, 8:9], ids[:, 9:10],
+                                                                 ids[:, 10:14], ids[:, 14:15]])
+    assert compiles == 3  # 8 rows, 1, 4
+
+
+def _cuda_against_eager(name: str, seed: int, chunks_of) -> int:
+    """Feeds a model's token chunks through mpk's cuda target and eager
+    (float32, TF32 off: 1e-3, docs/architecture.md); asserts every step's
+    logits and the cache agree and returns how many compiles it took."""
     check.ensure_backend_registered()
-    model, _ = check.decode_setup("tiny-llama", 0, dtype=torch.float32, device="cuda")
-    ids = torch.randint(0, model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(3)).cuda()
-    chunks = [ids[:, :8], ids[:, 8:9], ids[:, 9:10], ids[:, 10:14], ids[:, 14:15]]
+    model, _ = check.decode_setup(name, 0, dtype=torch.float32, device="cuda")
+    ids = torch.randint(0, model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(seed)).cuda()
+    chunks = chunks_of(ids)
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -189,7 +198,7 @@ def test_cuda_prompt_then_decode_under_the_default_dynamic(core_lib, fresh_dynam
         assert _rel(g, w) < 1e-3, (i, _rel(g, w))
     for g, w in zip(got_cache, want_cache):
         assert _rel(g, w) < 1e-3
-    assert len(compiled) == 3  # 8 rows, 1, 4
+    return len(compiled)
 
 
 def test_a_growing_cache_stops_compiling(core_lib, fresh_dynamo):
@@ -205,7 +214,8 @@ def test_a_growing_cache_stops_compiling(core_lib, fresh_dynamo):
         want = model.generate(ids, max_new_tokens=12, do_sample=False)
     compiled = []
     forward = model.forward
-    model.forward = torch.compile(forward, backend="mpk", options={"target": "reference", "on_compile": compiled.append})
+    model.forward = torch.compile(forward, backend="mpk",
+                                  options={"target": "reference", "on_compile": compiled.append})
     try:
         with torch.no_grad(), pytest.warns(UserWarning, match="cache_implementation='static'"):
             got = model.generate(ids, max_new_tokens=12, do_sample=False)
@@ -276,21 +286,6 @@ def test_cuda_sliding_window_decode_loop(core_lib, fresh_dynamo):
     the kernel as a 0-d tensor copied from the host per call, so the steps
     before, at and past the window's end (16) share 3 compiles; every
     step's logits and the cache match eager's."""
-    check.ensure_backend_registered()
-    model, _ = check.decode_setup("tiny-mistral-sw", 0, dtype=torch.float32, device="cuda")
-    ids = torch.randint(0, model.config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(2)).cuda()
-    chunks = [ids[:, :8]] + [ids[:, i:i + 1] for i in range(8, 22)]
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        want, want_cache = _generate(model, model, chunks)
-        compiled = []
-        step = torch.compile(model, backend="mpk", options={"target": "cuda", "on_compile": compiled.append})
-        got, got_cache = _generate(step, model, chunks)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert _rel(g, w) < 1e-3, (i, _rel(g, w))
-    for g, w in zip(got_cache, want_cache):
-        assert _rel(g, w) < 1e-3
-    assert len(compiled) <= 3, len(compiled)
+    compiles = _cuda_against_eager("tiny-mistral-sw", 2,
+                                   lambda ids: [ids[:, :8]] + [ids[:, i:i + 1] for i in range(8, 22)])
+    assert compiles <= 3, compiles

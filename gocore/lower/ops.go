@@ -444,36 +444,28 @@ func (l *lowerer) reduce(kind string, x ir.View, dims []int64, dt ir.DType, keep
 	return out
 }
 
+// softmaxParts is softmax's max and Σ exp(x - max) along dim d (kept),
+// and the exponentials, all in float32.
+func softmaxParts(l *lowerer, x ir.View, d int) (mx, e, sum ir.View) {
+	mx = l.reduce("amax", x, []int64{int64(d)}, ir.F32, true)
+	e = l.pointwise(ir.F32, x.Shape, ir.Apply(ir.EExp, ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))), x, mx)
+	return mx, e, l.reduce("sum", e, []int64{int64(d)}, ir.F32, true)
+}
+
 // softmaxOp decomposes softmax into max, exp, sum and divide ops.
 func softmaxOp(l *lowerer) {
 	x := l.tensorArg(0, "self")
-	d := wrapDim(l, l.intArg(1, "dim", -1), x.Rank())
-	dt := l.outDType(0)
-	mx := l.reduce("amax", x, []int64{int64(d)}, ir.F32, true)
-	e := l.temp(ir.F32, x.Shape)
-	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{x, broadcast(l, mx, x.Shape)}, Out: e,
-		Attr: ir.Attrs{Expr: ir.Cast(ir.F32, ir.Apply(ir.EExp, ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))))}})
-	s := l.reduce("sum", e, []int64{int64(d)}, ir.F32, true)
-	out := l.temp(dt, x.Shape)
-	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{e, broadcast(l, s, x.Shape)}, Out: out,
-		Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Apply(ir.EDiv, ir.Load(0), ir.Load(1)))}})
+	_, e, sum := softmaxParts(l, x, wrapDim(l, l.intArg(1, "dim", -1), x.Rank()))
+	out := l.pointwise(l.outDType(0), x.Shape, ir.Apply(ir.EDiv, ir.Load(0), ir.Load(1)), e, sum)
 	l.set(&out)
 }
 
-// logSoftmaxOp: x - max - log Σ exp(x - max) along dim, in float32.
+// logSoftmaxOp: x - max - log Σ exp(x - max) along dim.
 func logSoftmaxOp(l *lowerer) {
 	x := l.tensorArg(0, "self")
-	d := wrapDim(l, l.intArg(1, "dim", -1), x.Rank())
-	dt := l.outDType(0)
-	mx := l.reduce("amax", x, []int64{int64(d)}, ir.F32, true)
-	e := l.temp(ir.F32, x.Shape)
-	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{x, broadcast(l, mx, x.Shape)}, Out: e,
-		Attr: ir.Attrs{Expr: ir.Cast(ir.F32, ir.Apply(ir.EExp, ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))))}})
-	s := l.reduce("sum", e, []int64{int64(d)}, ir.F32, true)
-	out := l.temp(dt, x.Shape)
+	mx, _, sum := softmaxParts(l, x, wrapDim(l, l.intArg(1, "dim", -1), x.Rank()))
 	shifted := ir.Apply(ir.ESub, ir.Load(0), ir.Load(1))
-	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{x, broadcast(l, mx, x.Shape), broadcast(l, s, x.Shape)}, Out: out,
-		Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Apply(ir.ESub, shifted, ir.Apply(ir.ELog, ir.Load(2))))}})
+	out := l.pointwise(l.outDType(0), x.Shape, ir.Apply(ir.ESub, shifted, ir.Apply(ir.ELog, ir.Load(2))), x, mx, sum)
 	l.set(&out)
 }
 
