@@ -299,6 +299,8 @@ _COMPOSITES = {
     "round": lambda x: ((x * 2).round(), x.round(decimals=1), (x * 4 + 0.5).round()),
     "log1p_expm1": lambda x: ((x * 1e-7).log1p(), (x.abs() * 3).log1p(), (x * 1e-6).expm1(), x.expm1()),
     "flip": lambda x: (x.flip(-1), x.flip(0, 1), x.t().flip(0) * 2),
+    "logic_bits": lambda x: (torch.logical_and(x, x * 3), torch.logical_or(x * 0, x), (x * 4).long() ^ 5,
+                             (x > 0) ^ (x < 1), torch.atan2(x, x.flip(0))),
 }
 
 

@@ -683,7 +683,7 @@ var funcs32 = map[ir.ExprOp]string{ir.EExp: "expf", ir.ELog: "logf", ir.ESqrt: "
 
 var funcs = map[ir.ExprOp]string{ir.EExp: "exp", ir.ELog: "log", ir.ESqrt: "sqrt", ir.ERsqrt: "rsqrt", ir.ESin: "sin",
 	ir.ECos: "cos", ir.ETanh: "tanh", ir.EAbs: "fabs", ir.EErf: "erf", ir.EMax: "fmax", ir.EMin: "fmin", ir.EPow: "mpk::powd",
-	ir.EFloor: "floor", ir.ETrunc: "trunc"}
+	ir.EFloor: "floor", ir.ETrunc: "trunc", ir.EAtan2: "atan2"}
 
 func exprC(e *ir.Expr, fp64 bool) string {
 	a := func(i int) string { return exprC(e.Args[i], fp64) }
@@ -739,6 +739,8 @@ func exprC(e *ir.Expr, fp64 bool) string {
 		return fmt.Sprintf("(double)((long long)(%s) & (long long)(%s))", a(0), a(1))
 	case ir.EOr:
 		return fmt.Sprintf("(double)((long long)(%s) | (long long)(%s))", a(0), a(1))
+	case ir.EXor:
+		return fmt.Sprintf("(double)((long long)(%s) ^ (long long)(%s))", a(0), a(1))
 	}
 	if op, ok := binOps[e.Op]; ok {
 		return fmt.Sprintf("(%s %s %s)", a(0), op, a(1))

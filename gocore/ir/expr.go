@@ -49,6 +49,8 @@ const (
 	EIsNaN
 	EFloor
 	ETrunc // toward zero
+	EXor   // of the int64 values, as EAnd and EOr
+	EAtan2 // atan2(Args[0], Args[1])
 )
 
 var exprNames = map[ExprOp]string{
@@ -57,7 +59,7 @@ var exprNames = map[ExprOp]string{
 	ERsqrt: "rsqrt", ESin: "sin", ECos: "cos", ETanh: "tanh", ESigmoid: "sigmoid", ESilu: "silu", EGelu: "gelu",
 	EGeluTanh: "gelu_tanh", EAbs: "abs", ERecip: "reciprocal", ERelu: "relu", EErf: "erf", EWhere: "where",
 	ELt: "lt", ELe: "le", EGt: "gt", EGe: "ge", EEq: "eq", ENe: "ne", EAnd: "and", EOr: "or", ENot: "not", EIsNaN: "isnan",
-	EFloor: "floor", ETrunc: "trunc",
+	EFloor: "floor", ETrunc: "trunc", EXor: "xor", EAtan2: "atan2",
 }
 
 func (o ExprOp) String() string { return exprNames[o] }

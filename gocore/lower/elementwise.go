@@ -97,6 +97,14 @@ func triangle(upper bool) ewSpec {
 var finiteMax = map[ir.DType]float64{ir.F32: math.MaxFloat32, ir.F64: math.MaxFloat64, ir.F16: 65504,
 	ir.BF16: 3.3895313892515355e38}
 
+// logical applies a bitwise op to the truth of its operands (x != 0): a
+// float 0.5 is true, where its int64 value is 0.
+func logical(op ir.ExprOp) ewSpec {
+	return ewSpec{[]int{0, 1}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
+		return ir.Apply(op, ir.Apply(ir.ENe, x[0], ir.Const(0)), ir.Apply(ir.ENe, x[1], ir.Const(0)))
+	}}
+}
+
 // roundHalfEven rounds x to an integer, ties to even (torch.round).
 func roundHalfEven(x *ir.Expr) *ir.Expr {
 	f := ir.Apply(ir.EFloor, ir.Apply(ir.EAdd, x, ir.Const(0.5)))
@@ -186,8 +194,11 @@ var composites = map[string]ewSpec{
 	"logical_xor.default": {[]int{0, 1}, func(_ *lowerer, x []*ir.Expr) *ir.Expr {
 		return ir.Apply(ir.ENe, ir.Apply(ir.ENe, x[0], ir.Const(0)), ir.Apply(ir.ENe, x[1], ir.Const(0)))
 	}},
-	"triu.default": triangle(true),
-	"tril.default": triangle(false),
+	"bitwise_xor.Tensor": binary(ir.EXor),
+	"bitwise_xor.Scalar": binary(ir.EXor),
+	"atan2.default":      binary(ir.EAtan2),
+	"triu.default":       triangle(true),
+	"tril.default":       triangle(false),
 }
 
 func init() {
@@ -238,10 +249,10 @@ var elementwiseOps = map[string]ewSpec{
 	"ne.Scalar":           binary(ir.ENe),
 	"bitwise_and.Tensor":  binary(ir.EAnd),
 	"bitwise_and.Scalar":  binary(ir.EAnd),
-	"logical_and.default": binary(ir.EAnd),
+	"logical_and.default": logical(ir.EAnd),
 	"bitwise_or.Tensor":   binary(ir.EOr),
 	"bitwise_or.Scalar":   binary(ir.EOr),
-	"logical_or.default":  binary(ir.EOr),
+	"logical_or.default":  logical(ir.EOr),
 	"bitwise_not.default": unary(ir.ENot),
 	"logical_not.default": unary(ir.ENot),
 	"neg.default":         unary(ir.ENeg),

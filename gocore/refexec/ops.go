@@ -104,6 +104,10 @@ func (x *exec) eval(op *ir.Op, e *ir.Expr, idx []int64) float64 {
 		return float64(int64(a) & int64(c))
 	case ir.EOr:
 		return float64(int64(a) | int64(c))
+	case ir.EXor:
+		return float64(int64(a) ^ int64(c))
+	case ir.EAtan2:
+		return math.Atan2(a, c)
 	}
 	panic(fmt.Sprintf("refexec: no reference for expression op %s", e.Op))
 }
