@@ -289,3 +289,27 @@ def test_cuda_sliding_window_decode_loop(core_lib, fresh_dynamo):
     compiles = _cuda_against_eager("tiny-mistral-sw", 2,
                                    lambda ids: [ids[:, :8]] + [ids[:, i:i + 1] for i in range(8, 22)])
     assert compiles <= 3, compiles
+
+
+def test_generate_under_dynamic_true(core_lib, fresh_dynamo):
+    """dynamic=True makes Dynamo pass Python floats as 0-d tensors; one the
+    model reads back with .item() (nn.Embedding's norm_type) is written into
+    each compile as a number: generate failed with DataDependentOutputException,
+    now its tokens equal eager's."""
+    check.ensure_backend_registered()
+    model, _ = check.decode_setup("tiny-llama", 0, dtype=torch.float32, device="cpu")
+    ids = torch.randint(3, model.config.vocab_size, (1, 7), generator=torch.Generator().manual_seed(1))
+    kw = dict(max_new_tokens=6, do_sample=False, cache_implementation="static")
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+    compiled = []
+    forward = model.forward
+    model.forward = torch.compile(forward, backend="mpk", dynamic=True,
+                                  options={"target": "reference", "on_compile": compiled.append})
+    try:
+        with torch.no_grad():
+            got = model.generate(ids, **kw)
+    finally:
+        model.forward = forward
+    assert torch.equal(got, want)
+    assert len(compiled) == 2  # the prompt, the decode step

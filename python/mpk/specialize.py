@@ -12,7 +12,9 @@ graph with those values written in, as if Dynamo had traced that call with
 dynamic=False. A decode loop thus runs one module; each new prompt length
 compiles one more. An int the graph only returns (a sliding-window cache's
 position) is worked out per call, and one its tensors read only as a number
-is passed as a 0-d tensor: neither keys a compile. Past `limit` shapes the
+is passed as a 0-d tensor: neither keys a compile. A float Dynamo passes as
+a 0-d tensor (dynamic=True) that the graph reads back with .item() is written
+in, as a scalar. Past `limit` shapes the
 graph runs eagerly (with a warning,
 once), as Dynamo falls back at its recompile limit; so do new shapes once the
 inputs have grown by the same sizes at three calls in a row (a Hugging Face
@@ -58,6 +60,12 @@ def is_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
     """Whether Dynamo traced any input of gm with a symbolic value or size."""
     return any(_is_symbolic(v) or _symbolic_tensor(v)
                for v in (_traced_value(n, x) for n, x in zip(_placeholders(gm), example_inputs)))
+
+
+def _number(x: Any) -> Any:
+    """A scalar argument as a key: a 0-d tensor (a Python float Dynamo
+    wrapped) by its value."""
+    return x.item() if isinstance(x, torch.Tensor) else x
 
 
 def _size_symbols(values: Sequence[Any]) -> set:
@@ -270,9 +278,16 @@ class Specializing:
         self.values = [i for i in self.scalars if used[i].users and isinstance(traced[i], torch.SymInt)
                        and not _size_symbols([traced[i]]) <= sized and _read_as_a_number(used[i])]
         self.keyed_scalars = [i for i in self.scalars if used[i].users and i not in self.values]
+        # A Python float Dynamo passes as a 0-d tensor (dynamic=True) that the
+        # graph reads back with .item() (nn.Embedding's norm_type): its value
+        # is written in, and keys the compile, as a scalar's.
+        self.items = [i for i, (n, v) in enumerate(zip(used, traced))
+                      if isinstance(v, torch.Tensor) and v.dim() == 0 and n.users
+                      and all(u.op == "call_method" and u.target == "item" for u in n.users)]
+        self.keyed_scalars += self.items
         # The arguments a static compile takes, picked in C: a decode step
         # passes hundreds.
-        fixed = set(self.scalars) - set(self.values)
+        fixed = set(self.scalars) - set(self.values) | set(self.items)
         static = [i for i in range(len(traced)) if i not in fixed]
         if len(static) == 1:  # itemgetter of one index returns the item, not a tuple
             pick = lambda args, i=static[0]: (args[i],)  # noqa: E731
@@ -303,7 +318,7 @@ class Specializing:
         """The concrete sizes of a call: what picks its static compile. A
         static compile takes any storage offset, and any stride along a dim
         of size 1 (a decode step's token, sliced from a longer tensor)."""
-        return (tuple(args[i] for i in self.keyed_scalars),
+        return (tuple(_number(args[i]) for i in self.keyed_scalars),
                 tuple((tuple(args[i].shape),
                        tuple(st if sz > 1 else 0 for st, sz in zip(args[i].stride(), args[i].shape)))
                       for i in self.shaped))
@@ -335,7 +350,18 @@ class Specializing:
 
     def _compile(self, args: Sequence[Any]) -> Callable:
         static_args = list(self._static_args(args))
-        static = with_values(self.outputs.graph, {i: args[i] for i in self.scalars if i not in self.values})
+        graph = self.outputs.graph
+        if self.items:  # each .item() of those inputs becomes the call's value
+            graph = _copy(graph)
+            nodes = _placeholders(graph)
+            for i in self.items:
+                value = args[i].item()
+                for item in list(nodes[i].users):
+                    for user in list(item.users):
+                        user.args = torch.fx.node.map_arg(user.args, lambda a, item=item: value if a is item else a)
+                        user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a, item=item: value if a is item else a)
+                    graph.graph.erase_node(item)
+        static = with_values(graph, {i: args[i] for i in [*self.scalars, *self.items] if i not in self.values})
         if self.values:  # their placeholders, among the tensors', in the same order
             kept = [i for i in range(self.n_inputs) if i not in self.scalars or i in self.values]
             static = as_tensor_ops(static, [kept.index(i) for i in self.values])
