@@ -283,7 +283,7 @@ def test_a_returned_int_keys_no_compile(core_lib, fresh_dynamo):
 def test_cuda_sliding_window_decode_loop(core_lib, fresh_dynamo):
     """On the GPU, a decode loop over a sliding-window cache without
     cache_position (float32, TF32 off): its position, a Python int, reaches
-    the kernel as a 0-d tensor copied from the host per call, so the steps
+    the kernel as a 0-d tensor filled on the device per call, so the steps
     before, at and past the window's end (16) share 3 compiles; every
     step's logits and the cache match eager's."""
     compiles = _cuda_against_eager("tiny-mistral-sw", 2,

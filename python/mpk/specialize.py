@@ -296,11 +296,15 @@ class Specializing:
         self._static_args = pick
         if self.values:
             at = [static.index(i) for i in self.values]
+            # Made where the graph's tensors are (a fill on the stream: a
+            # copy from pageable host memory would wait for the stream).
+            device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor) and t.is_cuda),
+                          torch.device("cpu"))
 
             def with_tensors(args):
                 picked = list(pick(args))
                 for k in at:
-                    picked[k] = torch.tensor(picked[k], dtype=torch.int64)
+                    picked[k] = torch.full((), picked[k], dtype=torch.int64, device=device)
                 return picked
             self._static_args = with_tensors
         self.compiled: dict[tuple, Callable] = {}
