@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from mpk import check, models
+from mpk.models import cache_kw
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -88,7 +89,7 @@ def back_to_back_ms(fn, cache, state, toks, steps: int, repeats: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(steps):
-            fn(input_ids=toks, past_key_values=cache, use_cache=True)
+            fn(input_ids=toks, **cache_kw(cache), use_cache=True)
         end.record()
         torch.cuda.synchronize()
         if r >= 2:  # warm-up runs
@@ -104,7 +105,7 @@ def synchronised_us(fn, cache, state, toks, steps: int) -> float:
     for _ in range(steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        fn(input_ids=toks, past_key_values=cache, use_cache=True)
+        fn(input_ids=toks, **cache_kw(cache), use_cache=True)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e6)
     times.sort()
@@ -118,13 +119,13 @@ def cuda_graph_step(model, cache, toks_shape, device):
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(2):
-            model(input_ids=toks, past_key_values=cache, use_cache=True)
+            model(input_ids=toks, **cache_kw(cache), use_cache=True)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        model(input_ids=toks, past_key_values=cache, use_cache=True)
+        model(input_ids=toks, **cache_kw(cache), use_cache=True)
 
-    def step(input_ids, past_key_values, use_cache):
+    def step(input_ids, **_):  # the cache and use_cache: the captured graph holds them
         toks.copy_(input_ids)
         g.replay()
     return step
@@ -179,7 +180,7 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
             with torch.no_grad():
                 check.restore(cache, state)
                 fn = variants[v]()
-                fn(input_ids=toks, past_key_values=cache, use_cache=True)  # compile / capture
+                fn(input_ids=toks, **cache_kw(cache), use_cache=True)  # compile / capture
                 if v == "mpk" and args.check:
                     problems = bf16_rule(name, model, fn, cache, state, prompt, max_len, P)
                     row["bf16_rule"] = "PASS" if not problems else "FAIL: " + "; ".join(problems)

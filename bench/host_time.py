@@ -43,6 +43,7 @@ import torch
 
 import mpk
 from mpk import check, compiled
+from mpk.models import cache_kw
 
 from decode import RESULTS
 
@@ -121,7 +122,7 @@ def capture_args(fn, step) -> tuple:
 
 def variant_calls(name: str, model, cache, tok, workdir: Path) -> list[tuple[str, object]]:
     """(label, call) pairs to time for one variant, compiled and warmed up."""
-    kw = dict(input_ids=tok, past_key_values=cache, use_cache=True)
+    kw = dict(input_ids=tok, **cache_kw(cache), use_cache=True)
     if name == "mpk":
         graphs = []
         cm = torch.compile(model, backend="mpk", fullgraph=True, dynamic=False,

@@ -14,6 +14,7 @@ import argparse
 import torch
 
 from mpk import check
+from mpk.models import cache_kw
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     tok = torch.randint(0, m.config.vocab_size, (a.batch, a.prefill), device="cuda")
     with torch.no_grad():
         for _ in range(a.steps):
-            step(input_ids=tok, past_key_values=cache, use_cache=True)
+            step(input_ids=tok, **cache_kw(cache), use_cache=True)
     torch.cuda.synchronize()
     print("done")
 

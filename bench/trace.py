@@ -33,6 +33,7 @@ def main() -> None:
     import torch
 
     from mpk import check
+    from mpk.models import cache_kw
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="qwen3-0.6b")
     p.add_argument("--cache-tokens", type=int, default=512)
@@ -54,7 +55,7 @@ def main() -> None:
     tok = torch.randint(0, m.config.vocab_size, (a.batch, a.prefill), device="cuda")
     with torch.no_grad():
         for _ in range(4):
-            step(input_ids=tok, past_key_values=cache, use_cache=True)
+            step(input_ids=tok, **cache_kw(cache), use_cache=True)
     torch.cuda.synchronize()
     fn = compiled[-1]
     labels = fn.summary["op_labels"]

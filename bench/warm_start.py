@@ -25,6 +25,7 @@ import torch  # noqa: E402
 
 import mpk  # noqa: E402
 from mpk import backend, check  # noqa: E402
+from mpk.models import cache_kw  # noqa: E402
 
 T_IMPORTS = time.perf_counter()
 
@@ -47,7 +48,7 @@ def torch_compile(m, cache, name: str) -> None:
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False, options={"on_compile": compiled.append})
     tok = torch.randint(0, m.config.vocab_size, (1, 1), device="cuda")
     with torch.no_grad():
-        step(input_ids=tok, past_key_values=cache, use_cache=True)
+        step(input_ids=tok, **cache_kw(cache), use_cache=True)
     torch.cuda.synchronize()
     t2 = time.perf_counter()
     print(f"{name}: torch.compile to first step {t2 - t1:.2f} s: "
@@ -59,7 +60,7 @@ def save(m, cache, name: str, path: str, device: str) -> None:
     tok = torch.randint(0, m.config.vocab_size, (1, 1), device=device)
     t1 = time.perf_counter()
     options = {"target": "cuda" if device == "cuda" else "reference"}
-    step = mpk.precompile(m, path, input_ids=tok, past_key_values=cache, use_cache=True, options=options)
+    step = mpk.precompile(m, path, input_ids=tok, **cache_kw(cache), use_cache=True, options=options)
     print(f"{name}: precompile and save {time.perf_counter() - t1:.2f} s ({step.graphs[-1].timing()})")
 
 

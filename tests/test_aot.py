@@ -15,6 +15,7 @@ import torch
 import mpk
 from mpk import aot, backend, check
 from mpk.errors import ArgumentError, MpkError
+from mpk.models import cache_kw
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,11 +55,12 @@ SAVER = r"""
 import json, sys
 import torch, mpk
 from mpk import check
+from mpk.models import cache_kw
 path, name, device, dtype, first = sys.argv[1], sys.argv[2], sys.argv[3], getattr(torch, sys.argv[4]), sys.argv[5]
 if first:
     check.decode_setup(first, 8, dtype=dtype, device=device)
 m, cache = check.decode_setup(name, 16, dtype=dtype, device=device)
-mpk.precompile(m, path, input_ids=torch.tensor([[1]], device=device), past_key_values=cache, use_cache=True,
+mpk.precompile(m, path, input_ids=torch.tensor([[1]], device=device), **cache_kw(cache), use_cache=True,
                options=json.loads(sys.argv[6]))
 """
 
@@ -84,7 +86,7 @@ def save_in_child(path: Path, name: str, device: str, dtype: str, options: dict,
 def precompile_step(path: Path, name: str, device: str, dtype: torch.dtype, options: dict):
     m, cache = check.decode_setup(name, 16, dtype=dtype, device=device)
     tok = torch.tensor([[1]], device=device)
-    return m, cache, mpk.precompile(m, str(path), input_ids=tok, past_key_values=cache, use_cache=True,
+    return m, cache, mpk.precompile(m, str(path), input_ids=tok, **cache_kw(cache), use_cache=True,
                                     options=options)
 
 
@@ -148,7 +150,7 @@ def test_call_with_another_shape_names_the_mismatch(core_lib, fresh_dynamo, tmp_
     _, cache, step = precompile_step(tmp_path / "s.mpk", "tiny-llama", "cpu", torch.float32,
                                      {"target": "reference"})
     with pytest.raises(ArgumentError, match="does not match the precompiled graph.*input_ids"):
-        step(input_ids=torch.tensor([[1, 2]]), past_key_values=cache, use_cache=True)
+        step(input_ids=torch.tensor([[1, 2]]), **cache_kw(cache), use_cache=True)
 
 
 def test_load_rejects_other_files(tmp_path):

@@ -16,6 +16,7 @@ import torch
 
 from mpk import build, check
 from mpk.errors import MpkRuntimeError
+from mpk.models import cache_kw
 from test_hardening import _compile_affine, _two_writes
 
 FAKE = r"""
@@ -280,7 +281,7 @@ def test_decode_step_reaches_the_callable_without_aot_autograd(core_lib, fresh_d
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False, options={"target": "reference"})
     tok = torch.tensor([[5]])
     with torch.no_grad():
-        step(input_ids=tok, past_key_values=cache, use_cache=True)
+        step(input_ids=tok, **cache_kw(cache), use_cache=True)
         callers = []
         plain = compiled_mod.CompiledGraph.__call__
 
@@ -288,7 +289,7 @@ def test_decode_step_reaches_the_callable_without_aot_autograd(core_lib, fresh_d
             callers.extend(f.filename for f in inspect.stack()[1:8])
             return plain(self, *args)
         monkeypatch.setattr(compiled_mod.CompiledGraph, "__call__", spy)
-        step(input_ids=tok, past_key_values=cache, use_cache=True)
+        step(input_ids=tok, **cache_kw(cache), use_cache=True)
     assert callers and not [f for f in callers if "_functorch" in f], callers
 
 
@@ -306,13 +307,13 @@ def test_abort_without_sync_raises_at_the_next_call(core_lib, fresh_dynamo):
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
                          options={"target": "cuda", "on_compile": compiled.append})
     good = torch.tensor([[5]], device="cuda")
-    step(input_ids=good, past_key_values=cache, use_cache=True)
-    step(input_ids=torch.tensor([[m.config.vocab_size]], device="cuda"), past_key_values=cache, use_cache=True)
+    step(input_ids=good, **cache_kw(cache), use_cache=True)
+    step(input_ids=torch.tensor([[m.config.vocab_size]], device="cuda"), **cache_kw(cache), use_cache=True)
     torch.cuda.synchronize()
     with pytest.raises(MpkRuntimeError) as e:
-        step(input_ids=good, past_key_values=cache, use_cache=True)
+        step(input_ids=good, **cache_kw(cache), use_cache=True)
     assert "embedding" in str(e.value) and f"index {m.config.vocab_size}" in str(e.value), str(e.value)
-    step(input_ids=good, past_key_values=cache, use_cache=True)
+    step(input_ids=good, **cache_kw(cache), use_cache=True)
     torch.cuda.synchronize()
     fn = compiled[-1]
     assert fn.instance.status()["aborted"] == 0 and fn.launches == 3
@@ -329,13 +330,13 @@ def test_decode_steps_recheck_only_what_changed(core_lib, fresh_dynamo):
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
                          options={"target": "cuda", "on_compile": compiled.append})
     tok = torch.tensor([[5]], device="cuda")
-    step(input_ids=tok, past_key_values=cache, use_cache=True)
+    step(input_ids=tok, **cache_kw(cache), use_cache=True)
     fn = compiled[-1]
     assert fn._call.checked == len(fn.inputs)
     rechecked = []
     for t in [tok, tok, tok] + [torch.tensor([[i]], device="cuda") for i in range(3)]:
         before = fn._call.checked
-        step(input_ids=t, past_key_values=cache, use_cache=True)
+        step(input_ids=t, **cache_kw(cache), use_cache=True)
         rechecked.append(fn._call.checked - before)
     torch.cuda.synchronize()
     assert rechecked[:3] == [0, 0, 0] and all(1 <= n <= 2 for n in rechecked[3:]), rechecked

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mpk import check
+from mpk.models import cache_kw
 
 
 @pytest.mark.parametrize("prefill", [1, 16], ids=["decode", "prefill16"])
@@ -253,7 +254,7 @@ def test_bf16_intermediates_fp32_by_default_eager_rounding_on_request(core_lib, 
     def logits(fn, c=cache):
         check.restore(c, state)
         with torch.no_grad():
-            return fn(input_ids=tok, past_key_values=c, use_cache=True).logits.float()
+            return fn(input_ids=tok, **cache_kw(c), use_cache=True).logits.float()
 
     eager = logits(m)
     ref = check.float32_copy(m, "tiny-llama")

@@ -8,6 +8,7 @@ import torch
 
 from mpk import check, models
 from mpk.errors import ArgumentError
+from mpk.models import cache_kw
 
 pytestmark = pytest.mark.gpu
 
@@ -171,13 +172,13 @@ def test_one_kernel_launch_per_step(core_lib, fresh_dynamo):
 
     cm, cache, toks, compiled = _compiled_tiny_llama()
     for t in toks[:2]:  # compile, then one warm step
-        cm(input_ids=t, past_key_values=cache, use_cache=True)
+        cm(input_ids=t, **cache_kw(cache), use_cache=True)
     torch.cuda.synchronize()
     fn = compiled[-1]
     before = fn.launches
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for t in toks[2:5]:
-            cm(input_ids=t, past_key_values=cache, use_cache=True)
+            cm(input_ids=t, **cache_kw(cache), use_cache=True)
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events()
                if e.device_type == torch.autograd.DeviceType.CUDA
@@ -190,7 +191,7 @@ def test_one_kernel_launch_per_step(core_lib, fresh_dynamo):
 @torch.no_grad()
 def test_arguments_are_checked_on_cuda(core_lib, fresh_dynamo):
     cm, cache, toks, compiled = _compiled_tiny_llama()
-    cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
+    cm(input_ids=toks[0], **cache_kw(cache), use_cache=True)
     fn = compiled[-1]
     metas = [i["meta"] for i in fn.inputs]
     good = [torch.empty_strided(m["shape"], m["strides"], dtype=_dtype(m["dtype"]), device=fn.device)
@@ -216,13 +217,13 @@ def test_timings_and_cache_hit(core_lib, fresh_dynamo, monkeypatch, tmp_path):
     caches (exported graph, core result, nvcc module) and still runs."""
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
     cm, cache, toks, compiled = _compiled_tiny_llama({"sync": True})
-    cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
+    cm(input_ids=toks[0], **cache_kw(cache), use_cache=True)
     first = compiled[-1]
     assert first.core_ms > 0 and first.load_s >= 0 and not first.build.cache_hit
     assert "core" in first.timing() and first.front_timing.startswith("AOTAutograd ")
     torch._dynamo.reset()
     cm, cache, toks, compiled = _compiled_tiny_llama({"sync": True})
-    cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
+    cm(input_ids=toks[0], **cache_kw(cache), use_cache=True)
     second = compiled[-1]
     assert second is not first and second.build.cache_hit and second.nvcc_s is None
     assert second.summary.get("core_cache_hit") and "core cache hit" in second.timing()
@@ -240,11 +241,11 @@ def test_broken_graph_raises_instead_of_hanging(core_lib, fresh_dynamo):
 
     cm, cache, toks, _ = _compiled_tiny_llama({"skip_validate": True, "drop_dependency": True, "sync": True})
     with pytest.raises(MpkError) as first:  # compiles (nvcc), launches, aborts
-        cm(input_ids=toks[0], past_key_values=cache, use_cache=True)
+        cm(input_ids=toks[0], **cache_kw(cache), use_cache=True)
     assert "wait" in str(first.value).lower() and "event" in str(first.value).lower(), str(first.value)
     t0 = time.perf_counter()
     with pytest.raises(MpkError):  # compiled already: only the launch and the abort
-        cm(input_ids=toks[1], past_key_values=cache, use_cache=True)
+        cm(input_ids=toks[1], **cache_kw(cache), use_cache=True)
     assert time.perf_counter() - t0 < 1.0
     # The GPU is still usable afterwards.
     assert float(torch.ones(4, device="cuda").sum()) == 4.0
@@ -288,7 +289,7 @@ def _decode_steps(step, cache, toks):
     """Logits (float32, on the CPU) of one decode call per token, in order."""
     out = []
     for t in toks:
-        out.append(step(input_ids=t, past_key_values=cache, use_cache=True).logits.float().cpu())
+        out.append(step(input_ids=t, **cache_kw(cache), use_cache=True).logits.float().cpu())
     return out
 
 
@@ -303,7 +304,7 @@ def test_cuda_graph_capture_replays_the_step(core_lib, fresh_dynamo):
     gen = torch.Generator().manual_seed(5)
     toks = [torch.randint(0, m.config.vocab_size, (1, 1), generator=gen).cuda() for _ in range(32)]
     cm = torch.compile(m, backend="mpk", options={"target": "cuda"}, fullgraph=True, dynamic=False)
-    cm(input_ids=toks[0], past_key_values=cache, use_cache=True)  # compile and warm, outside the capture
+    cm(input_ids=toks[0], **cache_kw(cache), use_cache=True)  # compile and warm, outside the capture
     check.restore(cache, state)
     direct = _decode_steps(cm, cache, toks)
     direct_cache = check.snapshot(cache)
@@ -313,13 +314,13 @@ def test_cuda_graph_capture_replays_the_step(core_lib, fresh_dynamo):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm the capture's allocations on a side stream, as torch.cuda.graph wants
-        cm(input_ids=static_tok, past_key_values=cache, use_cache=True)
+        cm(input_ids=static_tok, **cache_kw(cache), use_cache=True)
     torch.cuda.current_stream().wait_stream(s)
     check.restore(cache, state)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out = cm(input_ids=static_tok, past_key_values=cache, use_cache=True)
+        out = cm(input_ids=static_tok, **cache_kw(cache), use_cache=True)
     check.restore(cache, state)  # capturing ran nothing; start the replays from the same cache
     replayed = []
     for t in toks:
@@ -360,7 +361,7 @@ def test_two_instances_of_one_module_interleave(core_lib, fresh_dynamo, streams)
     for i in range(16):
         for r in runs:
             with torch.cuda.stream(r["stream"]):
-                r["got"].append(r["cm"](input_ids=r["toks"][i], past_key_values=r["cache"], use_cache=True).logits)
+                r["got"].append(r["cm"](input_ids=r["toks"][i], **cache_kw(r["cache"]), use_cache=True).logits)
     torch.cuda.synchronize()
     a, b = runs
     assert len(a["compiled"]) == 1 and len(b["compiled"]) == 1, "each model compiles once, to its own callable"

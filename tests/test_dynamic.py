@@ -13,6 +13,7 @@ import torch
 
 from mpk import check, specialize
 from mpk.errors import MpkError
+from mpk.models import cache_kw
 
 REL = 1e-4  # float32 on the reference target against eager
 
@@ -29,7 +30,7 @@ def _generate(step, model, chunks):
     logits = []
     with torch.no_grad():
         for ids in chunks:
-            logits.append(step(input_ids=ids, past_key_values=cache, use_cache=True).logits)
+            logits.append(step(input_ids=ids, **cache_kw(cache), use_cache=True).logits)
     return logits, [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
 

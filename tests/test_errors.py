@@ -8,6 +8,7 @@ import torch
 
 import mpk
 from mpk import backend, errors
+from mpk.models import cache_kw
 
 
 class SortModel(torch.nn.Module):
@@ -140,7 +141,7 @@ def _index_error_steps(target: str, device: str, bad: str):
     tok = torch.tensor([[m.config.vocab_size if bad == "token" else 5]], device=device)
     with torch.no_grad():
         for _ in range(3):
-            step(input_ids=tok, past_key_values=cache, use_cache=True)
+            step(input_ids=tok, **cache_kw(cache), use_cache=True)
 
 
 @pytest.mark.parametrize("bad,op,index", [("cache", "kv_write", "10"), ("token", "embedding", "256")])

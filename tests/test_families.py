@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mpk import check, families
+from mpk.models import cache_kw
 
 # The cache holds more tokens than a sliding window, so sliding-window layers
 # run full (their roll-and-overwrite update and an offset mask).
@@ -57,7 +58,7 @@ def test_left_padded_prefill_into_an_empty_cache(core_lib, fresh_dynamo, model):
     def run(fn):
         cache = StaticCache(config=m.config, max_cache_len=64)
         with torch.no_grad():
-            logits = fn(**inputs, past_key_values=cache, use_cache=True).logits
+            logits = fn(**inputs, **cache_kw(cache), use_cache=True).logits
         return logits, [t for layer in cache.layers for t in (layer.keys, layer.values)]
 
     want, want_cache = run(m)

@@ -8,10 +8,10 @@ graph, the guards, and the backend's result. mpk's result saves as its wire
 request (the exported ATen graph); a load finds the Go core's result and the
 nvcc module in mpk's caches (or rebuilds them, slower, when the cache is gone).
 
-    step = mpk.precompile(model, "step.mpk", input_ids=tok, past_key_values=cache)
+    step = mpk.precompile(model, "step.mpk", input_ids=tok, cache=cache)
     # in a later process, with the same model code, shapes and dtypes:
     step = mpk.load(model, "step.mpk")
-    out = step(input_ids=tok, past_key_values=cache)
+    out = step(input_ids=tok, cache=cache)
 
 Guards on module globals and on object identity cannot cross a process and
 are left out; the guards on the arguments (tensor shapes, dtypes, devices,

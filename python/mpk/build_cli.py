@@ -35,7 +35,7 @@ def export_for_cuda(model_name: str, dtype: str = "bfloat16", workers: int = 132
     torch._dynamo.reset()
     cm = torch.compile(m, backend="mpk", options=opts, fullgraph=True, dynamic=False)
     with torch.no_grad():
-        cm(**plan.steps[0], past_key_values=cache, use_cache=True)
+        cm(**plan.steps[0], **models.cache_kw(cache), use_cache=True)
     if not compiled:
         raise MpkError("the mpk backend was not called (nothing compiled)", kind="internal")
     return compiled[-1]

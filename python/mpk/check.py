@@ -125,7 +125,7 @@ def _make_cache(model, max_len, device, tokens, **inputs):
         cache.early_initialization(tokens.shape[0], cfg.num_key_value_heads, head_dim, model.dtype, torch.device(device))
         return cache
     with torch.no_grad():
-        model(input_ids=tokens.to(device), past_key_values=cache, use_cache=True,
+        model(input_ids=tokens.to(device), **models.cache_kw(cache), use_cache=True,
               **{k: v.to(device) for k, v in inputs.items()})
     return cache
 
@@ -198,7 +198,7 @@ def _steps(fn, cache, steps: list, device, times: list | None = None):
             inputs = step if isinstance(step, dict) else {"input_ids": step}
             inputs = {k: v.to(device) for k, v in inputs.items()}
             t0 = time.perf_counter()
-            r = fn(**inputs, past_key_values=cache, use_cache=True)
+            r = fn(**inputs, **models.cache_kw(cache), use_cache=True)
             out.append(r.logits.float().cpu().clone())
             if times is not None:
                 times.append(time.perf_counter() - t0)

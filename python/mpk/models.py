@@ -141,3 +141,24 @@ def build(name: str, dtype: torch.dtype = torch.float32, device: str | torch.dev
         model.tie_weights()
     fill_random(model, seed)
     return model.eval()
+
+
+def cache_kw(cache) -> dict:
+    """The keyword argument that passes a cache to a Hugging Face causal
+    LM's forward: `cache` where forward takes it (transformers renamed
+    `past_key_values`, which it removes in 5.40), else `past_key_values`.
+    Use as `model(input_ids=ids, **cache_kw(cache), use_cache=True)`."""
+    return {_cache_name(): cache}
+
+
+_CACHE_NAME: list[str] = []
+
+
+def _cache_name() -> str:
+    if not _CACHE_NAME:
+        import inspect
+
+        from transformers import LlamaForCausalLM
+        params = inspect.signature(LlamaForCausalLM.forward).parameters
+        _CACHE_NAME.append("cache" if "cache" in params else "past_key_values")
+    return _CACHE_NAME[0]

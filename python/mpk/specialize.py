@@ -379,7 +379,7 @@ class Specializing:
                               "keys and values do, or a generate without a cache), and each size would compile "
                               "a megakernel of its own: calls of new sizes run eagerly. Keep the cache static: "
                               "model.generate(..., cache_implementation='static'), or pass a "
-                              "transformers.StaticCache as past_key_values.", stacklevel=3)
+                              "transformers.StaticCache.", stacklevel=3)
             else:
                 warnings.warn(f"mpk: this graph was compiled for {self.limit} shapes (option max_shapes); "
                               "calls of other shapes run eagerly. Pad inputs to a few fixed sizes, or raise "
