@@ -63,10 +63,7 @@ class CompiledGraph:
         self._spans = [_span(i["meta"]["shape"], i["meta"]["strides"]) for i in self.inputs]
         index = {inp["name"]: k for k, inp in enumerate(self.inputs)}
         self._passed: list[tuple | None] = [None] * len(self.inputs)  # see check_args
-        self._written = frozenset(
-            index[n["args"][0]["node"]] for n in request["graph"]["nodes"]
-            if n["target"] == "aten.copy_.default" and n["args"] and n["args"][0].get("k") == "node"
-            and n["args"][0].get("node") in index)
+        self._written = frozenset(index[name] for name in export.written_inputs(self.inputs, request["graph"]["nodes"]))
         # The inputs the kernel reads with bulk copies (cuda: streamed weights,
         # kv_pages caches): their data must be 16-byte aligned.
         self._bulk = frozenset(compiled.result.get("bulk_inputs") or [])

@@ -258,16 +258,27 @@ def export_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             "graph": {"inputs": inputs, "nodes": nodes, "outputs": outputs}}
 
 
+def written_inputs(inputs: list[dict], nodes: list[dict]) -> dict[str, dict]:
+    """The graph inputs the graph writes (an aten.copy_ into them), by name,
+    each with the first node that writes it."""
+    names = {i["name"] for i in inputs}
+    writes: dict[str, dict] = {}
+    for n in nodes:
+        a = n["args"][0] if n["target"] == "aten.copy_.default" and n["args"] else {}
+        if a.get("k") == "node" and a.get("node") in names:
+            writes.setdefault(a["node"], n)
+    return writes
+
+
 def _check_host_tensors(gm: torch.fx.GraphModule, inputs: list[dict], nodes: list[dict]) -> None:
     """A CUDA graph's CPU inputs are copied to the device per call, so the
     graph may only read them, and every output is on the device."""
-    host = {i["name"] for i in inputs if i.get("host")}
-    for n in nodes:
-        a = n["args"][0] if n["args"] else {}
-        if n["target"] == "aten.copy_.default" and a.get("k") == "node" and a.get("node") in host:
-            raise ExportError(f"graph input {a['node']} is a CPU tensor that the CUDA graph writes",
-                              node=n["name"], op=n["target"], source=n["source"],
-                              hint="move that tensor to the GPU before the first call")
+    writes = written_inputs(inputs, nodes)
+    for name in (i["name"] for i in inputs if i.get("host") and i["name"] in writes):
+        n = writes[name]
+        raise ExportError(f"graph input {name} is a CPU tensor that the CUDA graph writes",
+                          node=n["name"], op=n["target"], source=n["source"],
+                          hint="move that tensor to the GPU before the first call")
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     outs = out.args[0] if isinstance(out.args[0], (list, tuple)) else (out.args[0],)
     for k, o in enumerate(outs):
