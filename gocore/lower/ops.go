@@ -499,19 +499,18 @@ func nllLossOp(l *lowerer) {
 		Attr: ir.Attrs{Expr: ir.Cast(ir.F32, ir.Apply(ir.EWhere, ir.Apply(ir.ENe, ir.Load(1), ir.Const(ignore)),
 			ir.Apply(ir.ENeg, ir.Load(0)), ir.Const(0)))}})
 	dt := l.outDType(0)
-	count := l.temp(ir.F32, []int64{N})
-	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{t}, Out: count, Attr: ir.Attrs{Expr: ir.Cast(ir.F32, kept)}})
-	weight := l.reduce("sum", count, nil, l.outDType(1), false)
-	var out ir.View
-	switch reduction {
-	case 0:
-		out = l.temp(dt, []int64{N})
-		l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{loss}, Out: out, Attr: ir.Attrs{Expr: ir.Cast(dt, ir.Load(0))}})
+	if reduction == 0 {
+		out := l.pointwise(dt, []int64{N}, ir.Load(0), loss)
 		if single { // one row without reduction: a scalar
 			out = ir.View{Buf: out.Buf}
 		}
-		weight = l.temp(l.outDType(1), nil)
-		l.emit(&ir.Op{Kind: ir.Elementwise, Out: weight, Attr: ir.Attrs{Expr: ir.Const(0)}})
+		weight := l.pointwise(l.outDType(1), nil, ir.Const(0))
+		l.set(&out, &weight)
+		return
+	}
+	weight := l.reduce("sum", l.pointwise(ir.F32, []int64{N}, kept, t), nil, l.outDType(1), false)
+	var out ir.View
+	switch reduction {
 	case 1:
 		sum := l.reduce("sum", loss, nil, ir.F32, false)
 		out = l.temp(dt, nil)
