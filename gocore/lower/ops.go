@@ -389,19 +389,35 @@ func flipOp(l *lowerer) {
 	for _, d := range l.intsArg(1, "dims") {
 		flip[wrapDim(l, d, x.Rank())] = true
 	}
+	at := elementAt(x, func(e int) *ir.Expr {
+		if flip[e] {
+			return ir.Apply(ir.ESub, ir.Const(float64(x.Shape[e]-1)), ir.Index(e))
+		}
+		return ir.Index(e)
+	})
+	out := l.readAt(x, l.pointwise(ir.I64, x.Shape, at))
+	l.set(&out)
+}
+
+// elementAt is the offset in x's buffer of x's element at index idx(e)
+// along each dim e (a dim of one element or of stride 0 adds nothing).
+func elementAt(x ir.View, idx func(e int) *ir.Expr) *ir.Expr {
 	at := ir.Const(float64(x.Offset))
 	for e := range x.Shape {
-		i := ir.Index(e)
-		if flip[e] {
-			i = ir.Apply(ir.ESub, ir.Const(float64(x.Shape[e]-1)), i)
+		if x.Shape[e] > 1 && x.Strides[e] != 0 {
+			at = ir.Apply(ir.EAdd, at, ir.Apply(ir.EMul, idx(e), ir.Const(float64(x.Strides[e]))))
 		}
-		at = ir.Apply(ir.EAdd, at, ir.Apply(ir.EMul, i, ir.Const(float64(x.Strides[e]))))
 	}
-	pos := l.pointwise(ir.I64, x.Shape, at)
-	out := l.temp(x.DType(), x.Shape)
+	return at
+}
+
+// readAt is the elements of x's buffer at the offsets pos (a Gather; an
+// offset past the buffer is an index error).
+func (l *lowerer) readAt(x ir.View, pos ir.View) ir.View {
+	out := l.temp(x.DType(), pos.Shape)
 	whole := ir.View{Buf: x.Buf, Shape: []int64{x.Buf.Numel}, Strides: []int64{1}}
 	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{whole, pos}, Out: out})
-	l.set(&out)
+	return out
 }
 
 func (l *lowerer) reduce(kind string, x ir.View, dims []int64, dt ir.DType, keep bool) ir.View {
@@ -640,23 +656,16 @@ func (l *lowerer) gather(x ir.View, d int, idx ir.View) ir.View {
 	if idx.Rank() != x.Rank() {
 		l.failf("gather of a %d-d tensor with a %d-d index", x.Rank(), idx.Rank())
 	}
-	size := x.Shape[d]
 	w := ir.Load(0) // torch.gather takes no negative index
-	at := ir.Apply(ir.EAdd, ir.Const(float64(x.Offset)), ir.Apply(ir.EMul, w, ir.Const(float64(x.Strides[d]))))
-	for e := range x.Shape {
-		if e != d && x.Shape[e] > 1 && x.Strides[e] != 0 {
-			at = ir.Apply(ir.EAdd, at, ir.Apply(ir.EMul, ir.Index(e), ir.Const(float64(x.Strides[e]))))
+	at := elementAt(x, func(e int) *ir.Expr {
+		if e == d {
+			return w
 		}
-	}
-	ok := ir.Apply(ir.EAnd, ir.Apply(ir.EGe, w, ir.Const(0)), ir.Apply(ir.ELt, w, ir.Const(float64(size))))
-	n := x.Buf.Numel
-	pos := l.temp(ir.I64, idx.Shape)
-	l.emit(&ir.Op{Kind: ir.Elementwise, In: []ir.View{idx}, Out: pos,
-		Attr: ir.Attrs{Expr: ir.Cast(ir.I64, ir.Apply(ir.EWhere, ok, at, ir.Const(float64(n))))}})
-	out := l.temp(x.DType(), idx.Shape)
-	whole := ir.View{Buf: x.Buf, Shape: []int64{n}, Strides: []int64{1}}
-	l.emit(&ir.Op{Kind: ir.Gather, In: []ir.View{whole, pos}, Out: out})
-	return out
+		return ir.Index(e)
+	})
+	ok := ir.Apply(ir.EAnd, ir.Apply(ir.EGe, w, ir.Const(0)), ir.Apply(ir.ELt, w, ir.Const(float64(x.Shape[d]))))
+	pos := l.pointwise(ir.I64, idx.Shape, ir.Apply(ir.EWhere, ok, at, ir.Const(float64(x.Buf.Numel))), idx)
+	return l.readAt(x, pos)
 }
 
 // broadcastShapes is the numpy broadcast of shapes a and b.
