@@ -100,13 +100,17 @@ def with_values(gm: torch.fx.GraphModule, values: dict[int, Any]) -> torch.fx.Gr
         copy.meta.pop("val", None)
         if i not in values:
             continue
-        value = values[i]
-        for user in list(copy.users):
-            user.args = torch.fx.node.map_arg(user.args, lambda a: value if a is copy else a)
-            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a: value if a is copy else a)
-        graph.erase_node(copy)
+        _replace(graph, copy, values[i])
     graph.lint()
     return torch.fx.GraphModule(gm, graph)
+
+
+def _replace(graph: torch.fx.Graph, node: torch.fx.Node, value: Any) -> None:
+    """Writes value in for each use of node, then erases node."""
+    for user in list(node.users):
+        user.args = torch.fx.node.map_arg(user.args, lambda a: value if a is node else a)
+        user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a: value if a is node else a)
+    graph.erase_node(node)
 
 
 def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -361,10 +365,7 @@ class Specializing:
             for i in self.items:
                 value = args[i].item()
                 for item in list(nodes[i].users):
-                    for user in list(item.users):
-                        user.args = torch.fx.node.map_arg(user.args, lambda a, item=item: value if a is item else a)
-                        user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda a, item=item: value if a is item else a)
-                    graph.graph.erase_node(item)
+                    _replace(graph.graph, item, value)
         static = with_values(graph, {i: args[i] for i in [*self.scalars, *self.items] if i not in self.values})
         if self.values:  # their placeholders, among the tensors', in the same order
             kept = [i for i in range(self.n_inputs) if i not in self.scalars or i in self.values]
