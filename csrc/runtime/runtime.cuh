@@ -252,14 +252,15 @@ __device__ __forceinline__ void set_dots_phase(uint32_t on) {
   if (kQuietStream && threadIdx.x == 0) *(volatile uint32_t*)&s_dots = on;
 }
 
-// MPK_KV_LIVE=1 (an A/B knob, bench/NOTES.md twenty-fourth session): the
-// loader streams a kv_pages chunk's rows below the mask's extent only
-// (Stream.kv_j0 >= 0: codegen found one extent for every kv_pages
-// attention). It learns the extent from the worker's first kv_pages task,
-// which reads it after its event and hands it over in s_kv_extent (-1 until
-// then); the task cuts its pages by the same arithmetic.
+// MPK_KV_LIVE (1 by default; 0 is the A/B, bench/NOTES.md twenty-eighth
+// session): the loader streams a kv_pages chunk's rows below the mask's
+// extent only (Stream.kv_j0 >= 0: codegen found one extent for every
+// kv_pages attention), so 512 live tokens in a cache of 4,096 stream what a
+// cache of 528 does. It learns the extent from the worker's first kv_pages
+// task, which reads it after its event and hands it over in s_kv_extent (-1
+// until then); the task cuts its pages by the same arithmetic.
 #ifndef MPK_KV_LIVE
-#define MPK_KV_LIVE 0
+#define MPK_KV_LIVE 1
 #endif
 __shared__ int32_t s_kv_extent;
 
