@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"mpk/gocore/decompose"
 	"mpk/gocore/ir"
 	"mpk/gocore/tgraph"
 	"mpk/gocore/validate"
@@ -183,6 +184,7 @@ func TestWeightAffinity(t *testing.T) {
 			buf, offset, lo, hi int64
 		}
 		readers := map[rows]map[int]bool{}
+		blocks := map[rows]int{} // the tasks that read the rows
 		perWorker := make([]int, workers)
 		linears, group := 0, 0
 		for _, task := range comp.Tasks.Tasks {
@@ -203,6 +205,7 @@ func TestWeightAffinity(t *testing.T) {
 				readers[r] = map[int]bool{}
 			}
 			readers[r][task.Worker] = true
+			blocks[r]++
 		}
 		counts := map[int]int{}
 		for _, task := range comp.Tasks.Tasks {
@@ -214,9 +217,33 @@ func TestWeightAffinity(t *testing.T) {
 		if group < 2 {
 			t.Fatalf("workers=%d: no task shares its weight rows: the chunk was not cut into blocks of rows", workers)
 		}
+		ranges := map[[2]int64]int64{} // a weight's row ranges
+		for r := range readers {
+			ranges[[2]int64{r.buf, r.offset}]++
+		}
+		// A weight of fewer ranges than workers spreads over more workers
+		// than it has ranges (not 32 of 132 workers running every block).
+		spread := map[[2]int64]map[int]bool{}
 		for r, ws := range readers {
-			if len(ws) != 1 {
-				t.Errorf("workers=%d: weight rows %v are read on %d workers, want 1", workers, r, len(ws))
+			w := [2]int64{r.buf, r.offset}
+			if blocks[r] < 2 {
+				continue
+			}
+			if spread[w] == nil {
+				spread[w] = map[int]bool{}
+			}
+			for k := range ws {
+				spread[w][k] = true
+			}
+		}
+		for w, ws := range spread {
+			if decompose.AffinitySpread(ranges[w], int64(workers)) > 1 && int64(len(ws)) <= ranges[w] {
+				t.Errorf("workers=%d: weight %v of %d row ranges runs on %d workers", workers, w, ranges[w], len(ws))
+			}
+		}
+		for r, ws := range readers {
+			if want := decompose.AffinitySpread(ranges[[2]int64{r.buf, r.offset}], int64(workers)); int64(len(ws)) > want {
+				t.Errorf("workers=%d: weight rows %v are read on %d workers, want at most %d", workers, r, len(ws), want)
 			}
 		}
 		even := (linears + workers - 1) / workers

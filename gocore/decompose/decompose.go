@@ -32,13 +32,20 @@ func Decompose(g *ir.Graph, workers int) *tgraph.Graph {
 }
 
 // WeightAffinity gives the Linear tasks that read the same rows of the same
-// weight (the blocks of rows lower's splitLinearRows cut) one affinity key
-// each (tgraph.Schedule keeps them on one worker).
+// weight (the blocks of rows lower's splitLinearRows cut) an affinity key
+// (tgraph.Schedule keeps a key's tasks on one worker, so the rows come from
+// HBM once). A weight of fewer row ranges than workers (a 2,048-row o or
+// down projection in ranges of 64: 32 of 132 workers) would leave most
+// workers idle while 32 run every block in turn: its blocks then take up to
+// AffinitySpread(ranges, workers) keys a range, consecutive blocks a key.
 func WeightAffinity(g *ir.Graph, tg *tgraph.Graph) {
+	type weight struct{ buf, offset, k int64 }
 	type rows struct {
-		buf, offset, k, lo, hi int64
+		w      weight
+		lo, hi int64
 	}
 	byRows := map[rows][]*tgraph.Task{}
+	ranges := map[weight]int64{}
 	var order []rows
 	for _, t := range tg.Tasks {
 		op := g.Ops[t.Op]
@@ -46,21 +53,34 @@ func WeightAffinity(g *ir.Graph, tg *tgraph.Graph) {
 			continue
 		}
 		w := op.In[1]
-		r := rows{int64(w.Buf.ID), w.Offset, w.Shape[1], t.Box.Lo[1], t.Box.Hi[1]}
+		r := rows{weight{int64(w.Buf.ID), w.Offset, w.Shape[1]}, t.Box.Lo[1], t.Box.Hi[1]}
 		if _, ok := byRows[r]; !ok {
 			order = append(order, r)
+			ranges[r.w]++
 		}
 		byRows[r] = append(byRows[r], t)
 	}
 	key := 0
-	for _, r := range order {
-		if ts := byRows[r]; len(ts) > 1 {
-			key++
-			for _, t := range ts {
-				t.Affinity = key
+	for ri, r := range order {
+		ts := byRows[r]
+		if len(ts) < 2 {
+			continue
+		}
+		keys := min(int64(len(ts)), AffinitySpread(ranges[r.w], int64(tg.Workers)))
+		for i, t := range ts {
+			if int64(i)*keys%int64(len(ts)) < keys {
+				key++ // the first block of each of the range's keys
 			}
+			t.Affinity, t.Rows, t.Cost = key, ri+1, r.w.k*(r.hi-r.lo)
 		}
 	}
+}
+
+// AffinitySpread is the affinity keys a weight's row range takes when the
+// weight has `ranges` of them: one while the ranges cover the workers,
+// else as many as keep the workers busy.
+func AffinitySpread(ranges, workers int64) int64 {
+	return max(1, workers/max(1, ranges))
 }
 
 // decodeAttentionTiles cuts decode attention's partials [B, Splits, H, 1,

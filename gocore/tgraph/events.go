@@ -173,14 +173,15 @@ func Schedule(g *Graph) {
 	g.Queues = make([][]int, g.Workers)
 	consumers := g.Consumers()
 	producers := g.Producers()
-	members := map[int]int{} // affinity key → its tasks
+	members := map[int]int64{} // affinity key → its tasks' cost
 	for _, t := range g.Tasks {
 		if t.Affinity > 0 {
-			members[t.Affinity]++
+			members[t.Affinity] += max(1, t.Cost)
 		}
 	}
-	home := map[int]int{}           // affinity key → worker
-	keyed := make([]int, g.Workers) // tasks with a key a worker has or will have
+	home := map[int]int{}             // affinity key → worker
+	keyed := make([]int64, g.Workers) // the cost of keyed tasks a worker has or will have
+	taken := map[int][]int{}          // weight rows (Task.Rows) → the workers its keys have
 	for i, t := range g.Tasks {
 		t.Worker = i % g.Workers
 		if t.Wait != None && len(consumers[t.Wait]) == 1 {
@@ -190,9 +191,12 @@ func Schedule(g *Graph) {
 		} else if t.Affinity > 0 {
 			w, ok := home[t.Affinity]
 			if !ok {
-				w = lightest(keyed, t.Worker)
+				w = lightest(keyed, t.Worker, taken[t.Rows])
 				home[t.Affinity] = w
 				keyed[w] += members[t.Affinity]
+				if t.Rows > 0 {
+					taken[t.Rows] = append(taken[t.Rows], w)
+				}
 			}
 			t.Worker = w
 		}
@@ -200,18 +204,24 @@ func Schedule(g *Graph) {
 	}
 }
 
-// lightest is the worker with the fewest keyed tasks, searched from `from`
+// lightest is the worker with the least keyed cost, searched from `from`
 // on so that ties keep the round-robin order. Keyed tasks (the blocks of a
 // prompt chunk's Linears) are most of such a step's work: where a Linear has
 // fewer tasks than there are workers, homing each key on its first task's
 // round-robin worker piled all its blocks onto those few (25 against 10
 // Linear tasks a worker, a 320-token chunk on 132 workers).
-func lightest(keyed []int, from int) int {
-	best := from
-	for k := 1; k < len(keyed); k++ {
-		if w := (from + k) % len(keyed); keyed[w] < keyed[best] {
+// Workers in avoid (homes of keys of the same weight rows) are taken only
+// when every worker is.
+func lightest(keyed []int64, from int, avoid []int) int {
+	best := -1
+	for k := range len(keyed) {
+		w := (from + k) % len(keyed)
+		if !slices.Contains(avoid, w) && (best < 0 || keyed[w] < keyed[best]) {
 			best = w
 		}
+	}
+	if best < 0 {
+		return lightest(keyed, from, nil)
 	}
 	return best
 }

@@ -56,6 +56,14 @@ type Task struct {
 	// Linear cut into blocks of x's rows), and Schedule keeps them on one
 	// worker. 0: no other task reads them.
 	Affinity int
+	// Rows > 0 names the weight rows of an affinity key: the keys of one row
+	// range spread over several workers (decompose.WeightAffinity) get
+	// different workers where there are enough.
+	Rows int
+	// Cost is a keyed task's weight elements (rows × K): Schedule balances
+	// the workers' keyed tasks by it, a down projection's block of K = 8,192
+	// costing four of a gate's of 2,048.
+	Cost int64
 }
 
 // Event is a counter: it is ready when Needed producer tasks have triggered it.
