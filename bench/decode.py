@@ -16,7 +16,9 @@ the model. The cache's position counters are reset between repeats (untimed):
 HF's StaticCache mutates them itself. --batch runs that many sequences per
 step, --prefill that many tokens of each per step (a prompt chunk): the floor
 is still every weight once plus the KV read, and each row also reports the
-matmul TFLOP/s. Results go to bench/results/decode-<gpu>.json (decode-bB-pP-
+matmul TFLOP/s. A prompt chunk's steps are timed at the starting position
+(--rewind, on by default for --prefill > 1): each step is the chunk after
+--cache-tokens, not the next chunk of a prompt growing a chunk a step. Results go to bench/results/decode-<gpu>.json (decode-bB-pP-
 <gpu>.json for other shapes; bench/plot.py draws them)."""
 
 from __future__ import annotations
@@ -80,7 +82,26 @@ def matmul_flops(model, batch: int, tokens: int) -> float:
     return 2.0 * n * batch * tokens
 
 
-def back_to_back_ms(fn, cache, state, toks, steps: int, repeats: int) -> float:
+class Rewind:
+    """Moves the cache's position counters back by a step's tokens after each
+    step (one multi-tensor kernel), so every timed step of a prompt chunk
+    starts where the first did: `--prefill 512 --cache-tokens 0` times a
+    512-token prompt, not the chunks of a prompt growing by 512 a step.
+    Off (None counters): steps advance, as a decode loop does."""
+
+    def __init__(self, cache, tokens: int, on: bool):
+        counters = [getattr(layer, "cumulative_length", None) for layer in check._layers(cache)]
+        self.counters = counters if on and all(isinstance(c, torch.Tensor) for c in counters) else None
+        if on and self.counters is None:
+            raise SystemExit("--rewind needs a cache whose layers count positions in a tensor (HF StaticCache)")
+        self.tokens = tokens
+
+    def __call__(self) -> None:
+        if self.counters:
+            torch._foreach_sub_(self.counters, self.tokens)
+
+
+def back_to_back_ms(fn, cache, state, toks, steps: int, repeats: int, rewind: Rewind) -> float:
     """Median device milliseconds per step over `repeats` runs of `steps` steps."""
     times = []
     for r in range(repeats + 2):
@@ -90,6 +111,7 @@ def back_to_back_ms(fn, cache, state, toks, steps: int, repeats: int) -> float:
         start.record()
         for _ in range(steps):
             fn(input_ids=toks, **cache_kw(cache), use_cache=True)
+            rewind()
         end.record()
         torch.cuda.synchronize()
         if r >= 2:  # warm-up runs
@@ -98,7 +120,7 @@ def back_to_back_ms(fn, cache, state, toks, steps: int, repeats: int) -> float:
     return times[len(times) // 2]
 
 
-def synchronised_us(fn, cache, state, toks, steps: int) -> float:
+def synchronised_us(fn, cache, state, toks, steps: int, rewind: Rewind) -> float:
     """Median host microseconds of a call followed by a synchronisation."""
     check.restore(cache, state)
     times = []
@@ -108,6 +130,7 @@ def synchronised_us(fn, cache, state, toks, steps: int) -> float:
         fn(input_ids=toks, **cache_kw(cache), use_cache=True)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e6)
+        rewind()
     times.sort()
     return times[len(times) // 2]
 
@@ -154,14 +177,18 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
     model = models.build(name, dtype=torch.bfloat16, device=device)
     B, P = args.batch, args.prefill
     # Every measurement starts from the filled cache; the bf16 rule runs RULE_STEPS steps.
-    steps = max(args.steps, RULE_STEPS)
+    rewinding = args.rewind if args.rewind is not None else P > 1
+    steps = RULE_STEPS if rewinding else max(args.steps, RULE_STEPS)
     max_len = args.capacity or args.cache_tokens + steps * P + 8
     if max_len < args.cache_tokens + steps * P:
         raise SystemExit(f"--capacity {max_len} leaves no room for {steps} steps of {P} token(s) after {args.cache_tokens}")
     prompt = torch.randint(0, model.config.vocab_size, (B, args.cache_tokens), generator=torch.Generator().manual_seed(1))
     cache = check._make_cache(model, max_len, device, prompt)
     state = check.snapshot(cache)
-    floor_ms = floor_bytes(model, args.cache_tokens + args.steps * P // 2, B, P) / bw * 1e3
+    rewind = Rewind(cache, P, rewinding)
+    # The KV a step reads: the live length halfway through the timed steps.
+    live = args.cache_tokens + (P if rewinding else args.steps * P // 2)
+    floor_ms = floor_bytes(model, live, B, P) / bw * 1e3
     flops = matmul_flops(model, B, P)
     toks = torch.randint(0, model.config.vocab_size, (B, P), device=device)
     variants = {
@@ -175,7 +202,7 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
     for v in args.variants:
         torch.compiler.reset()
         row = {"model": name, "variant": v, "batch": B, "prefill": P, "cache_tokens": args.cache_tokens,
-               "capacity": max_len, "floor_ms": floor_ms}
+               "capacity": max_len, "rewind": rewinding, "floor_ms": floor_ms}
         try:
             with torch.no_grad():
                 check.restore(cache, state)
@@ -186,8 +213,8 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
                     row["bf16_rule"] = "PASS" if not problems else "FAIL: " + "; ".join(problems)
                     if problems:
                         raise RuntimeError(row["bf16_rule"])
-                row["ms"] = back_to_back_ms(fn, cache, state, toks, args.steps, args.repeats)
-                row["sync_us"] = synchronised_us(fn, cache, state, toks, args.steps)
+                row["ms"] = back_to_back_ms(fn, cache, state, toks, args.steps, args.repeats, rewind)
+                row["sync_us"] = synchronised_us(fn, cache, state, toks, args.steps, rewind)
                 row["floor_frac"] = floor_ms / row["ms"]
                 row["tflops"] = flops / (row["ms"] / 1e3) / 1e12
         except Exception as e:  # one failing variant must not hide the others
@@ -221,10 +248,13 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="+", default=["eager", "cuda-graphs", "inductor-ro", "mpk"])
     p.add_argument("--cache-tokens", type=int, default=512, help="tokens already in the cache (live)")
     p.add_argument("--capacity", type=int, default=0,
-                   help="cache capacity (default: cache tokens + max(steps, 4)·prefill + 8)")
+                   help="cache capacity (default: cache tokens + max(steps, 4)·prefill + 8; 4·prefill when rewinding)")
     p.add_argument("--batch", type=int, default=1, help="sequences per step")
     p.add_argument("--prefill", type=int, default=1, help="tokens of each sequence per step (a prompt chunk)")
     p.add_argument("--steps", type=int, default=32)
+    p.add_argument("--rewind", action=argparse.BooleanOptionalAction, default=None,
+                   help="time every step at the starting position (the counters moved back after each step); "
+                        "default: on for prompt chunks (--prefill > 1), off for decode")
     p.add_argument("--repeats", type=int, default=5)
     check.add_lowering_flags(p)
     p.add_argument("--no-check", dest="check", action="store_false", help="skip mpk's bf16-rule check")
