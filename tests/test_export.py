@@ -42,7 +42,7 @@ def test_export_small_graph(fake_core):
                               "round_intermediates": False, "split_rows": True,
                               "prefill_rows": True, "split_k": True, "gemm": True, "wgmma": False,
                               "coarse_events": True, "fresh_rows": True,
-                              "pair_linears": True, "kv_pages": True, "weight_affinity": True,
+                              "pair_linears": True, "kv_pages": True, "weight_affinity": False,
                               "arena_reuse": True}
     g = req["graph"]
     kinds = [i["kind"] for i in g["inputs"]]

@@ -22,7 +22,7 @@ _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round
                  "prefill_rows", "split_k", "gemm", "wgmma", "coarse_events", "fresh_rows", "pair_linears", "kv_pages",
                  "weight_affinity", "arena_reuse")
 _ON_BY_DEFAULT = ("split_rows", "prefill_rows", "split_k", "gemm", "coarse_events", "fresh_rows", "pair_linears",
-                  "kv_pages", "weight_affinity", "arena_reuse")
+                  "kv_pages", "arena_reuse")
 # Python-side only: poison (NaN-fill float outputs before a run; default on for
 # reference, off for cuda), sync (cuda: synchronise after each launch and read
 # the status), build_only (cuda: compile, keep the core's result, run the ATen
