@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "runtime/runtime.cuh"
+#include "tasks/gemm.cuh"  // pack2, and mma_16816 (tiles.cuh)
 #include "tasks/linear.cuh"
 
 namespace mpk {
@@ -1196,11 +1197,281 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
   }
 }
 
+// MPK_ROWS_MMA=1 (an A/B knob, bench/NOTES.md twenty-eighth session):
+// attention_rows multiplies on the tensor cores (attention_rows_mma) where
+// rows_mma_shape holds.
+#ifndef MPK_ROWS_MMA
+#define MPK_ROWS_MMA 0
+#endif
+
+// rows_mma_shape: head dims of whole k16 steps up to 64 (a warp's outputs,
+// 16 rows × D, stay in registers) and G query heads that split the
+// consumer warps evenly, at most 4 (the staged mask's bytes).
+__host__ __device__ constexpr bool rows_mma_shape(int D, int G) {
+  return D % 16 == 0 && D <= 64 && G >= 1 && G <= 4 && kConsumerWarps % G == 0;
+}
+
+// attention_rows_mma_bytes: a tile of C rows of K and of V (padded by 8
+// elements), the G heads' 16 query rows as hi and lo halves (padded by 8),
+// a tile of mask adds for each head, the rows' seen counts, each warp's
+// row maxima, and the G heads' summed outputs and sums.
+__host__ __device__ constexpr int attention_rows_mma_bytes(int C, int D, int G) {
+  return 2 * C * (D + 8) * 2 + 2 * G * 16 * (D + 8) * 2 + G * 16 * C * 4 + 16 * 4 + kConsumerWarps * 16 * 4 +
+         G * 16 * 4 + G * 16 * D * 4;
+}
+
 // attention_rows_bytes is attention_rows' shared memory (codegen's
 // sharedKVBytes): a tile of C rows of K and of V, each padded by 8
-// elements, and every warp's G pre-scaled queries.
+// elements, and every warp's G pre-scaled queries; or, with a shape the
+// tensor cores take, attention_rows_mma's if larger (codegen reserves it
+// whatever MPK_ROWS_MMA says).
 __host__ __device__ constexpr int attention_rows_bytes(int C, int D, int G) {
-  return 2 * C * (D + 8) * 2 + kConsumerWarps * G * D * 4;
+  return rows_mma_shape(D, G) && attention_rows_mma_bytes(C, D, G) > 2 * C * (D + 8) * 2 + kConsumerWarps * G * D * 4
+             ? attention_rows_mma_bytes(C, D, G)
+             : 2 * C * (D + 8) * 2 + kConsumerWarps * G * D * 4;
+}
+
+// stage_kv_tile copies nc rows of K and of V from kb and vb (position
+// strides ks_, vs_) into a tile of rows of KP elements.
+template <typename T, int D, int KP>
+__device__ __forceinline__ void stage_kv_tile(T* ks, T* vs, const T* kb, const T* vb, const View& k, const View& v,
+                                              int c0, int nc, bool aligned) {
+  constexpr int V16 = 8;
+  if (aligned) {
+    for (int i = threadIdx.x; i < nc * (D / V16); i += MPK_THREADS) {
+      const int j = i / (D / V16), c = i % (D / V16) * V16;
+      *reinterpret_cast<uint4*>(ks + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(kb + (c0 + j) * k.stride[2] + c));
+      *reinterpret_cast<uint4*>(vs + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(vb + (c0 + j) * v.stride[2] + c));
+    }
+  } else {
+    for (int i = threadIdx.x; i < nc * D; i += MPK_THREADS) {
+      const int j = i / D, c = i % D;
+      ks[j * KP + c] = __ldcg(kb + (c0 + j) * k.stride[2] + c * k.stride[3]);
+      vs[j * KP + c] = __ldcg(vb + (c0 + j) * v.stride[2] + c * v.stride[3]);
+    }
+  }
+}
+
+// from_float rounds a float to a 2-byte element (to nearest even).
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+// ldsm_x4_trans loads four 8×8 matrices of 2-byte elements transposed: the
+// B fragments of two m16n8k16 n-tiles from a row-major [k][n] tile (lane i
+// gives the address of row i % 16 of the tile at column 8·(i / 16)).
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// attention_rows_mma is attention_rows on the tensor cores (m16n8k16, fp32
+// accumulators): the task's (at most 16) rows are an m-tile, a warp takes
+// one of the G heads and every (16 / G)-th group of 16 positions of each
+// tile. S = q·Kᵀ with q split into hi + lo (K is exact), the online softmax
+// per row across the quad's lanes, then O += P·V with P split into hi + lo
+// (its accumulators are the A fragment as they stand; V's B fragments come
+// transposed by ldmatrix). A head's warps meet at the end: their maxima,
+// then their rescaled sums and outputs added in warp order (deterministic).
+// Rows, extents, masks and the partials written are attention_rows'.
+template <typename T, typename QT, typename MT, int D, int G, int C, int N>
+__device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  constexpr int KP = D + 8, QP = D + 8, W = kConsumerWarps / G, NT = D / 8;
+  const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
+  const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
+  const int gs = lo / B, r0 = lo % B, rows = hi - lo;
+  const int sp = gs % splits, h0 = gs / splits * G, kvh = h0 / op.groups;
+  const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int u = warp / W, sub = warp % W;
+  T* ks = reinterpret_cast<T*>(smem);      // [C][KP]
+  T* vs = ks + C * KP;                     // [C][KP]
+  T* qh = vs + C * KP;                     // [G][16][QP]
+  T* ql = qh + G * 16 * QP;                // [G][16][QP]
+  float* mt = reinterpret_cast<float*>(ql + G * 16 * QP);  // [G][16][C] mask adds
+  int* seen = reinterpret_cast<int*>(mt + G * 16 * C);     // [16]
+  float* mw = reinterpret_cast<float*>(seen + 16);         // [warps][16] row maxima
+  float* ls = mw + kConsumerWarps * 16;                    // [G][16]
+  float* os = ls + G * 16;                                 // [G][16][D]
+  const int64_t mask_hs = !std::is_void<MT>::value && G > 1 ? op.in[3].stride[1] : 0;
+  // The rows' seen positions of the chunk (their extents'), and the queries
+  // pre-scaled and split; rows past the task's are zeros that see nothing.
+  if (threadIdx.x < 16) {
+    int e = 0;
+    if (threadIdx.x < rows) {
+      e = n;
+      if (op.flags & FLAG_EXTENT) {
+        const int x = __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset +
+                             (r0 + threadIdx.x) * op.in[4].stride[0]);
+        e = max(0, min(x - j_lo, n));
+      }
+    }
+    seen[threadIdx.x] = e;
+  }
+  for (int i = threadIdx.x; i < G * 16 * D; i += MPK_THREADS) {
+    const int uu = i / (16 * D), row = i / D % 16, d = i % D;
+    float x = 0.f;
+    if (row < rows)
+      x = ld_typed(reinterpret_cast<const QT*>(base(s, q)) + q.offset + (r0 + row) * q.stride[0] +
+                   (h0 + uu) * q.stride[1] + d * q.stride[3]) * op.scale;
+    const T xh = from_float<T>(x);
+    qh[(uu * 16 + row) * QP + d] = xh;
+    ql[(uu * 16 + row) * QP + d] = from_float<T>(x - to_float(xh));
+  }
+  consumer_sync();
+  int n_task = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) n_task = max(n_task, seen[i]);
+  const int nr[2] = {seen[g], seen[g + 8]};
+  const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
+  const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
+  const bool aligned = rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16);
+  const int hm = mask_hs != 0 ? G : 1;  // heads of staged mask adds
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, acc[NT][4];
+#pragma unroll
+  for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  const T* qhu = qh + u * 16 * QP;
+  const T* qlu = ql + u * 16 * QP;
+  for (int c0 = 0; c0 < n_task; c0 += C) {
+    const int nc = min(C, n_task - c0), ncg = (nc + 15) / 16 * 16;
+    stage_kv_tile<T, D, KP>(ks, vs, kb, vb, k, v, c0, nc, aligned);
+    // The last group's rows past the chunk: zeros (a finite V for P = 0).
+    for (int i = threadIdx.x; i < (ncg - nc) * D; i += MPK_THREADS) {
+      const int j = nc + i / D, c = i % D;
+      ks[j * KP + c] = from_float<T>(0.f);
+      vs[j * KP + c] = from_float<T>(0.f);
+    }
+    if constexpr (!std::is_void<MT>::value) {
+      for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
+        const int uu = i / (16 * nc), row = i / nc % 16, jj = i % nc;
+        mt[(uu * 16 + row) * C + jj] =
+            row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + jj, uu * mask_hs) : -INFINITY;
+      }
+    }
+    consumer_sync();
+    // The groups of 16 positions this warp takes: every W-th across tiles.
+    for (int pb = ((sub - (c0 / 16) % W) % W + W) % W * 16; pb < nc; pb += W * 16) {
+      float sc[2][4] = {};
+#pragma unroll
+      for (int k0 = 0; k0 < D; k0 += 16) {
+        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qhu + g * QP + k0 + 2 * t);
+        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(qhu + (g + 8) * QP + k0 + 2 * t);
+        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qhu + g * QP + k0 + 8 + 2 * t);
+        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qhu + (g + 8) * QP + k0 + 8 + 2 * t);
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(qlu + g * QP + k0 + 2 * t);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(qlu + (g + 8) * QP + k0 + 2 * t);
+        const uint32_t b2 = *reinterpret_cast<const uint32_t*>(qlu + g * QP + k0 + 8 + 2 * t);
+        const uint32_t b3 = *reinterpret_cast<const uint32_t*>(qlu + (g + 8) * QP + k0 + 8 + 2 * t);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const T* kr = ks + (pb + nt * 8 + g) * KP + k0 + 2 * t;
+          const uint32_t k0r = *reinterpret_cast<const uint32_t*>(kr), k1r = *reinterpret_cast<const uint32_t*>(kr + 8);
+          mma_16816<T>(sc[nt], a0, a1, a2, a3, k0r, k1r);
+          mma_16816<T>(sc[nt], b0, b1, b2, b3, k0r, k1r);
+        }
+      }
+      // Scores (-inf: hidden, past the chunk or the row's extent), then the
+      // online softmax of rows g and g + 8 over the quad's 16 positions.
+      float pr[2][4];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float x[4], mx = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int nt = e / 2, c = hr * 2 + e % 2, pos = pb + nt * 8 + 2 * t + e % 2;
+          float add = 0.f;
+          if constexpr (!std::is_void<MT>::value) add = mt[((mask_hs != 0 ? u : 0) * 16 + g + 8 * hr) * C + min(pos, C - 1)];
+          x[e] = pos < nc && c0 + pos < nr[hr] && add != -INFINITY ? sc[nt][c] + add : -INFINITY;
+          mx = fmaxf(mx, x[e]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(m[hr], mx);
+        const float corr = mnew == -INFINITY ? 1.f : __expf(m[hr] - mnew);
+        float sum = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pr[hr][e] = x[e] != -INFINITY ? __expf(x[e] - mnew) : 0.f;
+          sum += pr[hr][e];
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        l[hr] = l[hr] * corr + sum;
+        m[hr] = mnew;
+#pragma unroll
+        for (int i = 0; i < NT; ++i) acc[i][2 * hr] *= corr, acc[i][2 * hr + 1] *= corr;
+      }
+      // P as A fragments (rows g, g + 8; positions 2t.. of each n-tile), hi and lo.
+      uint32_t ph[4], pl[4];
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const int hr = f % 2, nt = f / 2;  // a0: (g, nt 0), a1: (g + 8, nt 0), a2: (g, nt 1), a3: (g + 8, nt 1)
+        const float x0 = pr[hr][nt * 2], x1 = pr[hr][nt * 2 + 1];
+        const T h0e = from_float<T>(x0), h1e = from_float<T>(x1);
+        ph[f] = pack2<T>(to_float(h0e), to_float(h1e));
+        pl[f] = pack2<T>(x0 - to_float(h0e), x1 - to_float(h1e));
+      }
+#pragma unroll
+      for (int d0 = 0; d0 < D; d0 += 16) {
+        uint32_t b[4];
+        ldsm_x4_trans(b, vs + (pb + lane % 16) * KP + d0 + lane / 16 * 8);
+        mma_16816<T>(acc[d0 / 8], ph[0], ph[1], ph[2], ph[3], b[0], b[1]);
+        mma_16816<T>(acc[d0 / 8], pl[0], pl[1], pl[2], pl[3], b[0], b[1]);
+        mma_16816<T>(acc[d0 / 8 + 1], ph[0], ph[1], ph[2], ph[3], b[2], b[3]);
+        mma_16816<T>(acc[d0 / 8 + 1], pl[0], pl[1], pl[2], pl[3], b[2], b[3]);
+      }
+    }
+    consumer_sync();  // the tile is read until the last group
+  }
+  // A head's W warps: the rows' maxima, then their rescaled outputs and sums
+  // added in warp order.
+  if (t == 0) mw[warp * 16 + g] = m[0], mw[warp * 16 + g + 8] = m[1];
+  consumer_sync();
+  float f[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float M = -INFINITY;
+    for (int w = 0; w < W; ++w) M = fmaxf(M, mw[(u * W + w) * 16 + g + 8 * hr]);
+    f[hr] = m[hr] == -INFINITY ? 0.f : __expf(m[hr] - M);
+  }
+  for (int w = 0; w < W; ++w) {
+    if (sub == w) {
+#pragma unroll
+      for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float* o = os + (u * 16 + g + 8 * (c / 2)) * D + i * 8 + 2 * t + c % 2;
+          const float x = acc[i][c] * f[c / 2];
+          *o = w == 0 ? x : *o + x;
+        }
+      if (t == 0)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          float* L = ls + u * 16 + g + 8 * hr;
+          *L = w == 0 ? l[hr] * f[hr] : *L + l[hr] * f[hr];
+        }
+    }
+    consumer_sync();
+  }
+  // The partials of the rows that see part of the chunk.
+  float* pbase = reinterpret_cast<float*>(base(s, p));
+  for (int i = threadIdx.x; i < G * 16 * (D + 2); i += MPK_THREADS) {
+    const int uu = i / (16 * (D + 2)), row = i / (D + 2) % 16, e = i % (D + 2);
+    if (row >= rows || seen[row] <= 0) continue;
+    float x;
+    if (e == 0) {
+      x = -INFINITY;
+      for (int w = 0; w < W; ++w) x = fmaxf(x, mw[(uu * W + w) * 16 + row]);
+    } else {
+      x = e == 1 ? ls[uu * 16 + row] : os[(uu * 16 + row) * D + e - 2];
+    }
+    pbase[p.offset + (r0 + row) * p.stride[0] + sp * p.stride[1] + (h0 + uu) * p.stride[2] + e * p.stride[4]] = x;
+  }
 }
 
 // attention_rows: split-KV attention over a prompt chunk's queries as rows
@@ -1222,6 +1493,10 @@ __host__ __device__ constexpr int attention_rows_bytes(int C, int D, int G) {
 template <typename T, typename QT, typename MT, int D, int G, int C, int N>
 __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(sizeof(T) == 2 && D % 8 == 0, "2-byte K and V rows of whole 16-byte pieces");
+  if constexpr (MPK_ROWS_MMA && rows_mma_shape(D, G)) {
+    attention_rows_mma<T, QT, MT, D, G, C>(op, lo, hi, s, smem);
+    return;
+  }
   constexpr int PER = (D + 31) / 32, KP = D + 8, V16 = 8;
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
   const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
@@ -1259,19 +1534,7 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
   }
   for (int c0 = 0; c0 < n_task; c0 += C) {
     const int nc = min(C, n_task - c0);
-    if (aligned) {
-      for (int i = threadIdx.x; i < nc * (D / V16); i += MPK_THREADS) {
-        const int j = i / (D / V16), c = i % (D / V16) * V16;
-        *reinterpret_cast<uint4*>(ks + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(kb + (c0 + j) * k.stride[2] + c));
-        *reinterpret_cast<uint4*>(vs + j * KP + c) = __ldcg(reinterpret_cast<const uint4*>(vb + (c0 + j) * v.stride[2] + c));
-      }
-    } else {
-      for (int i = threadIdx.x; i < nc * D; i += MPK_THREADS) {
-        const int j = i / D, c = i % D;
-        ks[j * KP + c] = __ldcg(kb + (c0 + j) * k.stride[2] + c * k.stride[3]);
-        vs[j * KP + c] = __ldcg(vb + (c0 + j) * v.stride[2] + c * v.stride[3]);
-      }
-    }
+    stage_kv_tile<T, D, KP>(ks, vs, kb, vb, k, v, c0, nc, aligned);
     consumer_sync();
     // A row's positions past its extent are masked: the tiles past it are skipped.
     const int nr = min(nc, n_row - c0);

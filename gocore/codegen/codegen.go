@@ -98,9 +98,16 @@ func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
 }
 
 // sharedKVBytes mirrors mpk::attention_rows_bytes: a chunk of K and of V
-// (rows padded by 8 elements) and every warp's queries.
+// (rows padded by 8 elements) and every warp's queries; or, for a shape the
+// tensor-core body takes (mpk::rows_mma_shape), its bytes if larger.
 func sharedKVBytes(C, D, G int) int {
-	return 2*C*(D+8)*2 + (Threads/32)*G*D*4
+	warps := Threads / 32
+	scalar := 2*C*(D+8)*2 + warps*G*D*4
+	if D%16 != 0 || D > 64 || G < 1 || G > 4 || warps%G != 0 {
+		return scalar
+	}
+	mma := 2*C*(D+8)*2 + 2*G*16*(D+8)*2 + G*16*C*4 + 16*4 + warps*16*4 + G*16*4 + G*16*D*4
+	return max(scalar, mma)
 }
 
 // decodeBoxOK says whether a decode attention box is a flat range of units
@@ -536,8 +543,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				v.Strides[3] != 1 || k.Strides[0] != 0 || v.Strides[0] != 0 {
 				return "", fmt.Errorf("codegen: attention op %d with shared K and V wants 2-byte K and V rows (head dim a multiple of 8) broadcast over the rows", op.ID)
 			}
-			code = fmt.Sprintf("mpk::attention_rows<%s, %s, %s, %d, %d, %d>(op, lo, hi, s, c.smem)", T, cType[op.In[0].DType()],
-				maskType(op), D, G, C)
+			code = fmt.Sprintf("static_assert(mpk::attention_rows_bytes(%d, %d, %d) <= kSharedBytes, \"codegen reserved too "+
+				"little shared memory for attention_rows\");\n  mpk::attention_rows<%s, %s, %s, %d, %d, %d>(op, lo, hi, s, c.smem)",
+				C, D, G, T, cType[op.In[0].DType()], maskType(op), D, G, C)
 			gen.smem = max(gen.smem, sharedKVBytes(int(C), int(D), int(G)))
 		}
 	case ir.MaskExtent:
