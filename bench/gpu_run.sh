@@ -10,8 +10,11 @@
 #   core:<file>        use .prebuilt/<file> as the Go core for the jobs after it (an A/B of core builds)
 #   cu:<file>          build bench/<file> (a standalone micro-benchmark) with nvcc for sm_90a and run it
 #                      (its stdout line-buffered: a run the timeout kills keeps the rows it printed)
-# Logs and JSON go to $OUT/results.tgz (the device returns few files); each
-# job's last lines are printed. A failing job does not stop the others.
+# Logs and JSON go to $OUT/results.tgz (the device returns few files), written
+# again after every job, so a call cut off by the device's time limit still
+# returns the jobs that finished; each job's last lines are printed (do not
+# pipe the call into tail: a cut-off call then prints nothing). A failing job
+# does not stop the others.
 # Each job's timeout is JOB_TIMEOUT (else its kind's default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,5 +52,6 @@ for job in ${JOBS:-check:tiny-llama}; do
             timeout "${JOB_TIMEOUT:-500}" python3 -m pytest -q -m gpu -p no:cacheprovider "$what" "${args[@]}" >"$W/pytest_$n.log" 2>&1
            tail -3 "$W/pytest_$n.log" ;;
   esac
+  tar czf "$OUT/results.tgz" -C "$W" .
 done
 tar czf "$OUT/results.tgz" -C "$W" .

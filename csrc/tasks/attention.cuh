@@ -1212,11 +1212,11 @@ __host__ __device__ constexpr bool rows_mma_shape(int D, int G) {
 }
 
 // attention_rows_mma_bytes: a tile of C rows of K and of V (padded by 8
-// elements), the G heads' 16 query rows as hi and lo halves (padded by 8),
+// elements; C rounded up to whole groups of 16 positions), the G heads' 16 query rows as hi and lo halves (padded by 8),
 // a tile of mask adds for each head, the rows' seen counts, each warp's
 // row maxima, and the G heads' summed outputs and sums.
 __host__ __device__ constexpr int attention_rows_mma_bytes(int C, int D, int G) {
-  return 2 * C * (D + 8) * 2 + 2 * G * 16 * (D + 8) * 2 + G * 16 * C * 4 + 16 * 4 + kConsumerWarps * 16 * 4 +
+  return 2 * ((C + 15) / 16 * 16) * (D + 8) * 2 + 2 * G * 16 * (D + 8) * 2 + G * 16 * C * 4 + 16 * 4 + kConsumerWarps * 16 * 4 +
          G * 16 * 4 + G * 16 * D * 4;
 }
 
@@ -1281,7 +1281,7 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
 // Rows, extents, masks and the partials written are attention_rows'.
 template <typename T, typename QT, typename MT, int D, int G, int C, int N>
 __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
-  constexpr int KP = D + 8, QP = D + 8, W = kConsumerWarps / G, NT = D / 8;
+  constexpr int KP = D + 8, QP = D + 8, W = kConsumerWarps / G, NT = D / 8, CT = (C + 15) / 16 * 16;
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
   const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
   const int gs = lo / B, r0 = lo % B, rows = hi - lo;
@@ -1289,9 +1289,9 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int u = warp / W, sub = warp % W;
-  T* ks = reinterpret_cast<T*>(smem);      // [C][KP]
-  T* vs = ks + C * KP;                     // [C][KP]
-  T* qh = vs + C * KP;                     // [G][16][QP]
+  T* ks = reinterpret_cast<T*>(smem);      // [CT][KP]
+  T* vs = ks + CT * KP;                    // [CT][KP]
+  T* qh = vs + CT * KP;                    // [G][16][QP]
   T* ql = qh + G * 16 * QP;                // [G][16][QP]
   float* mt = reinterpret_cast<float*>(ql + G * 16 * QP);  // [G][16][C] mask adds
   int* seen = reinterpret_cast<int*>(mt + G * 16 * C);     // [16]

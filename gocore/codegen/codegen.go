@@ -106,7 +106,7 @@ func sharedKVBytes(C, D, G int) int {
 	if D%16 != 0 || D > 64 || G < 1 || G > 4 || warps%G != 0 {
 		return scalar
 	}
-	mma := 2*C*(D+8)*2 + 2*G*16*(D+8)*2 + G*16*C*4 + 16*4 + warps*16*4 + G*16*4 + G*16*D*4
+	mma := 2*((C+15)/16*16)*(D+8)*2 + 2*G*16*(D+8)*2 + G*16*C*4 + 16*4 + warps*16*4 + G*16*4 + G*16*D*4
 	return max(scalar, mma)
 }
 
