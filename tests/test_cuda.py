@@ -155,11 +155,12 @@ def test_cuda_prompt_chunk_over_a_long_cache(core_lib, fresh_dynamo):
 
 @pytest.mark.parametrize("model,prefill,cache_tokens,capacity,mask", [
     ("small-llama", 32, 64, 0, False), ("small-llama", 48, 40, 0, True), ("small-llama", 64, 300, 1024, False),
-    ("tiny-llama", 16, 20, 0, True)])
+    ("tiny-llama", 16, 20, 0, True), ("wide-llama", 64, 300, 4096, True)])
 def test_cuda_rows_mma(core_lib, fresh_dynamo, monkeypatch, model, prefill, cache_tokens, capacity, mask):
-    """attention_rows on the tensor cores (MPK_ROWS_MMA=1, head dims 64 and
-    16): prompt chunks of 16 to 64 rows, with and without a mask, and over a
-    long cache whose chunks take several tiles of 64 positions."""
+    """attention_rows on the tensor cores (MPK_ROWS_MMA=1, head dims 64, 16
+    and 128, the last in two parts of 64 columns): prompt chunks of 16 to 64
+    rows, with and without a mask, and over long caches whose chunks take
+    several tiles of 64 positions."""
     monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_ROWS_MMA=1")  # part of the build cache's key
     lines = []
     res = check.run_check(model=model, target="cuda", prefill=prefill, cache_tokens=cache_tokens, capacity=capacity,

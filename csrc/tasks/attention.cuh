@@ -1204,11 +1204,19 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
 #define MPK_ROWS_MMA 0
 #endif
 
-// rows_mma_shape: head dims of whole k16 steps up to 64 (a warp's outputs,
-// 16 rows × D, stay in registers) and G query heads that split the
-// consumer warps evenly, at most 4 (the staged mask's bytes).
+// rows_mma_parts: the parts a head's output columns are cut into, a warp
+// each, so a warp's outputs (16 rows × at most 64 columns) stay in
+// registers under the megakernel's cap (D = 128: two warps compute the same
+// scores, each keeps half the columns).
+__host__ __device__ constexpr int rows_mma_parts(int D) { return D <= 64 ? 1 : 2; }
+
+// rows_mma_shape: head dims of whole k16 steps up to 128 whose parts are
+// whole k16 steps too, and G query heads (at most 4: the staged mask's
+// bytes) that split the consumer warps evenly, a head's warps into whole
+// parts.
 __host__ __device__ constexpr bool rows_mma_shape(int D, int G) {
-  return D % 16 == 0 && D <= 64 && G >= 1 && G <= 4 && kConsumerWarps % G == 0;
+  return D % 16 == 0 && D <= 128 && D % (16 * rows_mma_parts(D)) == 0 && G >= 1 && G <= 4 &&
+         kConsumerWarps % G == 0 && kConsumerWarps / G % rows_mma_parts(D) == 0;
 }
 
 // attention_rows_mma_bytes: a tile of C rows of K and of V (padded by 8
@@ -1272,8 +1280,8 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
 
 // attention_rows_mma is attention_rows on the tensor cores (m16n8k16, fp32
 // accumulators): the task's (at most 16) rows are an m-tile, a warp takes
-// one of the G heads and every (16 / G)-th group of 16 positions of each
-// tile. S = q·Kᵀ with q split into hi + lo (K is exact), the online softmax
+// one of the G heads, one part of its output columns (rows_mma_parts) and
+// every (16 / G / parts)-th group of 16 positions of each tile. S = q·Kᵀ with q split into hi + lo (K is exact), the online softmax
 // per row across the quad's lanes, then O += P·V with P split into hi + lo
 // (its accumulators are the A fragment as they stand; V's B fragments come
 // transposed by ldmatrix). A head's warps meet at the end: their maxima,
@@ -1281,14 +1289,15 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
 // Rows, extents, masks and the partials written are attention_rows'.
 template <typename T, typename QT, typename MT, int D, int G, int C, int N>
 __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
-  constexpr int KP = D + 8, QP = D + 8, W = kConsumerWarps / G, NT = D / 8, CT = (C + 15) / 16 * 16;
+  constexpr int KP = D + 8, QP = D + 8, W = kConsumerWarps / G, CT = (C + 15) / 16 * 16;
+  constexpr int H = rows_mma_parts(D), DP = D / H, NT = DP / 8, WP = W / H;  // parts, their columns, position lanes
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
   const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
   const int gs = lo / B, r0 = lo % B, rows = hi - lo;
   const int sp = gs % splits, h0 = gs / splits * G, kvh = h0 / op.groups;
   const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int u = warp / W, sub = warp % W;
+  const int u = warp / W, sub = warp % W / H, part = warp % H;
   T* ks = reinterpret_cast<T*>(smem);      // [CT][KP]
   T* vs = ks + CT * KP;                    // [CT][KP]
   T* qh = vs + CT * KP;                    // [G][16][QP]
@@ -1354,8 +1363,8 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
       }
     }
     consumer_sync();
-    // The groups of 16 positions this warp takes: every W-th across tiles.
-    for (int pb = ((sub - (c0 / 16) % W) % W + W) % W * 16; pb < nc; pb += W * 16) {
+    // The groups of 16 positions this warp takes: every WP-th across tiles.
+    for (int pb = ((sub - (c0 / 16) % WP) % WP + WP) % WP * 16; pb < nc; pb += WP * 16) {
       float sc[2][4] = {};
 #pragma unroll
       for (int k0 = 0; k0 < D; k0 += 16) {
@@ -1417,9 +1426,9 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
         pl[f] = pack2<T>(x0 - to_float(h0e), x1 - to_float(h1e));
       }
 #pragma unroll
-      for (int d0 = 0; d0 < D; d0 += 16) {
+      for (int d0 = 0; d0 < DP; d0 += 16) {
         uint32_t b[4];
-        ldsm_x4_trans(b, vs + (pb + lane % 16) * KP + d0 + lane / 16 * 8);
+        ldsm_x4_trans(b, vs + (pb + lane % 16) * KP + part * DP + d0 + lane / 16 * 8);
         mma_16816<T>(acc[d0 / 8], ph[0], ph[1], ph[2], ph[3], b[0], b[1]);
         mma_16816<T>(acc[d0 / 8], pl[0], pl[1], pl[2], pl[3], b[0], b[1]);
         mma_16816<T>(acc[d0 / 8 + 1], ph[0], ph[1], ph[2], ph[3], b[2], b[3]);
@@ -1428,8 +1437,9 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     }
     consumer_sync();  // the tile is read until the last group
   }
-  // A head's W warps: the rows' maxima, then their rescaled outputs and sums
-  // added in warp order.
+  // A head's W warps: the rows' maxima (a part's warps have the same), then
+  // their rescaled outputs (each part its columns) and sums (part 0's) added
+  // in warp order.
   if (t == 0) mw[warp * 16 + g] = m[0], mw[warp * 16 + g + 8] = m[1];
   consumer_sync();
   float f[2];
@@ -1439,17 +1449,17 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     for (int w = 0; w < W; ++w) M = fmaxf(M, mw[(u * W + w) * 16 + g + 8 * hr]);
     f[hr] = m[hr] == -INFINITY ? 0.f : __expf(m[hr] - M);
   }
-  for (int w = 0; w < W; ++w) {
+  for (int w = 0; w < WP; ++w) {
     if (sub == w) {
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          float* o = os + (u * 16 + g + 8 * (c / 2)) * D + i * 8 + 2 * t + c % 2;
+          float* o = os + (u * 16 + g + 8 * (c / 2)) * D + part * DP + i * 8 + 2 * t + c % 2;
           const float x = acc[i][c] * f[c / 2];
           *o = w == 0 ? x : *o + x;
         }
-      if (t == 0)
+      if (t == 0 && part == 0)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
           float* L = ls + u * 16 + g + 8 * hr;

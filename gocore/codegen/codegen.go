@@ -103,7 +103,11 @@ func taskRange(op *ir.Op, b tgraph.Box, d int) (int64, int64) {
 func sharedKVBytes(C, D, G int) int {
 	warps := Threads / 32
 	scalar := 2*C*(D+8)*2 + warps*G*D*4
-	if D%16 != 0 || D > 64 || G < 1 || G > 4 || warps%G != 0 {
+	parts := 1 // mpk::rows_mma_parts
+	if D > 64 {
+		parts = 2
+	}
+	if D%16 != 0 || D > 128 || D%(16*parts) != 0 || G < 1 || G > 4 || warps%G != 0 || warps/G%parts != 0 {
 		return scalar
 	}
 	mma := 2*((C+15)/16*16)*(D+8)*2 + 2*G*16*(D+8)*2 + G*16*C*4 + 16*4 + warps*16*4 + G*16*4 + G*16*D*4
