@@ -232,11 +232,10 @@ __device__ __forceinline__ void divmod(int64_t t, int64_t n, int64_t& row, int64
   }
 }
 
-// read_index loads an index element, wrapping negatives as torch does; out
-// of range it reports the error (the launch aborts) and returns -1, which
-// every caller takes as "write nothing".
-__device__ __forceinline__ int64_t read_index(const char* p, const View& v, const int64_t* idx, int64_t size) {
-  const int64_t raw = (int64_t)load_elem(p, v.dtype, offset_of(v, idx));
+// checked_index wraps a loaded index element negative as torch does; out of
+// range it reports the error (the launch aborts) and returns -1, which every
+// caller takes as "write nothing". read_index loads it first.
+__device__ __forceinline__ int64_t checked_index(int64_t raw, int64_t size) {
   const int64_t i = raw < 0 ? raw + size : raw;
   if (i < 0 || i >= size) {
     index_error(raw, size);
@@ -244,6 +243,16 @@ __device__ __forceinline__ int64_t read_index(const char* p, const View& v, cons
   }
   return i;
 }
+
+__device__ __forceinline__ int64_t read_index(const char* p, const View& v, const int64_t* idx, int64_t size) {
+  return checked_index((int64_t)load_elem(p, v.dtype, offset_of(v, idx)), size);
+}
+
+// kBatch is how many elements a thread of kv_write and rope loads before it
+// stores any: the check of an index may call index_error, which no later
+// load moves above, so element by element each took its own round trip (a
+// 64-token chunk's KV-head task: 8 of them, 16 us; a 512-token one's 64).
+constexpr int kBatch = 4;
 
 // RoPE rows normally land at their own index of op.out; with FLAG_CACHE
 // (a RoPE fused with the KV-cache write after it) op.out is the cache and
@@ -312,18 +321,29 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
     const bool cut_last = op.split_dim == r;
     const int split = cut_last ? -1 : op.split_dim;
     const int64_t j0 = cut_last ? lo : 0, D = cut_last ? (int64_t)(hi - lo) : src.shape[r];
-    const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi);
-    for (int64_t t = threadIdx.x; t < rows * D; t += MPK_THREADS) {
-      int64_t idx[MPK_MAX_RANK], row, col;
-      divmod(t, D, row, col);
-      row_index(idx, row, src.shape, src.rank, split, lo, hi);
-      const int64_t j = j0 + col;
-      // The value first: read_index is an out-of-line call, which loads do not move across.
-      const float v = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
-      const int64_t pos = read_index(base(s, ids), ids, idx + d, op.out.shape[d]);
-      if (pos < 0) continue;  // an out-of-range position writes nothing
-      idx[d] = pos;
-      st_float(base(s, op.out), op.out.dtype, offset_of(op.out, idx) + j, v);
+    const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi), total = rows * D, size = op.out.shape[d];
+    for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
+      // kBatch values and their positions loaded (clamped, not branched), then stored.
+      float v[kBatch];
+      int64_t raw[kBatch], at[kBatch];  // at: the element's offset in the cache at position 0
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        int64_t idx[MPK_MAX_RANK], row, col;
+        divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), D, row, col);
+        row_index(idx, row, src.shape, src.rank, split, lo, hi);
+        const int64_t j = j0 + col;
+        v[b] = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
+        raw[b] = (int64_t)load_elem(base(s, ids), ids.dtype, offset_of(ids, idx + d));
+        idx[d] = 0;
+        at[b] = offset_of(op.out, idx) + j;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (t0 + (int64_t)b * MPK_THREADS >= total) break;
+        const int64_t pos = checked_index(raw[b], size);
+        if (pos < 0) continue;  // an out-of-range position writes nothing
+        st_float(base(s, op.out), op.out.dtype, at[b] + pos * op.out.stride[d], v[b]);
+      }
     }
     return;
   }
@@ -490,20 +510,40 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   if (float_row(x) && float_row(op.in[1]) && float_row(op.in[2]) && float_row(op.out) && op.split_dim != r) {
     // A thread takes the pair (j, j+h) of a row: six loads issued together.
     const View &c = op.in[1], &sn = op.in[2];
-    const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi);
-    for (int64_t t = threadIdx.x; t < rows * h; t += MPK_THREADS) {
-      int64_t idx[MPK_MAX_RANK], row, j;
-      divmod(t, h, row, j);
-      row_index(idx, row, shape, op.out.rank, op.split_dim, lo, hi);
-      const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
-      const float x1 = ld_float(base(s, x), x.dtype, xo), x2 = ld_float(base(s, x), x.dtype, xo + h);
-      const float c1 = ld_float(base(s, c), c.dtype, co), c2 = ld_float(base(s, c), c.dtype, co + h);
-      const float s1 = ld_float(base(s, sn), sn.dtype, so), s2 = ld_float(base(s, sn), sn.dtype, so + h);
-      const float2 r = rotate_pair(x1, x2, c1, s1, c2, s2, dt);
-      const int64_t oo = rope_out(op, idx, s);
-      if (oo < 0) continue;  // a cache position out of range: nothing is written
-      st_float(base(s, op.out), dt, oo + j, r.x);
-      st_float(base(s, op.out), dt, oo + j + h, r.y);
+    const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi), total = rows * h;
+    const bool cache = op.flags & FLAG_CACHE;
+    const View& pv = op.in[op.num_in - 1];  // the cache positions (with FLAG_CACHE)
+    for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
+      // kBatch pairs' six loads and cache positions issued (clamped, not
+      // branched), then rotated and stored.
+      float2 r[kBatch];
+      int64_t raw[kBatch], at[kBatch];  // at: the pair's offset (in the cache: at position 0)
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        int64_t idx[MPK_MAX_RANK], row, j;
+        divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), h, row, j);
+        row_index(idx, row, shape, op.out.rank, op.split_dim, lo, hi);
+        const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
+        const float x1 = ld_float(base(s, x), x.dtype, xo), x2 = ld_float(base(s, x), x.dtype, xo + h);
+        const float c1 = ld_float(base(s, c), c.dtype, co), c2 = ld_float(base(s, c), c.dtype, co + h);
+        const float s1 = ld_float(base(s, sn), sn.dtype, so), s2 = ld_float(base(s, sn), sn.dtype, so + h);
+        r[b] = rotate_pair(x1, x2, c1, s1, c2, s2, dt);
+        raw[b] = cache ? (int64_t)load_elem(base(s, pv), pv.dtype, offset_of(pv, idx + op.dim)) : 0;
+        if (cache) idx[op.dim] = 0;
+        at[b] = offset_of(op.out, idx) + j;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (t0 + (int64_t)b * MPK_THREADS >= total) break;
+        int64_t oo = at[b];
+        if (cache) {
+          const int64_t pos = checked_index(raw[b], op.out.shape[op.dim]);
+          if (pos < 0) continue;  // a cache position out of range: nothing is written
+          oo += pos * op.out.stride[op.dim];
+        }
+        st_float(base(s, op.out), dt, oo, r[b].x);
+        st_float(base(s, op.out), dt, oo + h, r[b].y);
+      }
     }
     return;
   }
