@@ -164,11 +164,12 @@ func Linearize(g *Graph) error {
 // So a task that alone waits on an event whose producers all sit on one
 // worker (the up projection's rows waiting on the same rows of gate) joins
 // them there: its wait is then local (LocalWaits), and costs no hop through
-// global memory. Tasks that read the same weight rows (Task.Affinity: the
-// blocks of rows of a long prompt chunk's Linear) share one worker, which
-// runs them one after another: the rows come from HBM once and from L2
-// after, where round-robin workers read them at different times (a
-// 512-token chunk in blocks of 64 rows read every weight 8 times).
+// global memory. Tasks of one affinity key (Task.Affinity: blocks of rows of
+// a long prompt chunk's Linear that read the same weight rows) share one
+// worker, which runs them one after another: the rows come from HBM once and
+// from L2 after, where round-robin workers read them at different times (a
+// 512-token chunk in blocks of 64 rows read every weight 8 times). The keys
+// of one row range (Task.Rows) go to different workers.
 func Schedule(g *Graph) {
 	g.Queues = make([][]int, g.Workers)
 	consumers := g.Consumers()
