@@ -32,6 +32,7 @@ def main() -> None:
         return
     import torch
 
+    from decode import Rewind  # bench/decode.py: a prompt chunk's steps at its starting position
     from mpk import check
     from mpk.models import cache_kw
     p = argparse.ArgumentParser()
@@ -40,6 +41,9 @@ def main() -> None:
     p.add_argument("--capacity", type=int, default=0, help="cache capacity (default: cache tokens + 4·prefill + 12)")
     p.add_argument("--batch", type=int, default=1, help="sequences a step")
     p.add_argument("--prefill", type=int, default=1, help="tokens of each sequence a step (a prompt chunk)")
+    p.add_argument("--rewind", action=argparse.BooleanOptionalAction, default=None,
+                   help="run every step at the starting position, as bench/decode.py times it "
+                        "(default: on for prompt chunks)")
     p.add_argument("--json", help="write the step's task records here")
     p.add_argument("--from-json", help="print the tables from records a --json run wrote (no GPU)")
     check.add_lowering_flags(p)
@@ -53,9 +57,12 @@ def main() -> None:
     step = torch.compile(m, backend="mpk", fullgraph=True, dynamic=False,
                          options={"trace": True, "on_compile": compiled.append, **check.lowering_options(a)})
     tok = torch.randint(0, m.config.vocab_size, (a.batch, a.prefill), device="cuda")
+    rewind = Rewind(cache, a.prefill, a.rewind if a.rewind is not None else a.prefill > 1)
     with torch.no_grad():
-        for _ in range(4):
+        for i in range(4):
             step(input_ids=tok, **cache_kw(cache), use_cache=True)
+            if i < 3:  # the traced (last) step starts where the first did
+                rewind()
     torch.cuda.synchronize()
     fn = compiled[-1]
     labels = fn.summary["op_labels"]
