@@ -1278,6 +1278,15 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
                : "r"(a));
 }
 
+// rows_seen is how many positions of the chunk [j_lo, j_lo + n) row sees:
+// with FLAG_EXTENT those below its mask's extent (in[4]), else all.
+template <int N>
+__device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int row, int j_lo, int n) {
+  if (!(op.flags & FLAG_EXTENT)) return n;
+  const int e = __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset + row * op.in[4].stride[0]);
+  return max(0, min(e - j_lo, n));
+}
+
 // attention_rows_mma is attention_rows on the tensor cores (m16n8k16, fp32
 // accumulators): the task's (at most 16) rows are an m-tile, a warp takes
 // one of the G heads, one part of its output columns (rows_mma_parts) and
@@ -1310,18 +1319,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   const int64_t mask_hs = !std::is_void<MT>::value && G > 1 ? op.in[3].stride[1] : 0;
   // The rows' seen positions of the chunk (their extents'), and the queries
   // pre-scaled and split; rows past the task's are zeros that see nothing.
-  if (threadIdx.x < 16) {
-    int e = 0;
-    if (threadIdx.x < rows) {
-      e = n;
-      if (op.flags & FLAG_EXTENT) {
-        const int x = __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset +
-                             (r0 + threadIdx.x) * op.in[4].stride[0]);
-        e = max(0, min(x - j_lo, n));
-      }
-    }
-    seen[threadIdx.x] = e;
-  }
+  if (threadIdx.x < 16) seen[threadIdx.x] = threadIdx.x < rows ? rows_seen(op, s, r0 + threadIdx.x, j_lo, n) : 0;
   for (int i = threadIdx.x; i < G * 16 * D; i += MPK_THREADS) {
     const int uu = i / (16 * D), row = i / D % 16, d = i % D;
     float x = 0.f;
@@ -1518,12 +1516,7 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
   // task's: the largest of its rows'. Every warp reads them all (r1 - r0
   // is at most a warp's lanes).
   const int r = r0 + warp;
-  auto seen = [&](int row) {
-    if (!(op.flags & FLAG_EXTENT)) return n;
-    const int e = __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset + row * op.in[4].stride[0]);
-    return max(0, min(e - j_lo, n));
-  };
-  const int seen_by_lane = r0 + lane < r1 ? seen(r0 + lane) : 0;
+  const int seen_by_lane = r0 + lane < r1 ? rows_seen(op, s, r0 + lane, j_lo, n) : 0;
   const int n_task = __reduce_max_sync(0xffffffffu, seen_by_lane);
   const int n_row = r < r1 ? __shfl_sync(0xffffffffu, seen_by_lane, warp) : 0;
   T* ks = reinterpret_cast<T*>(smem);  // [C][KP]
