@@ -18,8 +18,9 @@ step, --prefill that many tokens of each per step (a prompt chunk): the floor
 is still every weight once plus the KV read, and each row also reports the
 matmul TFLOP/s. A prompt chunk's steps are timed at the starting position
 (--rewind, on by default for --prefill > 1): each step is the chunk after
---cache-tokens, not the next chunk of a prompt growing a chunk a step. Results go to bench/results/decode-<gpu>.json (decode-bB-pP-
-<gpu>.json for other shapes; bench/plot.py draws them)."""
+--cache-tokens, not the next chunk of a prompt growing a chunk a step.
+Results go to bench/results/decode-<gpu>.json (decode-bB-pP-<gpu>.json for
+other shapes; bench/plot.py draws them)."""
 
 from __future__ import annotations
 
