@@ -35,6 +35,13 @@ constexpr int kGemmRows = 64;               // weight rows a task takes (two pag
 constexpr int kGemmPitch = kGemmCols + 32;  // a staged row of x (2-byte elements): the two rows of a load phase hit different banks
 constexpr int kGemmPitchF = kGemmCols + 4;  // the same in fp32 (x with its low part)
 
+// MPK_GEMM_HI_ONLY=1 (an A/B knob, bench/NOTES.md twenty-ninth session): an
+// fp32 x is rounded to the weights' type (its hi part only, as bf16 eager
+// computes), half the mmas; whether the bf16 rule still holds is measured.
+#ifndef MPK_GEMM_HI_ONLY
+#define MPK_GEMM_HI_ONLY 0
+#endif
+
 // The warp split for M rows of x (mirrored by gocore/stream.GemmWarpsK):
 // m-tiles of 16 rows, two a warp, two pages; the rest of the warps split a
 // block's columns.
@@ -215,6 +222,7 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
               // Probe (not for use; results rounded): no mmas of the low part.
               continue;
 #endif
+              if constexpr (MPK_GEMM_HI_ONLY) continue;
 #pragma unroll
               for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], al.x, a8l.x, al.y, a8l.y, b[nt].x, b[nt].y);
 #pragma unroll
