@@ -1317,15 +1317,27 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   float* ls = mw + kConsumerWarps * 16;                    // [G][16]
   float* os = ls + G * 16;                                 // [G][16][D]
   const int64_t mask_hs = !std::is_void<MT>::value && G > 1 ? op.in[3].stride[1] : 0;
-  // The rows' seen positions of the chunk (their extents'), and the queries
+  // The rows' seen positions of the chunk (their extents') and the queries,
+  // loaded together (one round trip, where a loop storing each element
+  // before the next load took one a load: ~5 us a task), then the queries
   // pre-scaled and split; rows past the task's are zeros that see nothing.
-  if (threadIdx.x < 16) seen[threadIdx.x] = threadIdx.x < rows ? rows_seen(op, s, r0 + threadIdx.x, j_lo, n) : 0;
-  for (int i = threadIdx.x; i < G * 16 * D; i += MPK_THREADS) {
-    const int uu = i / (16 * D), row = i / D % 16, d = i % D;
-    float x = 0.f;
-    if (row < rows)
-      x = ld_typed(reinterpret_cast<const QT*>(base(s, q)) + q.offset + (r0 + row) * q.stride[0] +
-                   (h0 + uu) * q.stride[1] + d * q.stride[3]) * op.scale;
+  constexpr int QE = (G * 16 * D + MPK_THREADS - 1) / MPK_THREADS;  // query elements a thread
+  const int my_seen = threadIdx.x < rows && threadIdx.x < 16 ? rows_seen(op, s, r0 + threadIdx.x, j_lo, n) : 0;
+  float qx[QE];
+#pragma unroll
+  for (int e = 0; e < QE; ++e) {
+    const int i = threadIdx.x + e * MPK_THREADS, uu = i / (16 * D), row = i / D % 16, d = i % D;
+    qx[e] = i < G * 16 * D && row < rows
+                ? ld_typed(reinterpret_cast<const QT*>(base(s, q)) + q.offset + (r0 + row) * q.stride[0] +
+                           (h0 + uu) * q.stride[1] + d * q.stride[3])
+                : 0.f;
+  }
+  if (threadIdx.x < 16) seen[threadIdx.x] = my_seen;
+#pragma unroll
+  for (int e = 0; e < QE; ++e) {
+    const int i = threadIdx.x + e * MPK_THREADS, uu = i / (16 * D), row = i / D % 16, d = i % D;
+    if (i >= G * 16 * D) break;
+    const float x = qx[e] * op.scale;
     const T xh = from_float<T>(x);
     qh[(uu * 16 + row) * QP + d] = xh;
     ql[(uu * 16 + row) * QP + d] = from_float<T>(x - to_float(xh));
@@ -1334,6 +1346,10 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   int n_task = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) n_task = max(n_task, seen[i]);
+  // No row sees the chunk (it lies past every row's extent, as most of a
+  // long cache's chunks do for a prompt): no partials to write (the merge
+  // reads none). Every thread read the same seen[] after the barrier.
+  if (n_task == 0) return;
   const int nr[2] = {seen[g], seen[g + 8]};
   const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
   const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
@@ -1353,11 +1369,28 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
       ks[j * KP + c] = from_float<T>(0.f);
       vs[j * KP + c] = from_float<T>(0.f);
     }
+    // The tile's mask adds. At D 64 two loads of a thread are in flight at
+    // once (a mask shared by the heads: one round trip; a loop storing each
+    // before the next load took one a load); at D 128 that spilled.
     if constexpr (!std::is_void<MT>::value) {
-      for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
-        const int uu = i / (16 * nc), row = i / nc % 16, jj = i % nc;
-        mt[(uu * 16 + row) * C + jj] =
-            row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + jj, uu * mask_hs) : -INFINITY;
+      if constexpr (D <= 64) {
+        const int total = hm * 16 * nc;
+        auto add_at = [&](int i) {
+          const int row = i / nc % 16;
+          return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + i % nc, i / (16 * nc) * mask_hs) : -INFINITY;
+        };
+        for (int i = threadIdx.x; i < total; i += 2 * MPK_THREADS) {
+          const int i2 = i + MPK_THREADS;
+          const float a = add_at(i), b = i2 < total ? add_at(i2) : 0.f;
+          mt[(i / (16 * nc) * 16 + i / nc % 16) * C + i % nc] = a;
+          if (i2 < total) mt[(i2 / (16 * nc) * 16 + i2 / nc % 16) * C + i2 % nc] = b;
+        }
+      } else {
+        for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
+          const int uu = i / (16 * nc), row = i / nc % 16, jj = i % nc;
+          mt[(uu * 16 + row) * C + jj] =
+              row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + jj, uu * mask_hs) : -INFINITY;
+        }
       }
     }
     consumer_sync();
