@@ -177,6 +177,21 @@ def test_check_gemm(core_lib, fresh_dynamo, mask):
     assert labels.count("linear_k_sum") == 2 * 2, f"want k and v cut along K in both layers: {labels}"
 
 
+def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
+    """gemm_row_blocks (off by default): the k and v projections of a
+    64-token chunk (8 tasks of 64 weight rows on 16 workers) run as 2 GEMM
+    streams over blocks of 32 rows of x, K whole, where test_check_gemm
+    cuts K into 2 slices and sums them: no sum op, and the same results."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
+                          steps=2, seed=0, workers=16, log=lines.append, mask=True, options={"gemm_row_blocks": True})
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    assert "linear_k_sum" not in labels, labels
+    assert labels.count("linear") == (1 + 2 + 2 + 1) * 2 + 1, \
+        f"want q whole, k and v in 2 blocks and the gate in each layer, then the LM head: {labels}"
+
+
 def test_check_gemm_blocks(core_lib, fresh_dynamo):
     """A 128-token chunk (more rows than one GEMM stream takes) runs each
     Linear as GEMM streams over 2 blocks of 64 rows (split_rows), its norms

@@ -113,6 +113,18 @@ def test_cuda_gemm(core_lib, fresh_dynamo, model, batch, prefill, workers, mask)
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
+@pytest.mark.parametrize("workers", [None, 16])
+def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
+    """gemm_row_blocks (off by default) on the GPU: a 64-token chunk's GEMM
+    streams that would be cut along K (k and v on 16 workers; q, k, v and o
+    on 132) run over 2 blocks of 32 rows of x, K whole, with no sum op."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", prefill=64, cache_tokens=16, steps=2, seed=0,
+                          workers=workers, log=lines.append, mask=True, options={"gemm_row_blocks": True})
+    assert res.ok, "\n".join(lines)
+    assert not any(l.startswith("linear_k_sum") for l in res.summary.get("op_labels", [])), res.summary.get("op_labels")
+
+
 @pytest.mark.parametrize("model,batch,prefill,workers,mask", [
     ("wide-llama", 1, 64, None, True), ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False),
     ("wide-llama", 1, 128, 16, True)])

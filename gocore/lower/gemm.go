@@ -58,3 +58,38 @@ func gemmKParts(op *ir.Op, workers int, extra int64) int64 {
 	}
 	return best
 }
+
+// Costs of a GEMM stream's tasks in units of GemmRows weight rows × GemmCols
+// columns × 16 rows of x (an m-tile): ~1.2 us on the H100, where a task
+// spends ~2.5 us staging x besides, and a stage of K-split sums ~14 us with
+// its hop (bench/NOTES.md, twenty-ninth session: the 64-token chunk's trace).
+const (
+	gemmTaskUnits = 2
+	gemmSumUnits  = 12
+)
+
+// gemmRowBlocks is how many blocks of GemmMinRows rows of x a GEMM stream
+// cut into parts slices of K (gemmKParts; its rows in blocks of
+// GemmMaxRows) would rather take: each block's tasks stream every weight row
+// (all but the first block's from L2) and no sum follows, where slices
+// leave a stage of sums; 0 where the slices cost less by the units above,
+// or x's rows are one block. A 64-token chunk's q, k, v and o projections
+// take 2 blocks of 32; its down projection (K = 8,192) keeps 4 slices; a
+// 512-token chunk's k and v take 16 blocks of 32 rather than 2 slices of
+// each block of 64.
+func gemmRowBlocks(op *ir.Op, workers int, parts int64) int64 {
+	M, K, N := op.Out.Shape[0], op.LinearK(), op.Out.Shape[1]
+	if parts < 2 || M%stream.GemmMinRows != 0 || M/stream.GemmMinRows < 2 || !rowSliceable(op) {
+		return 0
+	}
+	blocks, rowTasks := M/stream.GemmMinRows, (N+stream.GemmRows-1)/stream.GemmRows
+	waves := func(tasks int64) int64 { return (tasks + int64(workers) - 1) / int64(workers) }
+	mTiles := func(rows int64) int64 { return (rows + 15) / 16 }
+	sliced := (M + stream.GemmMaxRows - 1) / stream.GemmMaxRows // blocks of rows the slices keep
+	slices := waves(rowTasks*sliced*parts)*(gemmTaskUnits+K/parts/stream.GemmCols*mTiles(min(M, stream.GemmMaxRows))) + gemmSumUnits
+	rows := waves(rowTasks*blocks) * (gemmTaskUnits + K/stream.GemmCols*mTiles(stream.GemmMinRows))
+	if rows > slices {
+		return 0
+	}
+	return blocks
+}

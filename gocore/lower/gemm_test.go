@@ -1,6 +1,7 @@
 package lower
 
 import (
+	"strings"
 	"testing"
 
 	"mpk/gocore/ir"
@@ -66,6 +67,41 @@ func TestGemm(t *testing.T) {
 	Rewrite(b.g, cfg)
 	if l.Attr.Gemm || l.Attr.Pro == nil {
 		t.Errorf("512 rows without split_rows: gemm %v, prologue %v", l.Attr.Gemm, l.Attr.Pro)
+	}
+	// gemm_row_blocks: the q projection's 64 rows become two GEMM streams of
+	// 32 rows, K whole and no sum (2 x 32 tasks of 16 units against 4 x 32
+	// of 8 and the sums' stage); a k projection (N = 512) likewise; the down
+	// projection (K = 8,192) keeps its 4 slices.
+	rb := Config{Workers: 132, Gemm: true, GemmRowBlocks: true}
+	for _, N := range []int64{2048, 512} {
+		b, norm, _ = build(64, 2048, N)
+		Rewrite(b.g, rb)
+		if got := kinds(b.g); got != "rmsnorm linear linear" {
+			t.Fatalf("N %d with row blocks: ops %s", N, got)
+		}
+		for i, s := range b.g.Ops[1:] {
+			if !s.Attr.Gemm || s.Attr.KParts != 0 || s.Out.Shape[0] != 32 || s.In[0].Offset != int64(i)*32*2048 ||
+				s.In[0].Buf != norm.Out.Buf || s.In[0].Shape[1] != 2048 || s.Out.Offset != int64(i)*32*N {
+				t.Fatalf("N %d block %d: gemm %v, parts %d, out %v, x %v", N, i, s.Attr.Gemm, s.Attr.KParts, s.Out, s.In[0])
+			}
+		}
+	}
+	// 512 rows: a k projection's 8 blocks of 64 rows would take 2 slices of
+	// K each; with row blocks, 16 streams of 32 rows.
+	b, _, _ = build(512, 2048, 512)
+	Rewrite(b.g, Config{Workers: 132, Gemm: true, SplitRows: true, GemmRowBlocks: true})
+	if got := kinds(b.g); got != "rmsnorm"+strings.Repeat(" linear", 16) {
+		t.Fatalf("512 rows, N 512, with row blocks: ops %s", got)
+	}
+	for i, s := range b.g.Ops[1:] {
+		if !s.Attr.Gemm || s.Attr.KParts != 0 || s.Out.Shape[0] != 32 || s.In[0].Offset != int64(i)*32*2048 {
+			t.Fatalf("512 rows, block %d: gemm %v, parts %d, out %v, x %v", i, s.Attr.Gemm, s.Attr.KParts, s.Out.Shape, s.In[0])
+		}
+	}
+	b, _, _ = build(64, 8192, 2048)
+	Rewrite(b.g, rb)
+	if got := kinds(b.g); got != "rmsnorm linear linear linear linear elementwise:linear_k_sum" {
+		t.Fatalf("down projection with row blocks: ops %s", got)
 	}
 	for _, c := range []struct {
 		M, K int64

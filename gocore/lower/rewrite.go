@@ -31,7 +31,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		}
 	}
 	if cfg.SplitK || cfg.Gemm { // before split_rows: a Linear whose K slices stream needs no blocks of rows
-		splitLinearK(g, cfg.Workers, cfg.SplitK)
+		splitLinearK(g, cfg.Workers, cfg.SplitK, cfg.GemmRowBlocks)
 		g.Renumber()
 	}
 	if cfg.SplitRows { // last: it copies each Linear as the passes above left it

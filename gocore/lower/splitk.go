@@ -24,14 +24,23 @@ const maxSliceInputs = 8
 // norm needs whole rows) are not cut.
 //
 // A GEMM stream (markGemm) is cut where its tasks of GemmRows weight rows
-// would not cover the workers (gemmKParts); others only with splitK.
-func splitLinearK(g *ir.Graph, workers int, splitK bool) {
+// would not cover the workers (gemmKParts), or with rowBlocks into blocks
+// of x's rows where those cost less (gemmRowBlocks); others only with
+// splitK.
+func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks bool) {
 	written := stream.Writers(g)
 	var ops []*ir.Op
 	for _, op := range g.Ops {
 		var parts int64
 		if op.Attr.Gemm {
 			parts = gemmKParts(op, workers, int64(len(sumInputs(op))))
+			if blocks := gemmRowBlocks(op, workers, parts); rowBlocks && blocks > 1 {
+				M := op.Out.Shape[0]
+				for r0 := int64(0); r0 < M; r0 += M / blocks {
+					ops = append(ops, sliceRows(op, r0, M/blocks))
+				}
+				continue
+			}
 		} else if splitK {
 			parts = kParts(op, written)
 		}

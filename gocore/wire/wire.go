@@ -95,6 +95,10 @@ type Options struct {
 	// Wgmma runs those GEMM streams with bf16 weights on wgmma (Hopper)
 	// instead of mma.sync (lower.Config).
 	Wgmma bool `json:"wgmma"`
+	// GemmRowBlocks lets a GEMM stream with too few weight rows for the
+	// workers run as blocks of x's rows rather than slices of K and their
+	// sum, where that costs less (lower.Config).
+	GemmRowBlocks bool `json:"gemm_row_blocks"`
 	// CoarseEvents makes an op whose tasks wait on overlapping sets of
 	// producer tasks (each producer in more than 2 of them on average) wait
 	// on their union: one event, and no relay tasks fanning a producer out
