@@ -192,6 +192,21 @@ def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
         f"want q whole, k and v in 2 blocks and the gate in each layer, then the LM head: {labels}"
 
 
+def test_check_long_attention_chunks(core_lib, fresh_dynamo):
+    """long_attention_chunks (off by default): a 64-token chunk's attention
+    over a cache of 272 positions on 16 workers (4 KV heads x 4 blocks of 16
+    rows: 16 tasks a chunk) takes 2 chunks of 136 positions a layer, each
+    task reading 3 tiles one after another, where it takes 5 chunks of a
+    tile without the option; both pass the check."""
+    for on, chunks in ((False, 5), (True, 2)):
+        lines = []
+        res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
+                              capacity=272, steps=2, seed=0, workers=16, log=lines.append, mask=True,
+                              options={"long_attention_chunks": on})
+        assert res.ok, "\n".join(lines)
+        assert res.summary["tasks_by_op"]["attention"] == 2 * 16 * chunks, (on, res.summary["tasks_by_op"])
+
+
 def test_check_gemm_blocks(core_lib, fresh_dynamo):
     """A 128-token chunk (more rows than one GEMM stream takes) runs each
     Linear as GEMM streams over 2 blocks of 64 rows (split_rows), its norms

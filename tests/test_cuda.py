@@ -125,6 +125,21 @@ def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
     assert not any(l.startswith("linear_k_sum") for l in res.summary.get("op_labels", [])), res.summary.get("op_labels")
 
 
+@pytest.mark.parametrize("rows_mma", [False, True])
+def test_cuda_long_attention_chunks(core_lib, fresh_dynamo, monkeypatch, rows_mma):
+    """long_attention_chunks (off by default) on the GPU: a 64-token chunk's
+    attention over 272 positions in 2 chunks of 136 a layer on 16 workers,
+    each task reading 3 tiles of K and V one after another, on the scalar
+    body and on the tensor cores (MPK_ROWS_MMA=1)."""
+    if rows_mma:
+        monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_ROWS_MMA=1")  # part of the build cache's key
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", prefill=64, cache_tokens=16, capacity=272, steps=2,
+                          seed=0, workers=16, log=lines.append, mask=True, options={"long_attention_chunks": True})
+    assert res.ok, "\n".join(lines)
+    assert res.summary["tasks_by_op"]["attention"] == 2 * 16 * 2, res.summary["tasks_by_op"]
+
+
 @pytest.mark.parametrize("model,batch,prefill,workers,mask", [
     ("wide-llama", 1, 64, None, True), ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False),
     ("wide-llama", 1, 128, 16, True)])

@@ -48,6 +48,10 @@ type Config struct {
 	Gemm bool
 	// Wgmma marks those GEMM streams with bf16 weights for wgmma (markGemm).
 	Wgmma bool
+	// LongAttentionChunks gives a prompt chunk's attention with shared K and
+	// V chunks of positions long enough for its tasks to fit one wave of
+	// the workers (splitAttention).
+	LongAttentionChunks bool
 	// GemmRowBlocks lets a GEMM stream whose weight rows are too few to
 	// cover the workers cut x's rows into blocks instead of K into slices
 	// and their sum, where that costs less (gemmRowBlocks).
@@ -68,7 +72,8 @@ type Config struct {
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks, FreshRows: o.FreshRows,
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks, LongAttentionChunks: o.LongAttentionChunks,
+		FreshRows:   o.FreshRows,
 		PairLinears: o.PairLinears, KVPages: o.KVPages}
 }
 

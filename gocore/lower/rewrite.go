@@ -17,7 +17,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		widenTemps(g)
 	}
 	if cfg.Workers > 0 {
-		splitAttention(g, cfg.Workers, cfg.PrefillRows, cfg.KVPages && cfg.FreshRows)
+		splitAttention(g, cfg.Workers, cfg.PrefillRows, cfg.KVPages && cfg.FreshRows, cfg.LongAttentionChunks)
 		g.Renumber()
 		fuseMergePrologue(g)
 		g.Renumber()

@@ -81,6 +81,15 @@ const (
 // capacity over 16 layers, when its queries see at most 512 positions.
 const maxSharedKVTasksPerWorker = 32
 
+// oneWaveSplits is how many chunks of positions a prompt chunk's attention
+// with shared K and V takes (option long_attention_chunks) when its tasks,
+// perSplit a chunk, are to fit one wave of the workers. A task's cost is
+// mostly its round trips, not its tile's math: the 64-token chunk's tasks
+// of one tile of 64 positions took ~15 us each in ~3 waves (bench/NOTES.md,
+// twenty-ninth session); in 4 chunks of ~3 tiles they would run in one,
+// and the merge reads 4 partials a row instead of 13.
+func oneWaveSplits(workers int, perSplit int64) int64 { return max(1, int64(workers)/perSplit) }
+
 // maxUnitOutputs bounds the outputs a lane of a decode attention unit
 // accumulates (heads × ⌈Dv/32⌉): more and its registers spill.
 const maxUnitOutputs = 8
@@ -141,8 +150,10 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 // writes a partial softmax (max, sum, unnormalised output) for every head and
 // an AttnMerge op combines them (flash-decoding). With kvPages a single
 // sequence's decode takes chunks of at most kvPagePositions, where its units
-// (unitHeads) and chunks fit the workers.
-func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages bool) {
+// (unitHeads) and chunks fit the workers. With longChunks a prompt chunk's
+// attention with shared K and V takes chunks long enough for its tasks to
+// fit one wave of the workers (oneWaveSplits).
+func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages, longChunks bool) {
 	var ops []*ir.Op
 	for _, op := range g.Ops {
 		ops = append(ops, op)
@@ -179,6 +190,9 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages bool) {
 		if sharedKV { // chunks of a tile, each read once for a block of rows, while the tasks are few enough
 			perSplit := H / max(1, op.Attr.Groups) * ((B + stream.Threads/32 - 1) / (stream.Threads / 32))
 			splits = min((S+ir.SharedKVTile-1)/ir.SharedKVTile, maxSplits, maxSharedKVTasksPerWorker*int64(workers)/perSplit)
+			if longChunks {
+				splits = min(splits, oneWaveSplits(workers, perSplit))
+			}
 			splits = max(2, splits)
 		}
 		if splits < 2 {

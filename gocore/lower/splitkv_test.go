@@ -23,7 +23,7 @@ func TestDecodeUnitHeads(t *testing.T) {
 		a := b.op(ir.Attention, att, q, k, v)
 		a.Attr.Scale, a.Attr.Groups = 1, 4
 		b.output(att)
-		splitAttention(b.g, 132, false, false)
+		splitAttention(b.g, 132, false, false, false)
 		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.want {
 			t.Errorf("batch %d: %d splits, %d heads a unit; want %d splits, %d heads", c.B, a.Attr.Splits, a.Attr.UnitHeads, c.splits, c.want)
 		}
@@ -76,7 +76,7 @@ func TestKVPagesChunks(t *testing.T) {
 		{1, 72, 64, true, 2, 0},     // a cache of one chunk: the ordinary split
 	} {
 		b, a := build(c.B, c.S, c.Dv, c.mask)
-		splitAttention(b.g, 132, false, true)
+		splitAttention(b.g, 132, false, true, false)
 		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.unit {
 			t.Errorf("%+v: %d splits, %d heads a unit", c, a.Attr.Splits, a.Attr.UnitHeads)
 		}
@@ -86,15 +86,21 @@ func TestKVPagesChunks(t *testing.T) {
 // promptAttention is a graph of one attention of B sequences' Sq queries
 // (8 heads, 2 KV heads of 64) over a cache of S positions, with a mask or not.
 func promptAttention(B, Sq, S int64, mask bool) (*builder, *ir.Op) {
+	return promptAttentionHeads(B, Sq, S, 2, mask)
+}
+
+// promptAttentionHeads is promptAttention with kvHeads KV heads of 4 query heads each.
+func promptAttentionHeads(B, Sq, S, kvHeads int64, mask bool) (*builder, *ir.Op) {
 	b := newBuilder()
-	q := b.input("q", ir.BF16, B, 8, Sq, 64)
-	k := b.input("k", ir.BF16, B, 2, S, 64)
-	v := b.input("v", ir.BF16, B, 2, S, 64)
-	att := b.temp("att", ir.F32, B, 8, Sq, 64)
+	H := 4 * kvHeads
+	q := b.input("q", ir.BF16, B, H, Sq, 64)
+	k := b.input("k", ir.BF16, B, kvHeads, S, 64)
+	v := b.input("v", ir.BF16, B, kvHeads, S, 64)
+	att := b.temp("att", ir.F32, B, H, Sq, 64)
 	a := b.op(ir.Attention, att, q, k, v)
 	a.Attr.Scale, a.Attr.Groups = 1, 4
 	if mask {
-		a.In = append(a.In, strided(b.input("mask", ir.F32, B, 1, Sq, S), 0, sh(B, 8, Sq, S), sh(Sq*S, 0, S, 1)))
+		a.In = append(a.In, strided(b.input("mask", ir.F32, B, 1, Sq, S), 0, sh(B, H, Sq, S), sh(Sq*S, 0, S, 1)))
 		a.Attr.HasMask = true
 	}
 	b.output(att)
@@ -114,14 +120,32 @@ func TestSharedKVTasksAreBounded(t *testing.T) {
 		{4096, 16392, 8},  // 4,224 / 512
 	} {
 		b, a := promptAttention(1, c.Sq, c.S, true)
-		splitAttention(b.g, 132, true, false)
+		splitAttention(b.g, 132, true, false, false)
 		if !a.Attr.SharedKV || a.Attr.Splits != c.splits {
 			t.Errorf("%+v: shared K and V %v, %d splits", c, a.Attr.SharedKV, a.Attr.Splits)
 		}
 	}
+	// long_attention_chunks: as many chunks as one wave of tasks holds, at
+	// least two (a 512-token prompt's 256 tasks a chunk are past a wave).
+	for _, c := range []struct{ Sq, S, splits int64 }{
+		{64, 576, 9},    // 2 x 4 = 8 tasks a chunk: 16 chunks would fit, 9 tiles
+		{64, 776, 4},    // llama-3.2-1b's 8 KV heads x 4 blocks: 32 a chunk, 4 fit
+		{512, 2056, 2},  // 2 x 32 = 64 a chunk: 2 fit
+		{2048, 2056, 2}, // 256 a chunk: none fits a wave, two chunks still
+	} {
+		kvHeads := int64(2)
+		if c.S == 776 {
+			kvHeads = 8
+		}
+		b, a := promptAttentionHeads(1, c.Sq, c.S, kvHeads, true)
+		splitAttention(b.g, 132, true, false, true)
+		if !a.Attr.SharedKV || a.Attr.Splits != c.splits {
+			t.Errorf("long chunks %+v: shared K and V %v, %d splits", c, a.Attr.SharedKV, a.Attr.Splits)
+		}
+	}
 	// The most tasks a worker (a chunk of at least two).
 	b, a := promptAttention(1, 32768, 1024, true)
-	splitAttention(b.g, 132, true, false)
+	splitAttention(b.g, 132, true, false, false)
 	if a.Attr.Splits != 2 {
 		t.Errorf("32,768 queries: %d splits, want 2", a.Attr.Splits)
 	}
@@ -134,7 +158,7 @@ func TestSharedKVTasksAreBounded(t *testing.T) {
 func TestPromptQueriesAsRows(t *testing.T) {
 	b, a := promptAttention(1, 64, 576, true)
 	q0, out0 := a.In[0], a.Out
-	splitAttention(b.g, 132, true, false)
+	splitAttention(b.g, 132, true, false, false)
 	q, k, m, out := a.In[0], a.In[1], a.In[3], b.g.Ops[1].Out
 	if !a.DecodeUnits() || a.Attr.UnitHeads != 4 || b.g.Ops[1].Kind != ir.AttnMerge {
 		t.Fatalf("prompt: decode units %v, %d heads a unit, ops %s", a.DecodeUnits(), a.Attr.UnitHeads, kinds(b.g))
@@ -152,7 +176,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 	}
 	// 8 queries: rows, each with its own units (too few rows to share a chunk).
 	b, a = promptAttention(1, 8, 576, true)
-	splitAttention(b.g, 132, true, false)
+	splitAttention(b.g, 132, true, false, false)
 	if !a.DecodeUnits() || a.Attr.SharedKV {
 		t.Errorf("8 queries: decode units %v, shared K and V %v; want units, not shared", a.DecodeUnits(), a.Attr.SharedKV)
 	}
@@ -162,7 +186,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 		on   bool
 	}{{2, true, true}, {1, false, true}, {1, true, false}} { // the last: the option off
 		b, a := promptAttention(c.B, 64, 576, c.mask)
-		splitAttention(b.g, 132, c.on, false)
+		splitAttention(b.g, 132, c.on, false, false)
 		if a.DecodeUnits() || a.In[0].Shape[2] != 64 {
 			t.Errorf("%+v: rewritten as rows", c)
 		}

@@ -99,6 +99,10 @@ type Options struct {
 	// workers run as blocks of x's rows rather than slices of K and their
 	// sum, where that costs less (lower.Config).
 	GemmRowBlocks bool `json:"gemm_row_blocks"`
+	// LongAttentionChunks gives a prompt chunk's attention with shared K
+	// and V chunks of positions long enough for its tasks to fit one wave
+	// of the workers (lower.Config).
+	LongAttentionChunks bool `json:"long_attention_chunks"`
 	// CoarseEvents makes an op whose tasks wait on overlapping sets of
 	// producer tasks (each producer in more than 2 of them on average) wait
 	// on their union: one event, and no relay tasks fanning a producer out

@@ -401,6 +401,10 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
                    help="turn on option gemm_row_blocks: a GEMM stream with too few weight rows for the workers (a "
                         "64-token chunk's q, k, v and o projections) runs as two blocks of 32 rows of x rather than "
                         "slices of K and a stage of their sums, where its cost model says so (off until timed on the GPU)")
+    p.add_argument("--long-attention-chunks", dest="long_attention_chunks", action="store_true",
+                   help="turn on option long_attention_chunks: a prompt chunk's attention with shared K and V takes "
+                        "chunks of positions long enough for its tasks to fit one wave of the workers, rather than a "
+                        "tile of 64 positions a task (off until timed on the GPU)")
     p.add_argument("--no-coarse-events", dest="coarse_events", action="store_false",
                    help="turn off option coarse_events: every task then waits on exactly the producer tasks it reads, "
                         "through empty relay tasks where a producer feeds many sets")
@@ -425,7 +429,8 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
 
 def lowering_options(a: argparse.Namespace) -> dict:
     return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm,
-            "wgmma": a.wgmma, "gemm_row_blocks": a.gemm_row_blocks, "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
+            "wgmma": a.wgmma, "gemm_row_blocks": a.gemm_row_blocks, "long_attention_chunks": a.long_attention_chunks,
+            "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
             "kv_pages": a.kv_pages, "weight_affinity": a.weight_affinity, "arena_reuse": a.arena_reuse}
 
 
