@@ -1219,12 +1219,12 @@ __host__ __device__ constexpr bool rows_mma_shape(int D, int G) {
          kConsumerWarps % G == 0 && kConsumerWarps / G % rows_mma_parts(D) == 0;
 }
 
-// attention_rows_mma_bytes: a tile of C rows of K and of V (padded by 8
+// attention_rows_mma_bytes: two tiles of C rows of K and of V (padded by 8
 // elements; C rounded up to whole groups of 16 positions), the G heads' 16 query rows as hi and lo halves (padded by 8),
 // a tile of mask adds for each head, the rows' seen counts, each warp's
 // row maxima, and the G heads' summed outputs and sums.
 __host__ __device__ constexpr int attention_rows_mma_bytes(int C, int D, int G) {
-  return 2 * ((C + 15) / 16 * 16) * (D + 8) * 2 + 2 * G * 16 * (D + 8) * 2 + G * 16 * C * 4 + 16 * 4 + kConsumerWarps * 16 * 4 +
+  return 4 * ((C + 15) / 16 * 16) * (D + 8) * 2 + 2 * G * 16 * (D + 8) * 2 + G * 16 * C * 4 + 16 * 4 + kConsumerWarps * 16 * 4 +
          G * 16 * 4 + G * 16 * D * 4;
 }
 
@@ -1257,6 +1257,24 @@ __device__ __forceinline__ void stage_kv_tile(T* ks, T* vs, const T* kb, const T
       ks[j * KP + c] = __ldcg(kb + (c0 + j) * k.stride[2] + c * k.stride[3]);
       vs[j * KP + c] = __ldcg(vb + (c0 + j) * v.stride[2] + c * v.stride[3]);
     }
+  }
+}
+
+// kv_tile_async is stage_kv_tile with 16-byte cp.async copies where the
+// rows are aligned: in flight, holding no registers, until the caller's
+// cp_async_wait_all and barrier.
+template <typename T, int D, int KP>
+__device__ __forceinline__ void kv_tile_async(T* ks, T* vs, const T* kb, const T* vb, const View& k, const View& v,
+                                              int c0, int nc, bool aligned) {
+  if (!aligned) {
+    stage_kv_tile<T, D, KP>(ks, vs, kb, vb, k, v, c0, nc, false);
+    return;
+  }
+  constexpr int V16 = 8;
+  for (int i = threadIdx.x; i < nc * (D / V16); i += MPK_THREADS) {
+    const int j = i / (D / V16), c = i % (D / V16) * V16;
+    cp_async_16(smem_u32(ks + j * KP + c), kb + (c0 + j) * k.stride[2] + c);
+    cp_async_16(smem_u32(vs + j * KP + c), vb + (c0 + j) * v.stride[2] + c);
   }
 }
 
@@ -1307,9 +1325,9 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int u = warp / W, sub = warp % W / H, part = warp % H;
-  T* ks = reinterpret_cast<T*>(smem);      // [CT][KP]
-  T* vs = ks + CT * KP;                    // [CT][KP]
-  T* qh = vs + CT * KP;                    // [G][16][QP]
+  T* ks = reinterpret_cast<T*>(smem);      // [2][CT][KP]: a tile read while the next lands
+  T* vs = ks + 2 * CT * KP;                // [2][CT][KP]
+  T* qh = vs + 2 * CT * KP;                // [G][16][QP]
   T* ql = qh + G * 16 * QP;                // [G][16][QP]
   float* mt = reinterpret_cast<float*>(ql + G * 16 * QP);  // [G][16][C] mask adds
   int* seen = reinterpret_cast<int*>(mt + G * 16 * C);     // [16]
@@ -1360,14 +1378,17 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   const T* qhu = qh + u * 16 * QP;
   const T* qlu = ql + u * 16 * QP;
-  for (int c0 = 0; c0 < n_task; c0 += C) {
+  // The first tile's K and V copies are in flight while its mask's adds
+  // load; each later tile's while the one before is multiplied.
+  kv_tile_async<T, D, KP>(ks, vs, kb, vb, k, v, 0, min(C, n_task), aligned);
+  for (int c0 = 0, buf = 0; c0 < n_task; c0 += C, buf ^= 1) {
     const int nc = min(C, n_task - c0), ncg = (nc + 15) / 16 * 16;
-    stage_kv_tile<T, D, KP>(ks, vs, kb, vb, k, v, c0, nc, aligned);
+    const int tile = buf * CT * KP;  // this tile's buffer
     // The last group's rows past the chunk: zeros (a finite V for P = 0).
     for (int i = threadIdx.x; i < (ncg - nc) * D; i += MPK_THREADS) {
       const int j = nc + i / D, c = i % D;
-      ks[j * KP + c] = from_float<T>(0.f);
-      vs[j * KP + c] = from_float<T>(0.f);
+      ks[tile + j * KP + c] = from_float<T>(0.f);
+      vs[tile + j * KP + c] = from_float<T>(0.f);
     }
     // The tile's mask adds. At D 64 two loads of a thread are in flight at
     // once (a mask shared by the heads: one round trip; a loop storing each
@@ -1393,7 +1414,12 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
         }
       }
     }
+    cp_async_wait_all();
     consumer_sync();
+    // The other buffer was last read before the barrier that ended the tile before.
+    if (c0 + C < n_task)
+      kv_tile_async<T, D, KP>(ks + (CT * KP - tile), vs + (CT * KP - tile), kb, vb, k, v, c0 + C,
+                              min(C, n_task - c0 - C), aligned);
     // The groups of 16 positions this warp takes: every WP-th across tiles.
     for (int pb = ((sub - (c0 / 16) % WP) % WP + WP) % WP * 16; pb < nc; pb += WP * 16) {
       float sc[2][4] = {};
@@ -1409,7 +1435,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
         const uint32_t b3 = *reinterpret_cast<const uint32_t*>(qlu + (g + 8) * QP + k0 + 8 + 2 * t);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const T* kr = ks + (pb + nt * 8 + g) * KP + k0 + 2 * t;
+          const T* kr = ks + tile + (pb + nt * 8 + g) * KP + k0 + 2 * t;
           const uint32_t k0r = *reinterpret_cast<const uint32_t*>(kr), k1r = *reinterpret_cast<const uint32_t*>(kr + 8);
           mma_16816<T>(sc[nt], a0, a1, a2, a3, k0r, k1r);
           mma_16816<T>(sc[nt], b0, b1, b2, b3, k0r, k1r);
@@ -1459,7 +1485,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
 #pragma unroll
       for (int d0 = 0; d0 < DP; d0 += 16) {
         uint32_t b[4];
-        ldsm_x4_trans(b, vs + (pb + lane % 16) * KP + part * DP + d0 + lane / 16 * 8);
+        ldsm_x4_trans(b, vs + tile + (pb + lane % 16) * KP + part * DP + d0 + lane / 16 * 8);
         mma_16816<T>(acc[d0 / 8], ph[0], ph[1], ph[2], ph[3], b[0], b[1]);
         mma_16816<T>(acc[d0 / 8], pl[0], pl[1], pl[2], pl[3], b[0], b[1]);
         mma_16816<T>(acc[d0 / 8 + 1], ph[0], ph[1], ph[2], ph[3], b[2], b[3]);

@@ -110,7 +110,7 @@ func sharedKVBytes(C, D, G int) int {
 	if D%16 != 0 || D > 128 || D%(16*parts) != 0 || G < 1 || G > 4 || warps%G != 0 || warps/G%parts != 0 {
 		return scalar
 	}
-	mma := 2*((C+15)/16*16)*(D+8)*2 + 2*G*16*(D+8)*2 + G*16*C*4 + 16*4 + warps*16*4 + G*16*4 + G*16*D*4
+	mma := 4*((C+15)/16*16)*(D+8)*2 + 2*G*16*(D+8)*2 + G*16*C*4 + 16*4 + warps*16*4 + G*16*4 + G*16*D*4
 	return max(scalar, mma)
 }
 
