@@ -207,6 +207,23 @@ def test_check_long_attention_chunks(core_lib, fresh_dynamo):
         assert res.summary["tasks_by_op"]["attention"] == 2 * 16 * chunks, (on, res.summary["tasks_by_op"])
 
 
+def test_check_round_gemm_inputs(core_lib, fresh_dynamo):
+    """round_gemm_inputs (off by default): a 64-token chunk's GEMM streams
+    read x in bf16 (the norms', the attention's and the SiLU·mul's outputs
+    rounded where eager rounds them: their temporaries take half the arena
+    bytes), and the step still passes the bf16 rule against the float32
+    judge."""
+    arena = {}
+    for on in (False, True):
+        lines = []
+        res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
+                              steps=2, seed=0, workers=16, log=lines.append, mask=True,
+                              options={"round_gemm_inputs": on})
+        assert res.ok, "\n".join(lines)
+        arena[on] = res.summary["arena_bytes"]
+    assert arena[True] < arena[False], arena
+
+
 def test_check_gemm_blocks(core_lib, fresh_dynamo):
     """A 128-token chunk (more rows than one GEMM stream takes) runs each
     Linear as GEMM streams over 2 blocks of 64 rows (split_rows), its norms

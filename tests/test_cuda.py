@@ -3,6 +3,8 @@ launch per step, judged by the bf16 rule (docs/architecture.md) against a float3
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -123,6 +125,19 @@ def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
                           workers=workers, log=lines.append, mask=True, options={"gemm_row_blocks": True})
     assert res.ok, "\n".join(lines)
     assert not any(l.startswith("linear_k_sum") for l in res.summary.get("op_labels", [])), res.summary.get("op_labels")
+
+
+@pytest.mark.parametrize("prefill,workers", [(64, None), (64, 16), (128, 16)])
+def test_cuda_round_gemm_inputs(core_lib, fresh_dynamo, prefill, workers):
+    """round_gemm_inputs (off by default) on the GPU: a prompt chunk's GEMM
+    streams read x in bf16 (mpk::linear_gemm with no low part), 64 rows and
+    a 128-token chunk in blocks of 64, with the bf16 rule."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", prefill=prefill, cache_tokens=16, steps=2, seed=0,
+                          workers=workers, log=lines.append, mask=True, options={"round_gemm_inputs": True})
+    assert res.ok, "\n".join(lines)
+    lows = re.findall(r"mpk::linear_gemm<[^,]+, \d+, \d+, (true|false),", res.compiled.sources["module.cu"])
+    assert lows and set(lows) == {"false"}, lows  # the template's LO: x staged with a low part
 
 
 @pytest.mark.parametrize("rows_mma", [False, True])

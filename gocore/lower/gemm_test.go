@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/stream"
 )
 
 // TestGemm: a 64-token chunk's q projection (x 64 × 2,048 after an
@@ -97,6 +98,13 @@ func TestGemm(t *testing.T) {
 		if !s.Attr.Gemm || s.Attr.KParts != 0 || s.Out.Shape[0] != 32 || s.In[0].Offset != int64(i)*32*2048 {
 			t.Fatalf("512 rows, block %d: gemm %v, parts %d, out %v, x %v", i, s.Attr.Gemm, s.Attr.KParts, s.Out.Shape, s.In[0])
 		}
+	}
+	// round_gemm_inputs: the norm's output, read only as a GEMM stream's x,
+	// stays bf16, and the stream stages it as it is (no low part).
+	b, norm, l = build(64, 2048, 8192)
+	Rewrite(b.g, Config{Workers: 132, Gemm: true, RoundGemmInputs: true})
+	if p, ok := stream.For(l, stream.Writers(b.g)); norm.Out.DType() != ir.BF16 || !ok || !p.Gemm || p.XLow {
+		t.Fatalf("round_gemm_inputs: x %s, plan %+v (ok %v)", norm.Out.DType(), p, ok)
 	}
 	b, _, _ = build(64, 8192, 2048)
 	Rewrite(b.g, rb)

@@ -48,6 +48,10 @@ type Config struct {
 	Gemm bool
 	// Wgmma marks those GEMM streams with bf16 weights for wgmma (markGemm).
 	Wgmma bool
+	// RoundGemmInputs keeps the x of each GEMM stream in the weights'
+	// dtype, rounded as eager rounds it, where widenTemps would widen it
+	// (gemmInputs).
+	RoundGemmInputs bool
 	// LongAttentionChunks gives a prompt chunk's attention with shared K and
 	// V chunks of positions long enough for its tasks to fit one wave of
 	// the workers (splitAttention).
@@ -73,8 +77,9 @@ type Config struct {
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
 		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks, LongAttentionChunks: o.LongAttentionChunks,
-		FreshRows:   o.FreshRows,
-		PairLinears: o.PairLinears, KVPages: o.KVPages}
+		RoundGemmInputs: o.RoundGemmInputs,
+		FreshRows:       o.FreshRows,
+		PairLinears:     o.PairLinears, KVPages: o.KVPages}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -14,7 +14,11 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 	}
 	if !cfg.RoundIntermediates {
-		widenTemps(g)
+		var keep map[*ir.Buffer]bool
+		if cfg.RoundGemmInputs {
+			keep = gemmInputs(g)
+		}
+		widenTemps(g, keep)
 	}
 	if cfg.Workers > 0 {
 		splitAttention(g, cfg.Workers, cfg.PrefillRows, cfg.KVPages && cfg.FreshRows, cfg.LongAttentionChunks)

@@ -11,10 +11,11 @@ import "mpk/gocore/ir"
 // models those roundings alone move the logits by 1e-2 to 5e-2 and flip
 // near-tied argmaxes). At decode the intermediates are a few KB a layer, so the
 // wider buffers cost no bandwidth that shows. Config.RoundIntermediates turns
-// it off, for comparing with eager rounding for rounding.
-func widenTemps(g *ir.Graph) {
+// it off, for comparing with eager rounding for rounding. The buffers keep
+// says stay as they are (gemmInputs).
+func widenTemps(g *ir.Graph, keep map[*ir.Buffer]bool) {
 	for _, b := range g.Buffers {
-		if b.Kind == ir.Temp && isHalf(b.DType) {
+		if b.Kind == ir.Temp && isHalf(b.DType) && !keep[b] {
 			b.DType = ir.F32
 		}
 	}
@@ -48,4 +49,31 @@ func dropHalfCasts(e *ir.Expr) *ir.Expr {
 		}
 		return n
 	})
+}
+
+// gemmInputs are the half-precision temporaries that only GEMM streams
+// (markGemm) read, each as its x, in the weights' dtype: a prompt chunk's
+// normed hidden states, attention output and SiLU·mul, rounded there as
+// eager rounds them (option round_gemm_inputs). A GEMM stream then stages x
+// as it is, half the bytes each of its tasks reads from L2 (at 64 rows the
+// GEMM tasks move as much x as weights), and multiplies it once, where an
+// fp32 x is split into hi + lo and multiplied twice.
+func gemmInputs(g *ir.Graph) map[*ir.Buffer]bool {
+	keep, other := map[*ir.Buffer]bool{}, map[*ir.Buffer]bool{}
+	for _, op := range g.Ops {
+		gemmX := op.Kind == ir.Linear && op.Attr.Gemm && op.In[1].DType() == op.In[0].DType()
+		for i, v := range op.In {
+			if gemmX && i == 0 {
+				keep[v.Buf] = true
+			} else {
+				other[v.Buf] = true
+			}
+		}
+	}
+	for b := range keep {
+		if other[b] || b.Kind != ir.Temp || !isHalf(b.DType) {
+			delete(keep, b)
+		}
+	}
+	return keep
 }

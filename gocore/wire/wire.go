@@ -103,6 +103,10 @@ type Options struct {
 	// and V chunks of positions long enough for its tasks to fit one wave
 	// of the workers (lower.Config).
 	LongAttentionChunks bool `json:"long_attention_chunks"`
+	// RoundGemmInputs keeps the x of each GEMM stream (a prompt chunk's
+	// Linears) in the weights' dtype, rounded as eager rounds it: half the
+	// bytes and half the multiplies of an fp32 x (lower.Config).
+	RoundGemmInputs bool `json:"round_gemm_inputs"`
 	// CoarseEvents makes an op whose tasks wait on overlapping sets of
 	// producer tasks (each producer in more than 2 of them on average) wait
 	// on their union: one event, and no relay tasks fanning a producer out

@@ -19,7 +19,7 @@ from .targets import compile_request
 TARGETS = ("cuda", "reference")
 DEFAULT_REFERENCE_WORKERS = 132
 _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round_intermediates", "split_rows",
-                 "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "long_attention_chunks",
+                 "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "long_attention_chunks", "round_gemm_inputs",
                  "coarse_events", "fresh_rows", "pair_linears", "kv_pages",
                  "weight_affinity", "arena_reuse")
 _ON_BY_DEFAULT = ("split_rows", "prefill_rows", "split_k", "gemm", "coarse_events", "fresh_rows", "pair_linears",

@@ -405,6 +405,10 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
                    help="turn on option long_attention_chunks: a prompt chunk's attention with shared K and V takes "
                         "chunks of positions long enough for its tasks to fit one wave of the workers, rather than a "
                         "tile of 64 positions a task (off until timed on the GPU)")
+    p.add_argument("--round-gemm-inputs", dest="round_gemm_inputs", action="store_true",
+                   help="turn on option round_gemm_inputs: the x of each GEMM stream (a prompt chunk's normed hidden "
+                        "states, attention output, SiLU-mul) stays in the weights' dtype, rounded as eager rounds it, "
+                        "rather than fp32: half the bytes and half the multiplies (off until timed on the GPU)")
     p.add_argument("--no-coarse-events", dest="coarse_events", action="store_false",
                    help="turn off option coarse_events: every task then waits on exactly the producer tasks it reads, "
                         "through empty relay tasks where a producer feeds many sets")
@@ -430,7 +434,7 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
 def lowering_options(a: argparse.Namespace) -> dict:
     return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm,
             "wgmma": a.wgmma, "gemm_row_blocks": a.gemm_row_blocks, "long_attention_chunks": a.long_attention_chunks,
-            "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
+            "round_gemm_inputs": a.round_gemm_inputs, "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
             "kv_pages": a.kv_pages, "weight_affinity": a.weight_affinity, "arena_reuse": a.arena_reuse}
 
 
