@@ -3,11 +3,29 @@ reference target, against eager (float32: relative L2 of logits < 1e-4)."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 import torch
 
 from mpk import check
 from mpk.models import cache_kw
+
+
+def test_lowering_flags_match_the_backend():
+    """Every lowering flag of `mpk check` names an option the backend passes
+    to the core, and turns over that option's default there: `--no-NAME` for
+    one on by default, `--NAME` for one off."""
+    from mpk import backend
+
+    p = argparse.ArgumentParser()
+    check.add_lowering_flags(p)
+    defaults = check.lowering_options(p.parse_args([]))
+    for name, on, _ in check.LOWERING_FLAGS:
+        assert name in backend._PASS_THROUGH, name
+        assert (name in backend._ON_BY_DEFAULT) == on == defaults[name], name
+        flag = ("--no-" if on else "--") + name.replace("_", "-")
+        assert check.lowering_options(p.parse_args([flag]))[name] is not on, flag
 
 
 @pytest.mark.parametrize("prefill", [1, 16], ids=["decode", "prefill16"])

@@ -384,58 +384,50 @@ def _bf16_rule(m, name, fill, state, token_steps, max_len, eager, got, log=print
     return problems
 
 
+# The lowering options' flags (README, Options): (option, on by default,
+# what turning it over does). A flag turns the option's default over:
+# --no-NAME for one on by default, --NAME for one off.
+LOWERING_FLAGS = (
+    ("prefill_rows", True, "a sequence's masked prompt chunk then runs the prompt attention"),
+    ("split_k", True, "a Linear whose x is too large for one weight stream then runs as blocks of rows"),
+    ("gemm", True, "a Linear whose x has 32 rows or more (a prompt chunk) then runs as a tile stream, slices of K "
+                   "or blocks of rows"),
+    ("wgmma", False, "those GEMM streams with bf16 weights multiply on Hopper's wgmma instead of mma.sync (off until "
+                     "checked on the GPU)"),
+    ("gemm_row_blocks", False, "a GEMM stream with too few weight rows for the workers (a 64-token chunk's q, k, v "
+                               "and o projections) runs as two blocks of 32 rows of x rather than slices of K and a "
+                               "stage of their sums, where its cost model says so (off until timed on the GPU)"),
+    ("long_attention_chunks", False, "a prompt chunk's attention with shared K and V takes chunks of positions long "
+                                     "enough for its tasks to fit one wave of the workers, rather than a tile of 64 "
+                                     "positions a task (off until timed on the GPU)"),
+    ("round_gemm_inputs", False, "the x of each GEMM stream (a prompt chunk's normed hidden states, attention "
+                                 "output, SiLU-mul) stays in the weights' dtype, rounded as eager rounds it, rather "
+                                 "than fp32: half the bytes and half the multiplies (off until timed on the GPU)"),
+    ("coarse_events", True, "every task then waits on exactly the producer tasks it reads, through empty relay tasks "
+                            "where a producer feeds many sets"),
+    ("fresh_rows", True, "a decode attention then waits for separate RoPE and KV-cache write tasks"),
+    ("pair_linears", True, "a gate projection then runs as its own stage before the up projection that reads it"),
+    ("kv_pages", True, "a single sequence's decode attention then reads its K and V rows from the cache itself, in "
+                       "chunks of a round of every warp, after its inputs are ready"),
+    ("weight_affinity", False, "the blocks of rows of a prompt chunk's Linear that read the same weight rows run on "
+                               "one worker or a few, one after another (off: the GEMMs are bound by the tensor cores, "
+                               "not by HBM, and a 512-token chunk ran 10%% faster round-robin)"),
+    ("arena_reuse", True, "every temporary then keeps arena bytes of its own"),
+    ("split_rows", True, "a Linear whose x is too tall for one weight stream then reads its weights once per row"),
+)
+
+
 def add_lowering_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of the lowering options (README, Options); lowering_options
-    reads them back as torch.compile options."""
-    p.add_argument("--no-prefill-rows", dest="prefill_rows", action="store_false",
-                   help="turn off option prefill_rows: a sequence's masked prompt chunk then runs the prompt attention")
-    p.add_argument("--no-split-k", dest="split_k", action="store_false",
-                   help="turn off option split_k: a Linear whose x is too large for one weight stream then runs as blocks of rows")
-    p.add_argument("--no-gemm", dest="gemm", action="store_false",
-                   help="turn off option gemm: a Linear whose x has 32 rows or more (a prompt chunk) then runs as a "
-                        "tile stream, slices of K or blocks of rows")
-    p.add_argument("--wgmma", dest="wgmma", action="store_true",
-                   help="turn on option wgmma: those GEMM streams with bf16 weights multiply on Hopper's wgmma "
-                        "instead of mma.sync (off until checked on the GPU)")
-    p.add_argument("--gemm-row-blocks", dest="gemm_row_blocks", action="store_true",
-                   help="turn on option gemm_row_blocks: a GEMM stream with too few weight rows for the workers (a "
-                        "64-token chunk's q, k, v and o projections) runs as two blocks of 32 rows of x rather than "
-                        "slices of K and a stage of their sums, where its cost model says so (off until timed on the GPU)")
-    p.add_argument("--long-attention-chunks", dest="long_attention_chunks", action="store_true",
-                   help="turn on option long_attention_chunks: a prompt chunk's attention with shared K and V takes "
-                        "chunks of positions long enough for its tasks to fit one wave of the workers, rather than a "
-                        "tile of 64 positions a task (off until timed on the GPU)")
-    p.add_argument("--round-gemm-inputs", dest="round_gemm_inputs", action="store_true",
-                   help="turn on option round_gemm_inputs: the x of each GEMM stream (a prompt chunk's normed hidden "
-                        "states, attention output, SiLU-mul) stays in the weights' dtype, rounded as eager rounds it, "
-                        "rather than fp32: half the bytes and half the multiplies (off until timed on the GPU)")
-    p.add_argument("--no-coarse-events", dest="coarse_events", action="store_false",
-                   help="turn off option coarse_events: every task then waits on exactly the producer tasks it reads, "
-                        "through empty relay tasks where a producer feeds many sets")
-    p.add_argument("--no-fresh-rows", dest="fresh_rows", action="store_false",
-                   help="turn off option fresh_rows: a decode attention then waits for separate RoPE and KV-cache "
-                        "write tasks")
-    p.add_argument("--no-pair-linears", dest="pair_linears", action="store_false",
-                   help="turn off option pair_linears: a gate projection then runs as its own stage before the up "
-                        "projection that reads it")
-    p.add_argument("--no-kv-pages", dest="kv_pages", action="store_false",
-                   help="turn off option kv_pages: a single sequence's decode attention then reads its K and V "
-                        "rows from the cache itself, in chunks of a round of every warp, after its inputs are ready")
-    p.add_argument("--weight-affinity", dest="weight_affinity", action="store_true",
-                   help="turn on option weight_affinity: the blocks of rows of a prompt chunk's Linear that read the "
-                        "same weight rows run on one worker or a few, one after another (off: the GEMMs are bound by "
-                        "the tensor cores, not by HBM, and a 512-token chunk ran 10%% faster round-robin)")
-    p.add_argument("--no-arena-reuse", dest="arena_reuse", action="store_false",
-                   help="turn off option arena_reuse: every temporary then keeps arena bytes of its own")
-    p.add_argument("--no-split-rows", dest="split_rows", action="store_false",
-                   help="turn off option split_rows: a Linear whose x is too tall for one weight stream then reads its weights once per row")
+    """The flags of LOWERING_FLAGS; lowering_options reads them back as
+    torch.compile options."""
+    for name, on, effect in LOWERING_FLAGS:
+        flag = ("--no-" if on else "--") + name.replace("_", "-")
+        p.add_argument(flag, dest=name, action="store_false" if on else "store_true",
+                       help=f"turn {'off' if on else 'on'} option {name}: {effect}")
 
 
 def lowering_options(a: argparse.Namespace) -> dict:
-    return {"split_rows": a.split_rows, "prefill_rows": a.prefill_rows, "split_k": a.split_k, "gemm": a.gemm,
-            "wgmma": a.wgmma, "gemm_row_blocks": a.gemm_row_blocks, "long_attention_chunks": a.long_attention_chunks,
-            "round_gemm_inputs": a.round_gemm_inputs, "coarse_events": a.coarse_events, "fresh_rows": a.fresh_rows, "pair_linears": a.pair_linears,
-            "kv_pages": a.kv_pages, "weight_affinity": a.weight_affinity, "arena_reuse": a.arena_reuse}
+    return {name: getattr(a, name) for name, _, _ in LOWERING_FLAGS}
 
 
 def main(argv: list[str] | None = None) -> int:
