@@ -34,12 +34,14 @@ func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks bool) {
 		var parts int64
 		if op.Attr.Gemm {
 			parts = gemmKParts(op, workers, int64(len(sumInputs(op))))
-			if blocks := gemmRowBlocks(op, workers, parts); rowBlocks && blocks > 1 {
-				M := op.Out.Shape[0]
-				for r0 := int64(0); r0 < M; r0 += M / blocks {
-					ops = append(ops, sliceRows(op, r0, M/blocks))
+			if rowBlocks {
+				if blocks := gemmRowBlocks(op, workers, parts); blocks > 1 {
+					M := op.Out.Shape[0]
+					for r0 := int64(0); r0 < M; r0 += M / blocks {
+						ops = append(ops, sliceRows(op, r0, M/blocks))
+					}
+					continue
 				}
-				continue
 			}
 		} else if splitK {
 			parts = kParts(op, written)
