@@ -218,11 +218,7 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
               for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], ah.x, a8h.x, ah.y, a8h.y, b[nt].x, b[nt].y);
 #pragma unroll
               for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], ah.z, a8h.z, ah.w, a8h.w, b[nt].z, b[nt].w);
-#if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_LO)
-              // Probe (not for use; results rounded): no mmas of the low part.
-              continue;
-#endif
-              if constexpr (MPK_GEMM_HI_ONLY) continue;
+              if constexpr (MPK_GEMM_HI_ONLY) continue;  // (the fourteenth session's trace probe NO_LO)
 #pragma unroll
               for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], al.x, a8l.x, al.y, a8l.y, b[nt].x, b[nt].y);
 #pragma unroll
