@@ -20,15 +20,25 @@ matmul TFLOP/s. A prompt chunk's steps are timed at the starting position
 (--rewind, on by default for --prefill > 1): each step is the chunk after
 --cache-tokens, not the next chunk of a prompt growing a chunk a step.
 Results go to bench/results/decode-<gpu>.json (decode-bB-pP-<gpu>.json for
-other shapes; bench/plot.py draws them)."""
+other shapes; bench/plot.py draws them).
+
+An A/B of mpk's options in one process (the same weights, cache and peers):
+a variant "mpk+NAME+..." is mpk with each lowering option NAME turned over
+from the command line's setting, and each "-DNAME=VALUE" added to
+$MPK_NVCC_EXTRA for its build:
+
+    python bench/decode.py --models llama-3.2-1b --prefill 64 \
+        --variants inductor-ro mpk mpk+round_gemm_inputs mpk+long_attention_chunks+-DMPK_ROWS_MMA=1"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -156,6 +166,40 @@ def cuda_graph_step(model, cache, toks_shape, device):
 
 
 RULE_STEPS = 4  # steps the bf16 rule checks
+PEERS = ("eager", "cuda-graphs", "inductor-ro")
+
+
+def mpk_variant(args, variant: str) -> tuple[dict, list[str]]:
+    """The lowering options and extra nvcc flags of variant "mpk" or
+    "mpk+NAME+-DNAME=VALUE+...": the command line's options with each NAME
+    turned over, and the -D flags."""
+    parts = variant.split("+")
+    if parts[0] != "mpk":
+        raise SystemExit(f"unknown variant {variant!r}: one of {', '.join(PEERS)}, mpk or mpk+OPTION+...")
+    opts, defines = check.lowering_options(args), []
+    for part in parts[1:]:
+        if part.startswith("-D"):
+            defines.append(part)
+        elif part in opts:
+            opts[part] = not opts[part]
+        else:
+            raise SystemExit(f"variant {variant!r}: {part!r} is neither a lowering option ({', '.join(opts)}) nor -DNAME")
+    return opts, defines
+
+
+@contextmanager
+def nvcc_defines(defines: list[str]):
+    """$MPK_NVCC_EXTRA with defines added (part of the build cache's key), for one variant's compile."""
+    old = os.environ.get("MPK_NVCC_EXTRA")
+    if defines:
+        os.environ["MPK_NVCC_EXTRA"] = " ".join(filter(None, [old, *defines]))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MPK_NVCC_EXTRA", None)
+        else:
+            os.environ["MPK_NVCC_EXTRA"] = old
 
 
 def bf16_rule(name, model, fn, cache, state, prompt, max_len, toks_per_step: int = 1,
@@ -196,20 +240,20 @@ def bench_model(name: str, args, bw: float) -> list[dict]:
         "eager": lambda: model,
         "cuda-graphs": lambda: cuda_graph_step(model, cache, (B, P), device),
         "inductor-ro": lambda: torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False),
-        "mpk": lambda: torch.compile(model, backend="mpk", fullgraph=True, dynamic=False,
-                                     options=check.lowering_options(args)),
     }
     rows = []
     for v in args.variants:
         torch.compiler.reset()
         row = {"model": name, "variant": v, "batch": B, "prefill": P, "cache_tokens": args.cache_tokens,
                "capacity": max_len, "rewind": rewinding, "floor_ms": floor_ms}
+        opts, defines = mpk_variant(args, v) if v not in variants else (None, [])
         try:
-            with torch.no_grad():
+            with torch.no_grad(), nvcc_defines(defines):
                 check.restore(cache, state)
-                fn = variants[v]()
+                fn = (variants[v]() if opts is None else
+                      torch.compile(model, backend="mpk", fullgraph=True, dynamic=False, options=opts))
                 fn(input_ids=toks, **cache_kw(cache), use_cache=True)  # compile / capture
-                if v == "mpk" and args.check:
+                if opts is not None and args.check:
                     problems = bf16_rule(name, model, fn, cache, state, prompt, max_len, P)
                     row["bf16_rule"] = "PASS" if not problems else "FAIL: " + "; ".join(problems)
                     if problems:
@@ -261,6 +305,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-check", dest="check", action="store_false", help="skip mpk's bf16-rule check")
     p.add_argument("--json", help="write all rows here (default: bench/results/decode-<gpu>.json)")
     args = p.parse_args(argv)
+    for v in args.variants:  # a misspelt variant fails before any model loads
+        if v not in PEERS:
+            mpk_variant(args, v)
     check.ensure_backend_registered()
     bw = copy_bandwidth("cuda")
     gpu = torch.cuda.get_device_name()
