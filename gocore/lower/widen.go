@@ -55,9 +55,9 @@ func dropHalfCasts(e *ir.Expr) *ir.Expr {
 // (markGemm) read, each as its x, in the weights' dtype: a prompt chunk's
 // normed hidden states, attention output and SiLU·mul, rounded there as
 // eager rounds them (option round_gemm_inputs). A GEMM stream then stages x
-// as it is, half the bytes each of its tasks reads from L2 (at 64 rows the
-// GEMM tasks move as much x as weights), and multiplies it once, where an
-// fp32 x is split into hi + lo and multiplied twice.
+// as it is, half the bytes each of its tasks reads from L2 (at 64 rows of
+// fp32 a task reads twice as many bytes of x as of weights), and multiplies
+// it once, where an fp32 x is split into hi + lo and multiplied twice.
 func gemmInputs(g *ir.Graph) map[*ir.Buffer]bool {
 	keep, other := map[*ir.Buffer]bool{}, map[*ir.Buffer]bool{}
 	for _, op := range g.Ops {
