@@ -76,10 +76,9 @@ type Config struct {
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks, LongAttentionChunks: o.LongAttentionChunks,
-		RoundGemmInputs: o.RoundGemmInputs,
-		FreshRows:       o.FreshRows,
-		PairLinears:     o.PairLinears, KVPages: o.KVPages}
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks,
+		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
+		PairLinears: o.PairLinears, KVPages: o.KVPages}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

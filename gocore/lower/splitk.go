@@ -36,10 +36,7 @@ func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks bool) {
 			parts = gemmKParts(op, workers, int64(len(sumInputs(op))))
 			if rowBlocks {
 				if blocks := gemmRowBlocks(op, workers, parts); blocks > 1 {
-					M := op.Out.Shape[0]
-					for r0 := int64(0); r0 < M; r0 += M / blocks {
-						ops = append(ops, sliceRows(op, r0, M/blocks))
-					}
+					ops = append(ops, sliceRowBlocks(op, op.Out.Shape[0]/blocks)...)
 					continue
 				}
 			}

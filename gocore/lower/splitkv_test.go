@@ -127,17 +127,13 @@ func TestSharedKVTasksAreBounded(t *testing.T) {
 	}
 	// long_attention_chunks: as many chunks as one wave of tasks holds, at
 	// least two (a 512-token prompt's 256 tasks a chunk are past a wave).
-	for _, c := range []struct{ Sq, S, splits int64 }{
-		{64, 576, 9},    // 2 x 4 = 8 tasks a chunk: 16 chunks would fit, 9 tiles
-		{64, 776, 4},    // llama-3.2-1b's 8 KV heads x 4 blocks: 32 a chunk, 4 fit
-		{512, 2056, 2},  // 2 x 32 = 64 a chunk: 2 fit
-		{2048, 2056, 2}, // 256 a chunk: none fits a wave, two chunks still
+	for _, c := range []struct{ Sq, S, kvHeads, splits int64 }{
+		{64, 576, 2, 9},    // 2 x 4 = 8 tasks a chunk: 16 chunks would fit, 9 tiles
+		{64, 776, 8, 4},    // llama-3.2-1b's 8 KV heads x 4 blocks: 32 a chunk, 4 fit
+		{512, 2056, 2, 2},  // 2 x 32 = 64 a chunk: 2 fit
+		{2048, 2056, 2, 2}, // 256 a chunk: none fits a wave, two chunks still
 	} {
-		kvHeads := int64(2)
-		if c.S == 776 {
-			kvHeads = 8
-		}
-		b, a := promptAttentionHeads(1, c.Sq, c.S, kvHeads, true)
+		b, a := promptAttentionHeads(1, c.Sq, c.S, c.kvHeads, true)
 		splitAttention(b.g, 132, true, false, true)
 		if !a.Attr.SharedKV || a.Attr.Splits != c.splits {
 			t.Errorf("long chunks %+v: shared K and V %v, %d splits", c, a.Attr.SharedKV, a.Attr.Splits)

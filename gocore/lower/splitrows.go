@@ -31,9 +31,7 @@ func splitLinearRows(g *ir.Graph) {
 			ops = append(ops, op)
 			continue
 		}
-		for r0 := int64(0); r0 < M; r0 += rows {
-			ops = append(ops, sliceRows(op, r0, min(rows, M-r0)))
-		}
+		ops = append(ops, sliceRowBlocks(op, rows)...)
 	}
 	g.Ops = ops
 }
@@ -58,6 +56,16 @@ func rowSliceable(op *ir.Op) bool {
 	}
 	e := op.Attr.Epi
 	return e == nil || e.Expr == nil || !hasIndex(e.Expr)
+}
+
+// sliceRowBlocks is op as Linears over blocks of rows of x (the last block
+// shorter where rows does not divide x's).
+func sliceRowBlocks(op *ir.Op, rows int64) []*ir.Op {
+	var ops []*ir.Op
+	for M, r0 := op.Out.Shape[0], int64(0); r0 < M; r0 += rows {
+		ops = append(ops, sliceRows(op, r0, min(rows, M-r0)))
+	}
+	return ops
 }
 
 // sliceRows is op on rows [r0, r0+n) of x: every operand but the weight,
