@@ -183,11 +183,12 @@ def test_check_gemm(core_lib, fresh_dynamo, mask):
     """gemm (on by default): a 64-token chunk's x (64 × 1,024) is too large
     for a tile stream, so every Linear is a GEMM stream: its RMSNorms stay
     ops of their own (writing x in bf16), and the k and v projections (N =
-    512: 8 tasks of 64 rows) run as 2 slices of K on 16 workers, summed;
+    512: 8 tasks of 64 rows) run as 2 slices of K on 16 workers, summed
+    (without gemm_row_blocks, which runs them over blocks of rows instead);
     the reference target runs the same op graph the cuda target would."""
     lines = []
     res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
-                          steps=2, seed=0, workers=16, log=lines.append, mask=mask)
+                          steps=2, seed=0, workers=16, log=lines.append, mask=mask, options={"gemm_row_blocks": False})
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
     assert labels.count("rmsnorm") == 2 * 2 + 1, f"want the norms unfolded (2 a layer and the last): {labels}"
@@ -196,7 +197,7 @@ def test_check_gemm(core_lib, fresh_dynamo, mask):
 
 
 def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
-    """gemm_row_blocks (off by default): the k and v projections of a
+    """gemm_row_blocks (on by default): the k and v projections of a
     64-token chunk (8 tasks of 64 weight rows on 16 workers) run as 2 GEMM
     streams over blocks of 32 rows of x, K whole, where test_check_gemm
     cuts K into 2 slices and sums them: no sum op, and the same results."""
@@ -211,7 +212,7 @@ def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
 
 
 def test_check_long_attention_chunks(core_lib, fresh_dynamo):
-    """long_attention_chunks (off by default): a 64-token chunk's attention
+    """long_attention_chunks (on by default): a 64-token chunk's attention
     over a cache of 272 positions on 16 workers (4 KV heads x 4 blocks of 16
     rows: 16 tasks a chunk) takes 2 chunks of 136 positions a layer, each
     task reading 3 tiles one after another, where it takes 5 chunks of a

@@ -117,7 +117,7 @@ def test_cuda_gemm(core_lib, fresh_dynamo, model, batch, prefill, workers, mask)
 
 @pytest.mark.parametrize("workers", [None, 16])
 def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
-    """gemm_row_blocks (off by default) on the GPU: a 64-token chunk's GEMM
+    """gemm_row_blocks (on by default) on the GPU: a 64-token chunk's GEMM
     streams that would be cut along K (k and v on 16 workers; q, k, v and o
     on 132) run over 2 blocks of 32 rows of x, K whole, with no sum op."""
     lines = []
@@ -142,12 +142,11 @@ def test_cuda_round_gemm_inputs(core_lib, fresh_dynamo, prefill, workers):
 
 @pytest.mark.parametrize("rows_mma", [False, True])
 def test_cuda_long_attention_chunks(core_lib, fresh_dynamo, monkeypatch, rows_mma):
-    """long_attention_chunks (off by default) on the GPU: a 64-token chunk's
+    """long_attention_chunks (on by default) on the GPU: a 64-token chunk's
     attention over 272 positions in 2 chunks of 136 a layer on 16 workers,
     each task reading 3 tiles of K and V one after another, on the scalar
-    body and on the tensor cores (MPK_ROWS_MMA=1)."""
-    if rows_mma:
-        monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_ROWS_MMA=1")  # part of the build cache's key
+    body (MPK_ROWS_MMA=0) and on the tensor cores (the default)."""
+    monkeypatch.setenv("MPK_NVCC_EXTRA", f"-DMPK_ROWS_MMA={int(rows_mma)}")  # part of the build cache's key
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", prefill=64, cache_tokens=16, capacity=272, steps=2,
                           seed=0, workers=16, log=lines.append, mask=True, options={"long_attention_chunks": True})
@@ -199,7 +198,7 @@ def test_cuda_prompt_chunk_over_a_long_cache(core_lib, fresh_dynamo):
     ("small-llama", 32, 64, 0, False), ("small-llama", 48, 40, 0, True), ("small-llama", 64, 300, 1024, False),
     ("tiny-llama", 16, 20, 0, True), ("wide-llama", 64, 300, 4096, True)])
 def test_cuda_rows_mma(core_lib, fresh_dynamo, monkeypatch, model, prefill, cache_tokens, capacity, mask):
-    """attention_rows on the tensor cores (MPK_ROWS_MMA=1, head dims 64, 16
+    """attention_rows on the tensor cores (MPK_ROWS_MMA=1, the default; head dims 64, 16
     and 128, the last in two parts of 64 columns): prompt chunks of 16 to 64
     rows, with and without a mask, and over long caches whose chunks take
     several tiles of 64 positions."""

@@ -394,12 +394,12 @@ LOWERING_FLAGS = (
                    "or blocks of rows"),
     ("wgmma", False, "those GEMM streams with bf16 weights multiply on Hopper's wgmma instead of mma.sync (off until "
                      "checked on the GPU)"),
-    ("gemm_row_blocks", False, "a GEMM stream with too few weight rows for the workers (a 64-token chunk's q, k, v "
-                               "and o projections) runs as two blocks of 32 rows of x rather than slices of K and a "
-                               "stage of their sums, where its cost model says so (off until timed on the GPU)"),
-    ("long_attention_chunks", False, "a prompt chunk's attention with shared K and V takes chunks of positions long "
-                                     "enough for its tasks to fit one wave of the workers, rather than a tile of 64 "
-                                     "positions a task (off until timed on the GPU)"),
+    ("gemm_row_blocks", True, "a GEMM stream with too few weight rows for the workers (a 64-token chunk's q, k, v "
+                               "and o projections) then runs as slices of K and a stage of their sums rather than "
+                               "blocks of 32 rows of x"),
+    ("long_attention_chunks", True, "a prompt chunk's attention with shared K and V then takes a tile of 64 "
+                                     "positions a task rather than chunks long enough for its tasks to fit one wave "
+                                     "of the workers"),
     ("round_gemm_inputs", False, "the x of each GEMM stream (a prompt chunk's normed hidden states, attention "
                                  "output, SiLU-mul) stays in the weights' dtype, rounded as eager rounds it, rather "
                                  "than fp32: half the bytes and half the multiplies (off until timed on the GPU)"),
