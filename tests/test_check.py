@@ -226,6 +226,18 @@ def test_check_long_attention_chunks(core_lib, fresh_dynamo):
         assert res.summary["tasks_by_op"]["attention"] == 2 * 16 * chunks, (on, res.summary["tasks_by_op"])
 
 
+def test_check_pair_gemm(core_lib, fresh_dynamo):
+    """pair_gemm (off by default): a 64-token chunk's gate GEMM stream folds
+    into the up projection whose SiLU·mul reads it, in both layers (one op
+    streams both weights), and the step still passes the check."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
+                          steps=2, seed=0, workers=16, log=lines.append, mask=True, options={"pair_gemm": True})
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    assert sum(l.startswith("pair:linear") for l in labels) == 2, labels
+
+
 def test_check_round_gemm_inputs(core_lib, fresh_dynamo):
     """round_gemm_inputs (off by default): a 64-token chunk's GEMM streams
     read x in bf16 (the norms', the attention's and the SiLU·mul's outputs

@@ -67,7 +67,7 @@ struct Stream {
   int64_t row_bytes;  // tile pages: bytes from one weight row to the next; kv_j0 >= 0: a K (or V) row's bytes
   int32_t col_major;  // tile pages: 1: each block of columns' row groups, block after block (gemm); 0: each row group's blocks
   int32_t pair_slot;  // a paired linear's second weight: its pointer slot; -1: none
-  int64_t pair_offset;  // bytes from that slot's base to the task's first row (bytes of them, after the first weight's)
+  int64_t pair_offset;  // bytes from that slot's base to the task's first row (bytes of them, after the first weight's; gemm: a block's after its)
   int32_t kv_j0;  // a kv_pages chunk cut to the live length (MPK_KV_LIVE): its first position; -1: whole
 };
 

@@ -122,12 +122,15 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     }
     const int64_t rows = sd.bytes / sd.row_bytes;
     if (sd.col_major) {  // a GEMM stream (tasks/gemm.cuh): each block of columns' row groups, block after block
+      // A pair's block: the first weight's row groups, then the second's.
+      const char* src2 = sd.pair_slot >= 0 ? static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset : nullptr;
       for (int64_t col = 0; col < sd.row_span; col += sd.page_bytes)
-        for (int64_t r = 0; r < rows; r += sd.tile_rows, ++seq) {
-          if (!acquire(queue[q])) return;
-          ring.fill_rows(seq, src + r * sd.row_bytes + col, (int)min((int64_t)sd.tile_rows, rows - r), sd.row_bytes,
-                         (uint32_t)sd.page_bytes, policy);
-        }
+        for (int part = 0; part < (src2 ? 2 : 1); ++part)
+          for (int64_t r = 0; r < rows; r += sd.tile_rows, ++seq) {
+            if (!acquire(queue[q])) return;
+            ring.fill_rows(seq, (part ? src2 : src) + r * sd.row_bytes + col, (int)min((int64_t)sd.tile_rows, rows - r),
+                           sd.row_bytes, (uint32_t)sd.page_bytes, policy);
+          }
       continue;
     }
     for (int64_t r = 0; r < rows; r += sd.tile_rows)

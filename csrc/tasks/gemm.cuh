@@ -17,8 +17,9 @@
 // that type.
 //
 // The consumer warps split a block three ways: by page (the task's rows
-// 0-31 or 32-63: wn), by x's 16-row m-tiles (two a warp: wm) and by columns
-// (wk, the rest). A warp's mma.sync m16n8k16 tiles take 16 contiguous bytes
+// 0-31 or 32-63: wn; a pair's four pages, the first weight's two then the
+// second's, as the loader sends them), by x's 16-row m-tiles (two a warp:
+// wm) and by columns (wk, the rest). A warp's mma.sync m16n8k16 tiles take 16 contiguous bytes
 // of a row of x and of W a lane and feed them to two mmas as their k-pairs
 // (as linear_tiles does: a dot product does not care which k pairs with
 // which, as long as x and W use the same order). After the last block the
@@ -43,14 +44,35 @@ constexpr int kGemmPitchF = kGemmCols + 4;  // the same in fp32 (x with its low 
 #endif
 
 // The warp split for M rows of x (mirrored by gocore/stream.GemmWarpsK):
-// m-tiles of 16 rows, two a warp, two pages; the rest of the warps split a
-// block's columns.
+// m-tiles of 16 rows, two a warp, two pages of each of NW weights (2: a
+// pair); the rest of the warps split a block's columns.
 __host__ __device__ constexpr int gemm_m_tiles(int M) { return (M + 15) / 16; }
 __host__ __device__ constexpr int gemm_warps_m(int M) { return (gemm_m_tiles(M) + 1) / 2; }
-__host__ __device__ constexpr int gemm_warps_k(int M) { return kConsumerWarps / (2 * gemm_warps_m(M)); }
+__host__ __device__ constexpr int gemm_warps_k(int M, int NW = 1) { return kConsumerWarps / (2 * NW * gemm_warps_m(M)); }
+
+// MPK_GEMM_X_DEPTH (an A/B knob, bench/NOTES.md thirtieth session): up to
+// this many blocks of x staged at once where the module's shared memory
+// (SHARED, what codegen reserved for its largest task) holds them, so
+// blocks kb + 1 .. kb + depth - 1 are in flight while block kb's mmas run:
+// a 32-row block of an fp32 x takes 33 KB, and a 64-token chunk's module
+// reserves four of them (a 64-row x's two). Each block's x is an L2 round
+// trip (~2-3 us under the weight stream, the traces' "staged"), longer
+// than a block's mmas.
+#ifndef MPK_GEMM_X_DEPTH
+#define MPK_GEMM_X_DEPTH 2
+#endif
+
+// gemm_x_buffers is how many blocks of x a GEMM stream of M rows stages at
+// once in `shared` bytes: at least two (gemm_scratch_bytes reserves them),
+// at most MPK_GEMM_X_DEPTH.
+__host__ __device__ constexpr int gemm_x_buffers(int M, bool lo, int shared) {
+  const int n = shared / (lo ? M * kGemmPitchF * 4 : M * kGemmPitch * 2);
+  return n < 2 || MPK_GEMM_X_DEPTH < 2 ? 2 : n < MPK_GEMM_X_DEPTH ? n : MPK_GEMM_X_DEPTH;
+}
 
 // The task's shared memory (stream.GemmScratch): x's two blocks, or, once
-// the last block is done, every column warp's partials of the outputs.
+// the last block is done, every column warp's partials of the outputs (a
+// pair's: half the column warps, twice the outputs).
 __host__ __device__ constexpr int gemm_scratch_bytes(int M, bool lo) {
   const int x = lo ? 2 * M * kGemmPitchF * 4 : 2 * M * kGemmPitch * 2, partials = gemm_warps_k(M) * M * kGemmRows * 4;
   return x > partials ? x : partials;
@@ -102,6 +124,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// cp_async_wait_pending waits until at most `pending` of this thread's latest groups are in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait_pending() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(pending) : "memory");
+}
 
 // stage_gemm_x stages block kb of x's M rows ([M][kGemmCols] of S, row m at
 // xb + m·PITCH): fp32 with its low part (S = float), else rounded to the
@@ -148,29 +176,42 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
   }
 }
 
-template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int SHARED, int N>
 __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(sizeof(T) == 2, "GEMM streams take 2-byte weights");
-  static_assert(!kIsPair<EPI>, "a paired Linear streams with x in registers only (stream.For)");
   static_assert(K % kGemmCols == 0 && M >= 1 && M <= 64, "codegen and the task library disagree on a GEMM stream");
   using S = typename std::conditional<LO, float, T>::type;  // x's staged type
-  constexpr int MT = gemm_m_tiles(M), WK = gemm_warps_k(M), MTW = MT < 2 ? MT : 2, KW = kGemmCols / WK;
+  constexpr int NW = kIsPair<EPI> ? 2 : 1;                 // weights a task streams (a pair: gate's rows, then up's)
+  constexpr int MT = gemm_m_tiles(M), WK = gemm_warps_k(M, NW), MTW = MT < 2 ? MT : 2, KW = kGemmCols / WK;
+  constexpr int RW = NW * kGemmRows;  // a row of the partials: the task's outputs of each weight
+  static_assert(WK * NW == gemm_warps_k(M), "a pair's partials take the bytes gemm_scratch_bytes reserves");
   constexpr int KB = K / kGemmCols, PITCH = LO ? kGemmPitchF : kGemmPitch, E = (int)sizeof(S);
   static_assert(KW % 32 == 0, "a warp takes whole 32-column slices of a block");
-  S* xs = reinterpret_cast<S*>(c.smem);  // [2][M][PITCH]
+  constexpr int NB = gemm_x_buffers(M, LO, SHARED);  // blocks of x staged at once
+  S* xs = reinterpret_cast<S*>(c.smem);               // [NB][M][PITCH]: block kb in buffer kb % NB
+  auto buffer = [&](int kb) { return xs + kb % NB * M * PITCH; };
   const View& x = op.in[0];
   const bool copy = x.dtype == (LO ? (int32_t)DT_FLOAT32 : dtype_of<T>()) && float_row2(x) && x.stride[0] % (16 / E) == 0 &&
                     (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * E) % 16 == 0;
   const bool rows4 = rows4_ok<K>(x, s);
-  stage_gemm_x<S, PITCH, M>(x, 0, xs, copy, rows4, s);
-  cp_async_wait_all();
+  if (copy) {  // blocks 0 .. NB - 2 in flight, a cp.async group each; block 0 waited for
+#pragma unroll 1
+    for (int b = 0; b < NB - 1; ++b) {
+      if (b < KB) stage_gemm_x<S, PITCH, M>(x, b, buffer(b), true, rows4, s);
+      cp_async_commit();
+    }
+    cp_async_wait_pending<NB - 2>();
+  } else {
+    stage_gemm_x<S, PITCH, M>(x, 0, xs, false, rows4, s);
+  }
   consumer_sync();
   mark_staged();
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-  const int wk = warp % WK, wn = warp / WK % 2, wm = warp / (2 * WK);
-  const int rows = hi - lo, pages = (rows + kGemmPageRows - 1) / kGemmPageRows;  // pages a block: 1 or 2
+  const int wk = warp % WK, wn = warp / WK % (2 * NW), wm = warp / (2 * NW * WK);
+  const int rows = hi - lo, per = (rows + kGemmPageRows - 1) / kGemmPageRows;  // pages a block a weight: 1 or 2
+  const int pages = NW * per, mine = wn % 2 < per ? wn / 2 * per + wn % 2 : -1;  // the block's page this warp takes
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float acc[MTW][4][4];
 #pragma unroll
@@ -179,22 +220,26 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
     for (int nt = 0; nt < 4; ++nt) acc[mi][nt][0] = acc[mi][nt][1] = acc[mi][nt][2] = acc[mi][nt][3] = 0.f;
 #pragma unroll 1
   for (int kb = 0; kb < KB; ++kb) {
-    // The other buffer was last read in block kb - 1, before the barrier that ended it.
-    S* nb = xs + ((kb + 1) & 1) * M * PITCH;
+    // Block kb + NB - 1 goes to the buffer block kb - 1 took, last read
+    // before the barrier that ended it; one group a block, empty past the
+    // last, so the wait below counts alike.
+    if (copy) {
 #if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_X)
-    // Probe (not for use; results wrong): every block reuses block 0's x, so
-    // the trace shows what staging x costs.
-    if (false)
+      // Probe (not for use; results wrong): every block reuses block 0's x,
+      // so the trace shows what staging x costs.
+      if (false)
 #endif
-    if (copy && kb + 1 < KB) stage_gemm_x<S, PITCH, M>(x, kb + 1, nb, true, rows4, s);  // in flight during the mmas
+      if (kb + NB - 1 < KB) stage_gemm_x<S, PITCH, M>(x, kb + NB - 1, buffer(kb + NB - 1), true, rows4, s);
+      cp_async_commit();
+    }
 #if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_X)
     const uint32_t xb = smem_u32(xs);
 #else
-    const uint32_t xb = smem_u32(xs + (kb & 1) * M * PITCH);
+    const uint32_t xb = smem_u32(buffer(kb));
 #endif
 #pragma unroll 1
     for (int p = 0; p < pages; ++p, ++seq) {
-      if (p == wn) {
+      if (p == mine) {
         wait_page(ring, seq, c.abort);
         const uint32_t wp = smem_u32(ring.page(seq));
         // A slice of 32 columns at a time, few registers live beside the 32
@@ -247,33 +292,37 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
       }
       ring.release(seq);
     }
-    if (copy) cp_async_wait_all();
-    else if (kb + 1 < KB) stage_gemm_x<S, PITCH, M>(x, kb + 1, nb, false, rows4, s);
+    if (copy) cp_async_wait_pending<NB - 2>();  // block kb + 1 landed
+    else if (kb + 1 < KB) stage_gemm_x<S, PITCH, M>(x, kb + 1, buffer(kb + 1), false, rows4, s);
     consumer_sync();
   }
   mark_dots();
   // Lane (g, t) holds x's rows g and g + 8 of each m-tile times the page's
-  // rows nt·8 + 2t and 2t + 1; the partials go to red[wk][m][n] (x's blocks
-  // are no longer read: the last block ended with a barrier).
+  // rows nt·8 + 2t and 2t + 1; the partials go to red[wk][m][n], n past
+  // kGemmRows for a pair's second weight (x's blocks are no longer read: the
+  // last block ended with a barrier).
   float* red = reinterpret_cast<float*>(c.smem);
 #pragma unroll
   for (int mi = 0; mi < MTW; ++mi) {
     const int m = (wm * MTW + mi) * 16 + g;
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      const int n = wn * kGemmPageRows + nt * 8 + 2 * t;
-      float* r = red + (wk * M) * kGemmRows + n;
-      if (m < M) r[m * kGemmRows] = acc[mi][nt][0], r[m * kGemmRows + 1] = acc[mi][nt][1];
-      if (m + 8 < M) r[(m + 8) * kGemmRows] = acc[mi][nt][2], r[(m + 8) * kGemmRows + 1] = acc[mi][nt][3];
+      const int n = wn / 2 * kGemmRows + wn % 2 * kGemmPageRows + nt * 8 + 2 * t;
+      float* r = red + (wk * M) * RW + n;
+      if (m < M) r[m * RW] = acc[mi][nt][0], r[m * RW + 1] = acc[mi][nt][1];
+      if (m + 8 < M) r[(m + 8) * RW] = acc[mi][nt][2], r[(m + 8) * RW + 1] = acc[mi][nt][3];
     }
   }
   consumer_sync();
   for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
     const int m = i / rows, n = i % rows;
-    float v = 0.f;
+    float v = 0.f, v2 = 0.f;
 #pragma unroll
-    for (int w = 0; w < WK; ++w) v += red[(w * M + m) * kGemmRows + n];
-    store_out<RESID, EPI>(op, m, lo + n, v, s);
+    for (int w = 0; w < WK; ++w) {
+      v += red[(w * M + m) * RW + n];
+      if constexpr (NW == 2) v2 += red[(w * M + m) * RW + kGemmRows + n];
+    }
+    store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
   }
   return seq;
 }

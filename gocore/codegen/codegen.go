@@ -277,10 +277,14 @@ func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph, split
 			if p.Gemm {
 				rows, colMajor = stream.GemmPageRows, 1
 			}
-			first := (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes
+			rowsAt := func(w ir.View) int64 { return (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes }
 			bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
-			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d, -1, 0, -1},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, first, bytes,
-				rows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes, colMajor)
+			pairSlot, pairFirst := -1, int64(0)
+			if w2, ok := op.PairWeight(); ok { // a paired GEMM stream: each block's second-weight pages after the first's
+				pairSlot, pairFirst = gen.l.slot[w2.Buf], rowsAt(w2)
+			}
+			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, -1},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, rowsAt(w), bytes,
+				rows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes, colMajor, pairSlot, pairFirst)
 			continue
 		}
 		rowsAt := func(w ir.View) int64 { return (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes }
@@ -455,7 +459,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				T, K, p.M, p.XLow, op.Attr.Residual, epi)
 			ret = true
 		} else if p, ok := gen.plans[op]; ok && p.Gemm { // x staged a block at a time: never reused (no xkey)
-			code = fmt.Sprintf("mpk::linear_gemm<%s, %d, %d, %v, kRingSlots, %v, %s>(op, lo, hi, s, c)",
+			code = fmt.Sprintf("mpk::linear_gemm<%s, %d, %d, %v, kRingSlots, %v, %s, kSharedBytes>(op, lo, hi, s, c)",
 				T, K, p.M, p.XLow, op.Attr.Residual, epi)
 			ret = true
 		} else if p, ok := gen.plans[op]; ok && p.Tiles {

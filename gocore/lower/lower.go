@@ -66,6 +66,9 @@ type Config struct {
 	// PairLinears folds a gate projection into the up projection whose
 	// store reads it (pairLinears): one dependent stage fewer a layer.
 	PairLinears bool
+	// PairGemm lets pairLinears pair GEMM streams too: a task's x block
+	// meets the rows of both weights (mpk::linear_gemm with a PairEpi).
+	PairGemm bool
 	// KVPages cuts a single sequence's decode attention into chunks of
 	// kvPagePositions positions, a unit of a KV head's query heads each
 	// (splitAttention), so that codegen can stream each task's K and V
@@ -78,7 +81,7 @@ func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
 		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
-		PairLinears: o.PairLinears, KVPages: o.KVPages}
+		PairLinears: o.PairLinears, PairGemm: o.PairGemm, KVPages: o.KVPages}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -10,21 +10,23 @@ import (
 // into that Linear: both read the same x, so one task streams the rows
 // [lo, hi) of both weights and meets the two products in its store
 // (ir.Epilogue.Pair). A layer's MLP loses a dependent stage, a task entry
-// per worker, and the gate's store and reload. Only where both stream with
-// x in registers (stream.Plan without tiles), the plan a paired Linear has.
-func pairLinears(g *ir.Graph) {
+// per worker, and the gate's store and reload. Where both stream with x in
+// registers (stream.Plan without tiles), or, with gemm, where both are GEMM
+// streams on mma.sync (a prompt chunk's MLP: each block of x staged once for
+// the rows of both weights, half the x bytes a weight byte).
+func pairLinears(g *ir.Graph, gemm bool) {
 	u := analyze(g)
 	index := opIndex(g)
 	written := stream.Writers(g)
 	dead := map[*ir.Op]bool{}
 	for _, up := range g.Ops {
-		if !pairable(up, written) || up.Attr.Epi == nil || dead[up] {
+		if !pairable(up, written, gemm) || up.Attr.Epi == nil || dead[up] {
 			continue
 		}
 		epi := up.Attr.Epi
 		for j, v := range up.EpiIn() {
 			gate := u.soleWriter(v.Buf)
-			if gate == nil || dead[gate] || !pairFits(g, u, index, gate, up, v, written) {
+			if gate == nil || dead[gate] || !pairFits(g, u, index, gate, up, v, written, gemm) {
 				continue
 			}
 			up.In[epi.First+j] = gate.In[1]
@@ -38,23 +40,26 @@ func pairLinears(g *ir.Graph) {
 }
 
 // pairable says whether op may take part in a pair: a Linear that streams
-// its weights with x in registers, uncut along K, with no epilogue of its
+// its weights with x in registers (or, with gemm, as a GEMM stream on
+// mma.sync), uncut along K, its weight rows K apart, with no epilogue of its
 // own beyond the one that reads its partner.
-func pairable(op *ir.Op, written func(*ir.Buffer) bool) bool {
-	if op.Kind != ir.Linear || op.Attr.KParts > 1 || op.Attr.Gemm || op.Attr.Residual || op.Out.Rank() != 2 ||
+func pairable(op *ir.Op, written func(*ir.Buffer) bool, gemm bool) bool {
+	if op.Kind != ir.Linear || op.Attr.KParts > 1 || (op.Attr.Gemm && !gemm) || op.Attr.Residual || op.Out.Rank() != 2 ||
 		op.In[1].Rank() != 2 || (op.Attr.Epi != nil && op.Attr.Epi.Pair > 0) {
 		return false
 	}
 	p, ok := stream.For(op, written)
-	return ok && !p.Tiles && !p.Gemm
+	return ok && !p.Tiles && !p.Wgmma && (!p.Gemm || p.RowStride == p.K)
 }
 
 // pairFits reports whether gate, the sole writer of up's epilogue input v,
 // can fold into up: it reads the same x, its weight has up's shape and
 // dtype, up alone reads its whole product element for element, and nothing
 // between them writes what gate reads (gate's work moves to up's place).
-func pairFits(g *ir.Graph, u uses, index map[*ir.Op]int, gate, up *ir.Op, v ir.View, written func(*ir.Buffer) bool) bool {
-	if !pairable(gate, written) || gate.Attr.Epi != nil || gate.XKey() != up.XKey() || index[gate] > index[up] ||
+func pairFits(g *ir.Graph, u uses, index map[*ir.Op]int, gate, up *ir.Op, v ir.View, written func(*ir.Buffer) bool,
+	gemm bool) bool {
+	if !pairable(gate, written, gemm) || gate.Attr.Epi != nil || gate.Attr.Gemm != up.Attr.Gemm || gate.XKey() != up.XKey() ||
+		index[gate] > index[up] ||
 		gate.Out.Buf.Kind != ir.Temp || !gate.Out.IsWhole() || !u.onlyReader(gate.Out.Buf, up) ||
 		!equalShape(gate.Out.Shape, up.Out.Shape) || !equalShape(gate.In[1].Shape, up.In[1].Shape) ||
 		gate.In[1].DType() != up.In[1].DType() || gate.LinearK() != up.LinearK() {

@@ -8,8 +8,9 @@ import (
 
 // mlp builds a gate and an up projection of x (M rows, K = 256, N = 64)
 // whose store computes SiLU(gate)·up (fuseEpilogue's result), and lets edit
-// change the graph before pairLinears runs; it returns the up projection.
-func mlp(t *testing.T, M int64, edit func(b *builder, x ir.View, gate, up *ir.Op)) (*ir.Graph, *ir.Op, *ir.Op) {
+// change the graph before pairLinears (GEMM streams paired or not) runs; it
+// returns the up projection.
+func mlp(t *testing.T, M int64, gemm bool, edit func(b *builder, x ir.View, gate, up *ir.Op)) (*ir.Graph, *ir.Op, *ir.Op) {
 	t.Helper()
 	b := newBuilder()
 	x := b.input("x", ir.BF16, M, 256)
@@ -20,12 +21,12 @@ func mlp(t *testing.T, M int64, edit func(b *builder, x ir.View, gate, up *ir.Op
 	if edit != nil {
 		edit(b, x, gate, up)
 	}
-	run(t, b.g, pairLinears)
+	run(t, b.g, func(g *ir.Graph) { pairLinears(g, gemm) })
 	return b.g, gate, up
 }
 
 func TestPairLinears(t *testing.T) {
-	g, gate, up := mlp(t, 1, nil)
+	g, gate, up := mlp(t, 1, false, nil)
 	w2, ok := up.PairWeight()
 	if !ok || w2.Buf != gate.In[1].Buf || up.Attr.Epi.Pair != 1 || up.Attr.Epi.PairDType != ir.F32 || len(g.Ops) != 1 {
 		t.Fatalf("gate and up did not pair: %s, pair %+v", kinds(g), up.Attr.Epi)
@@ -52,7 +53,31 @@ func TestPairLinears(t *testing.T) {
 		}},
 		"x not in registers (4 rows: tiles)": {4, nil},
 	} {
-		g, gate, up := mlp(t, c.M, c.edit)
+		g, gate, up := mlp(t, c.M, false, c.edit)
+		if _, ok := up.PairWeight(); ok || len(g.Ops) < 2 || g.Ops[0] != gate {
+			t.Errorf("%s: paired anyway: %s", name, kinds(g))
+		}
+	}
+}
+
+// TestPairGemmLinears: a prompt chunk's gate and up GEMM streams pair only
+// when asked (option pair_gemm), and never on wgmma.
+func TestPairGemmLinears(t *testing.T) {
+	asGemm := func(wgmma bool) func(b *builder, x ir.View, gate, up *ir.Op) {
+		return func(_ *builder, _ ir.View, gate, up *ir.Op) {
+			for _, op := range []*ir.Op{gate, up} {
+				op.Attr.Gemm, op.Attr.Wgmma = true, wgmma
+			}
+		}
+	}
+	g, gate, up := mlp(t, 64, true, asGemm(false))
+	if w2, ok := up.PairWeight(); !ok || w2.Buf != gate.In[1].Buf || len(g.Ops) != 1 || !up.Attr.Gemm {
+		t.Fatalf("GEMM gate and up did not pair: %s", kinds(g))
+	}
+	for name, c := range map[string]struct {
+		gemm, wgmma bool
+	}{"pair_gemm off": {false, false}, "on wgmma": {true, true}} {
+		g, gate, up := mlp(t, 64, c.gemm, asGemm(c.wgmma))
 		if _, ok := up.PairWeight(); ok || len(g.Ops) < 2 || g.Ops[0] != gate {
 			t.Errorf("%s: paired anyway: %s", name, kinds(g))
 		}

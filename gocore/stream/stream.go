@@ -98,7 +98,8 @@ func TileXBytes(K, M, esz int64, low bool) int64 {
 
 // GemmWarpsK mirrors mpk::gemm_warps_k: the consumer warps that split a
 // block of K in a GEMM stream of M rows (the rest split the rows of x and
-// the two pages).
+// the two pages). A pair's tasks have four pages a block and half as many
+// (the partials take the same bytes: twice the rows).
 func GemmWarpsK(M int64) int64 {
 	mt := (M + 15) / 16
 	return consumerWarps / (2 * ((mt + 1) / 2))
@@ -205,16 +206,19 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		// An fp32 x (every intermediate) keeps its low part: x = hi + lo,
 		// each on the tensor cores (rounded, a 64-token chunk's argmax
 		// left both fp32's and eager's at a near tie).
-		return Plan{M: M, K: K, ElemBytes: esz, PageBytes: GemmPageRows * GemmCols * esz, Split: K / GemmCols, Gemm: true,
+		p := Plan{M: M, K: K, ElemBytes: esz, PageBytes: GemmPageRows * GemmCols * esz, Split: K / GemmCols, Gemm: true,
 			Wgmma: op.Attr.Wgmma && w.DType() == ir.BF16, Cols: GemmCols, XLow: op.LinearX().Size() > esz,
-			RowStride: w.Strides[0]}, true
+			RowStride: w.Strides[0]}
+		if w2, ok := op.PairWeight(); ok { // each block's pages of the second weight follow the first's
+			p.Pair = true
+			return p, !p.Wgmma && samePairWeight(w, w2, K, written)
+		}
+		return p, true
 	}
 	if w2, ok := op.PairWeight(); ok { // both weights stream alike, x in registers
 		p, ok := regPlan(M, K, esz)
-		same := w2.DType() == w.DType() && w2.Rank() == 2 && w2.Shape[0] == w.Shape[0] && w2.Shape[1] == K &&
-			w2.Strides[1] == 1 && w2.Strides[0] == K && w2.Offset*esz%16 == 0 && w2.Buf.Kind == ir.Input && !written(w2.Buf)
 		p.Pair = true
-		return p, ok && same && w.Strides[0] == K
+		return p, ok && samePairWeight(w, w2, K, written)
 	}
 	if p, ok := regPlan(M, K, esz); ok && w.Strides[0] == K {
 		return p, true
@@ -228,6 +232,16 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	low := xdt.Size() > esz && TileXBytes(K, M, esz, true) <= MaxTileXBytes
 	return Plan{M: M, K: K, ElemBytes: esz, PageBytes: TileRows * cols * esz, Split: K / cols, Tiles: true, Cols: cols,
 		XLow: low, RowStride: w.Strides[0]}, true
+}
+
+// samePairWeight says whether a paired Linear's second weight w2 streams
+// as its first, w, does: the same dtype and shape, both caller-owned rows
+// K apart that nothing in the graph writes.
+func samePairWeight(w, w2 ir.View, K int64, written func(*ir.Buffer) bool) bool {
+	esz := w.DType().Size()
+	return w2.DType() == w.DType() && w2.Rank() == 2 && w2.Shape[0] == w.Shape[0] && w2.Shape[1] == K &&
+		w2.Strides[1] == 1 && w2.Strides[0] == K && w2.Offset*esz%16 == 0 && w2.Buf.Kind == ir.Input && !written(w2.Buf) &&
+		w.Strides[0] == K
 }
 
 // Gemmable says whether op's shapes and dtypes fit a GEMM stream (its

@@ -119,6 +119,11 @@ type Options struct {
 	// PairLinears folds a gate projection into the up projection that reads
 	// it: one task streams both weights' rows (lower.Config).
 	PairLinears bool `json:"pair_linears"`
+	// PairGemm lets PairLinears fold a gate projection into its up
+	// projection where both are GEMM streams (a prompt chunk's MLP): one
+	// task streams the rows of both weights past one staging of x
+	// (lower.Config).
+	PairGemm bool `json:"pair_gemm"`
 	// KVPages makes a single sequence's fresh-row decode attention read
 	// its K and V chunks from the weight ring, streamed there by the
 	// loader ahead of the attention's inputs (lower.Config).
