@@ -53,7 +53,16 @@ __device__ TraceRecord trace_records[kNumTasks];
 // while the consumers multiply pages: kInFlightPages of full ones' bytes (a
 // page of whole rows holds less where a row does not divide it: qwen3's down
 // projections, K = 3,072 to 12,288, fill 12 KB of 16).
+// MPK_GEMM_INFLIGHT_PAGES (an A/B knob, bench/NOTES.md thirtieth session;
+// 0: as every stream) is a GEMM stream's (col_major) instead: a block of its
+// K takes two pages (a pair's four), so at two in flight each block's pages
+// are fetched while the one before is multiplied, one HBM round trip a block
+// whatever the block's work.
+#ifndef MPK_GEMM_INFLIGHT_PAGES
+#define MPK_GEMM_INFLIGHT_PAGES 0
+#endif
 __device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
+  if (MPK_GEMM_INFLIGHT_PAGES > 0 && sd.col_major) return MPK_GEMM_INFLIGHT_PAGES;
   const int64_t page = sd.tile_rows > 0 ? (int64_t)sd.tile_rows * sd.page_bytes : sd.page_bytes;
   if (!MPK_INFLIGHT_BYTES || page <= 0 || page >= mpk::kPageBytes) return kInFlightPages;
   return (uint32_t)((kInFlightPages * mpk::kPageBytes + page - 1) / page);
