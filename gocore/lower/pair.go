@@ -13,7 +13,9 @@ import (
 // per worker, and the gate's store and reload. Where both stream with x in
 // registers (stream.Plan without tiles), or, with gemm, where both are GEMM
 // streams on mma.sync (a prompt chunk's MLP: each block of x staged once for
-// the rows of both weights, half the x bytes a weight byte).
+// the rows of both weights, half the x bytes a weight byte; a chunk of up to
+// GemmMaxRows rows: split_rows' blocks write parts of one temporary, which
+// the whole-buffer analysis below does not pair).
 func pairLinears(g *ir.Graph, gemm bool) {
 	u := analyze(g)
 	index := opIndex(g)
