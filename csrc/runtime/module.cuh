@@ -55,9 +55,9 @@ __device__ TraceRecord trace_records[kNumTasks];
 // projections, K = 3,072 to 12,288, fill 12 KB of 16).
 // MPK_GEMM_INFLIGHT_PAGES (an A/B knob, bench/NOTES.md thirtieth session;
 // 0: as every stream) is a GEMM stream's (col_major) instead: a block of its
-// K takes two pages (a pair's four), so at two in flight each block's pages
-// are fetched while the one before is multiplied, one HBM round trip a block
-// whatever the block's work.
+// K takes two pages (a pair's four), so at two in flight the loader is about
+// a block ahead of the pages' landing; whether that bounds a GEMM task is
+// not known (its traced page waits are short).
 #ifndef MPK_GEMM_INFLIGHT_PAGES
 #define MPK_GEMM_INFLIGHT_PAGES 0
 #endif
