@@ -43,11 +43,25 @@ constexpr int kGemmPitchF = kGemmCols + 4;  // the same in fp32 (x with its low 
 #define MPK_GEMM_HI_ONLY 0
 #endif
 
+// MPK_GEMM_WARP_MTILES (an A/B knob, bench/NOTES.md thirtieth session): x's
+// m-tiles a warp takes, 2 (the default) or 1. With two, a warp's 32
+// accumulators leave ptxas (96 registers) one B fragment at a time, so each
+// accumulator's four mmas (k halves, hi and lo) issue as a dependent chain;
+// with one, half the accumulators, and as many B loads and splits a warp
+// (a warp takes twice the columns).
+#ifndef MPK_GEMM_WARP_MTILES
+#define MPK_GEMM_WARP_MTILES 2
+#endif
+static_assert(MPK_GEMM_WARP_MTILES == 1 || MPK_GEMM_WARP_MTILES == 2, "a warp takes one or two m-tiles");
+
 // The warp split for M rows of x (mirrored by gocore/stream.GemmWarpsK):
-// m-tiles of 16 rows, two a warp, two pages of each of NW weights (2: a
-// pair); the rest of the warps split a block's columns.
+// m-tiles of 16 rows, MPK_GEMM_WARP_MTILES a warp, two pages of each of NW
+// weights (2: a pair); the rest of the warps split a block's columns (the
+// warps past those, if any, idle).
 __host__ __device__ constexpr int gemm_m_tiles(int M) { return (M + 15) / 16; }
-__host__ __device__ constexpr int gemm_warps_m(int M) { return (gemm_m_tiles(M) + 1) / 2; }
+__host__ __device__ constexpr int gemm_warps_m(int M) {
+  return (gemm_m_tiles(M) + MPK_GEMM_WARP_MTILES - 1) / MPK_GEMM_WARP_MTILES;
+}
 __host__ __device__ constexpr int gemm_warps_k(int M, int NW = 1) { return kConsumerWarps / (2 * NW * gemm_warps_m(M)); }
 
 // MPK_GEMM_X_DEPTH (an A/B knob, bench/NOTES.md thirtieth session): up to
@@ -182,7 +196,8 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
   static_assert(K % kGemmCols == 0 && M >= 1 && M <= 64, "codegen and the task library disagree on a GEMM stream");
   using S = typename std::conditional<LO, float, T>::type;  // x's staged type
   constexpr int NW = kIsPair<EPI> ? 2 : 1;                 // weights a task streams (a pair: gate's rows, then up's)
-  constexpr int MT = gemm_m_tiles(M), WK = gemm_warps_k(M, NW), MTW = MT < 2 ? MT : 2, KW = kGemmCols / WK;
+  constexpr int MT = gemm_m_tiles(M), WK = gemm_warps_k(M, NW), KW = kGemmCols / WK;
+  constexpr int MTW = MT < MPK_GEMM_WARP_MTILES ? MT : MPK_GEMM_WARP_MTILES;  // m-tiles a warp
   constexpr int RW = NW * kGemmRows;  // a row of the partials: the task's outputs of each weight
   static_assert(WK * NW == gemm_warps_k(M), "a pair's partials take the bytes gemm_scratch_bytes reserves");
   constexpr int KB = K / kGemmCols, PITCH = LO ? kGemmPitchF : kGemmPitch, E = (int)sizeof(S);
@@ -211,7 +226,8 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int wk = warp % WK, wn = warp / WK % (2 * NW), wm = warp / (2 * NW * WK);
   const int rows = hi - lo, per = (rows + kGemmPageRows - 1) / kGemmPageRows;  // pages a block a weight: 1 or 2
-  const int pages = NW * per, mine = wn % 2 < per ? wn / 2 * per + wn % 2 : -1;  // the block's page this warp takes
+  const bool active = wm < gemm_warps_m(M);                                        // else an idle warp
+  const int pages = NW * per, mine = active && wn % 2 < per ? wn / 2 * per + wn % 2 : -1;  // the block's page it takes
   const uint4 zero = make_uint4(0, 0, 0, 0);
   float acc[MTW][4][4];
 #pragma unroll
