@@ -18,13 +18,13 @@
 //
 // The consumer warps split a block three ways: by page (the task's rows
 // 0-31 or 32-63: wn; a pair's four pages, the first weight's two then the
-// second's, as the loader sends them), by x's 16-row m-tiles (two a warp:
-// wm) and by columns (wk, the rest). A warp's mma.sync m16n8k16 tiles take
-// 16 contiguous bytes of a row of x and of W a lane and feed them to two
-// mmas as their k-pairs (as linear_tiles does: a dot product does not care
-// which k pairs with which, as long as x and W use the same order). After the last block the
-// wk warps' partials are summed in a fixed order, so results do not depend
-// on timing.
+// second's, as the loader sends them), by x's 16-row m-tiles
+// (MPK_GEMM_WARP_MTILES a warp: wm) and by columns (wk, the rest). A warp's
+// mma.sync m16n8k16 tiles take 16 contiguous bytes of a row of x and of W a
+// lane and feed them to two mmas as their k-pairs (as linear_tiles does: a
+// dot product does not care which k pairs with which, as long as x and W
+// use the same order). After the last block the wk warps' partials are
+// summed in a fixed order, so results do not depend on timing.
 #pragma once
 #include "tasks/tiles.cuh"
 
