@@ -14,6 +14,7 @@
 //  - the signaller warp publishes each finished task (its event's release
 //    add), so the consumers never wait for the release to land.
 #pragma once
+#include <cuda.h>  // CUtensorMap and its encoder's types (the encoder itself: the runtime's driver entry point)
 #include <stdio.h>
 #include <string.h>
 
@@ -67,6 +68,16 @@ __device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
   if (!MPK_INFLIGHT_BYTES || page <= 0 || page >= mpk::kPageBytes) return kInFlightPages;
   return (uint32_t)((kInFlightPages * mpk::kPageBytes + page - 1) / page);
 }
+
+// MPK_TMA_PAGES (1 by default; 0 an A/B knob): a tile or GEMM page whose
+// weights have a tensor map (codegen's tmapOf) is one 2-D copy of its box,
+// not a bulk copy a row: 32 row copies of 512 bytes a page kept a GEMM
+// stream at 0.41 of the copy rate, one box copy at 0.88-0.96
+// (bench/gemm_pages.cu, bench/NOTES.md thirty-first session).
+#ifndef MPK_TMA_PAGES
+#define MPK_TMA_PAGES 1
+#endif
+constexpr int kTmapUnit = 8;  // the tensor maps' element: bytes (codegen's tmapUnit)
 
 // load_weights is the loader's loop (one lane): every page of every streamed
 // task of worker w, in queue order, at most in_flight_pages in flight. A slot
@@ -130,23 +141,34 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
       continue;
     }
     const int64_t rows = sd.bytes / sd.row_bytes;
+    // A tile page: one copy of its tensor map's box (codegen's tmapOf), or
+    // its rows' segments one bulk copy each.
+    const bool boxes = MPK_TMA_PAGES && sd.tmap >= 0;
+    auto fill_tile = [&](int part, int64_t r, int64_t col) {
+      if (boxes) {
+        const char* maps = static_cast<const char*>(st.tmaps);
+        ring.fill_box(seq, maps + 128 * (part ? sd.pair_tmap : sd.tmap), (int)(col / kTmapUnit), sd.tmap_row + (int)r,
+                      (uint32_t)(sd.tile_rows * sd.page_bytes), policy);
+      } else {
+        const char* from = part ? static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset : src;
+        ring.fill_rows(seq, from + r * sd.row_bytes + col, (int)min((int64_t)sd.tile_rows, rows - r), sd.row_bytes,
+                       (uint32_t)sd.page_bytes, policy);
+      }
+    };
     if (sd.col_major) {  // a GEMM stream (tasks/gemm.cuh): each block of columns' row groups, block after block
       // A pair's block: the first weight's row groups, then the second's.
-      const char* src2 = sd.pair_slot >= 0 ? static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset : nullptr;
       for (int64_t col = 0; col < sd.row_span; col += sd.page_bytes)
-        for (int part = 0; part < (src2 ? 2 : 1); ++part)
+        for (int part = 0; part < (sd.pair_slot >= 0 ? 2 : 1); ++part)
           for (int64_t r = 0; r < rows; r += sd.tile_rows, ++seq) {
             if (!acquire(queue[q])) return;
-            ring.fill_rows(seq, (part ? src2 : src) + r * sd.row_bytes + col, (int)min((int64_t)sd.tile_rows, rows - r),
-                           sd.row_bytes, (uint32_t)sd.page_bytes, policy);
+            fill_tile(part, r, col);
           }
       continue;
     }
     for (int64_t r = 0; r < rows; r += sd.tile_rows)
       for (int64_t col = 0; col < sd.row_span; col += sd.page_bytes, ++seq) {
         if (!acquire(queue[q])) return;
-        ring.fill_rows(seq, src + r * sd.row_bytes + col, (int)min((int64_t)sd.tile_rows, rows - r), sd.row_bytes,
-                       (uint32_t)sd.page_bytes, policy);
+        fill_tile(0, r, col);
       }
   }
 }
@@ -368,7 +390,9 @@ static int32_t fail(char* err, int32_t errlen, const char* what, cudaError_t e) 
 
 // An instance's device state: counters, epoch, finished, abort and status in
 // one allocation, the pinned copy of the status the host reads, and the event
-// that says the copy landed (recorded by launches outside a capture).
+// that says the copy landed (recorded by launches outside a capture); and the
+// tensor maps of its tile pages (kTmaps), encoded from the slot pointers of
+// the last launch that changed them, a pinned copy and the device's.
 struct MpkInstance {
   mpk::State st;
   void* block;
@@ -376,7 +400,83 @@ struct MpkInstance {
   MpkStatus* host_status;
   cudaEvent_t copied;
   bool pending;  // copied was recorded and not yet polled
+  CUtensorMap* tmaps_host;
+  void* tmaps_dev;
+  const char* tmap_bases[mpk_gen::kNumTmaps > 0 ? mpk_gen::kNumTmaps : 1];  // what each map describes now
 };
+
+namespace mpk_gen {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// encode_tiled is the driver's cuTensorMapEncodeTiled (null if the driver
+// lacks it), found through the runtime so the module needs no -lcuda.
+static EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiled(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// update_tmaps re-encodes the tensor maps when a weight they describe moved
+// (the first launch: all) and copies them to the device on stream s ahead of
+// the launch. Weights rarely move, so most launches only compare pointers.
+// (A graph captured over a launch replays the copy it recorded, which reads
+// the pinned maps as they are at replay: the launch's own, unless a later
+// launch of this instance moved the weights, and then the graph's slot
+// pointers are stale too.)
+static int32_t update_tmaps(MpkInstance* inst, void* const* slot_ptrs, cudaStream_t s, char* err, int32_t errlen) {
+  bool moved = false;
+  for (int i = 0; i < kNumTmaps && !moved; ++i)
+    moved = static_cast<const char*>(slot_ptrs[kTmaps[i].slot]) + kTmaps[i].offset != inst->tmap_bases[i];
+  if (!moved) return 0;
+  // The last copy may still read the pinned maps: let it land first (a
+  // capture may not wait, and records no launch before this one's copy).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &capture) != cudaSuccess) (void)cudaGetLastError();
+  if (capture == cudaStreamCaptureStatusNone) {
+    const cudaError_t e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess) return fail(err, errlen, "cudaStreamSynchronize(before re-encoding tensor maps)", e);
+  }
+  for (int i = 0; i < kNumTmaps; ++i) {
+    const mpk::TmapSpec& m = kTmaps[i];
+    const char* base = static_cast<const char*>(slot_ptrs[m.slot]) + m.offset;
+    if (reinterpret_cast<uintptr_t>(base) % 16 != 0) {
+      snprintf(err, errlen, "pointer slot %d: the streamed weights at %p are not 16-byte aligned", m.slot,
+               static_cast<const void*>(base));
+      return 1;
+    }
+    const cuuint64_t dims[2] = {(cuuint64_t)m.cols, (cuuint64_t)m.rows}, strides[1] = {(cuuint64_t)m.row_bytes};
+    const cuuint32_t box[2] = {(cuuint32_t)m.box_cols, (cuuint32_t)m.box_rows}, step[2] = {1, 1};
+    const CUresult r = encode_tiled()(&inst->tmaps_host[i], CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, const_cast<char*>(base),
+                                      dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+      snprintf(err, errlen, "cuTensorMapEncodeTiled (pointer slot %d, %lld x %lld units of 8 bytes): CUresult %d", m.slot,
+               (long long)m.rows, (long long)m.cols, (int)r);
+      return 1;
+    }
+    inst->tmap_bases[i] = base;
+  }
+  const cudaError_t e =
+      cudaMemcpyAsync(inst->tmaps_dev, inst->tmaps_host, sizeof(CUtensorMap) * kNumTmaps, cudaMemcpyHostToDevice, s);
+  if (e != cudaSuccess) {
+    for (int i = 0; i < kNumTmaps; ++i) inst->tmap_bases[i] = nullptr;  // not on the device: encode again next time
+    return fail(err, errlen, "cudaMemcpyAsync(tensor maps)", e);
+  }
+  return 0;
+}
+
+}  // namespace mpk_gen
 
 extern "C" {
 
@@ -392,6 +492,8 @@ void mpk_destroy(MpkInstance* inst) {
   if (inst->block) cudaFree(inst->block);
   if (inst->host_status) cudaFreeHost(inst->host_status);
   if (inst->copied) cudaEventDestroy(inst->copied);
+  if (inst->tmaps_dev) cudaFree(inst->tmaps_dev);
+  if (inst->tmaps_host) cudaFreeHost(inst->tmaps_host);
   delete inst;
 }
 
@@ -434,6 +536,9 @@ int32_t mpk_create(uint64_t budget_ns, MpkInstance** out, char* err, int32_t err
   e = cudaMalloc(&inst->block, inst->bytes);
   if (e == cudaSuccess) e = cudaHostAlloc(reinterpret_cast<void**>(&inst->host_status), sizeof(MpkStatus), cudaHostAllocDefault);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&inst->copied, cudaEventDisableTiming);
+  if (e == cudaSuccess && kNumTmaps > 0) e = cudaMalloc(&inst->tmaps_dev, sizeof(CUtensorMap) * kNumTmaps);
+  if (e == cudaSuccess && kNumTmaps > 0)
+    e = cudaHostAlloc(reinterpret_cast<void**>(&inst->tmaps_host), sizeof(CUtensorMap) * kNumTmaps, cudaHostAllocDefault);
   if (e != cudaSuccess) {
     mpk_destroy(inst);
     return fail(err, errlen, "allocating the instance state", e);
@@ -445,6 +550,12 @@ int32_t mpk_create(uint64_t budget_ns, MpkInstance** out, char* err, int32_t err
   inst->st.abort = reinterpret_cast<int32_t*>(inst->st.finished + 1);
   inst->st.status = reinterpret_cast<MpkStatus*>((reinterpret_cast<uintptr_t>(inst->st.abort + 1) + 15) & ~uintptr_t(15));
   inst->st.budget_ns = budget_ns;
+  inst->st.tmaps = inst->tmaps_dev;
+  if (kNumTmaps > 0 && encode_tiled() == nullptr) {
+    mpk_destroy(inst);
+    snprintf(err, errlen, "the CUDA driver has no cuTensorMapEncodeTiled (tile pages need a driver of CUDA 12 or later)");
+    return 1;
+  }
   if (mpk_reset(inst) != 0) {
     mpk_destroy(inst);
     return fail(err, errlen, "clearing the instance state", cudaGetLastError());
@@ -460,6 +571,7 @@ int32_t mpk_launch(MpkInstance* inst, void* const* slot_ptrs, void* stream, char
   mpk::State st = inst->st;
   void* args[] = {&slots, &st};
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (update_tmaps(inst, slot_ptrs, s, err, errlen) != 0) return 1;
   cudaError_t e = cudaLaunchCooperativeKernel((void*)megakernel, dim3(kNumWorkers), dim3(mpk::kWorkerThreads), args,
                                               kDynamicSharedBytes, s);
   if (e != cudaSuccess) return fail(err, errlen, "cudaLaunchCooperativeKernel", e);

@@ -68,6 +68,17 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
+// box_load copies the box at (x, y) of a 2-D tensor map (global memory, as
+// mpk_launch wrote it before the launch) to shared memory (128-byte aligned),
+// completing on bar, under an L2 policy.
+__device__ __forceinline__ void box_load(void* dst, const void* tmap, int x, int y, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], "
+      "[%4], %5;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(x), "r"(y), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
 // The barriers of a ring of P pages, in shared memory.
 template <int P>
 struct RingBars {
@@ -113,6 +124,16 @@ struct Ring {
     uint64_t* bar = &bars->full[seq % P];
     mbar_expect_bytes(bar, rows * seg);
     for (int r = 0; r < rows; ++r) bulk_load(page(seq) + r * seg, src + r * row_bytes, seg, bar, policy);
+  }
+
+  // Loader side (one thread): start filling page seq with the box at (x, y)
+  // of a tensor map, bytes in all (the box's, rows past the matrix's end
+  // zero-filled and counted alike).
+  __device__ __forceinline__ void fill_box(uint32_t seq, const void* tmap, int x, int y, uint32_t bytes,
+                                           uint64_t policy) const {
+    uint64_t* bar = &bars->full[seq % P];
+    mbar_expect_bytes(bar, bytes);
+    box_load(page(seq), tmap, x, y, bar, policy);
   }
 
   // Has page seq landed? (the consumers before reading it; the loader to

@@ -206,6 +206,7 @@ struct State {
   int32_t* abort;      // set by the first worker that gives up
   MpkStatus* status;
   uint64_t budget_ns;  // how long one wait may spin before the kernel gives up
+  const void* tmaps;   // the instance's tensor maps (CUtensorMap, 128 bytes each: module.cuh's kTmaps)
 };
 
 __device__ __forceinline__ bool aborting(const int32_t* abort) { return *(volatile const int32_t*)abort != 0; }

@@ -85,6 +85,21 @@ var (
 		{"int32_t", "pair_slot", "a paired linear's second weight: its pointer slot; -1: none"},
 		{"int64_t", "pair_offset", "bytes from that slot's base to the task's first row (bytes of them, after the first weight's; gemm: a block's after its)"},
 		{"int32_t", "kv_j0", "a kv_pages chunk cut to the live length (MPK_KV_LIVE): its first position; -1: whole"},
+		{"int32_t", "tmap", "tile pages: the tensor map (kTmaps, State.tmaps) one copy of whose box fills a page; -1: row copies"},
+		{"int32_t", "pair_tmap", "the same for the paired linear's second weight"},
+		{"int32_t", "tmap_row", "the task's first row in its tensor maps"},
+	}
+	// tmapFields is a tensor map's description (host side: mpk_launch
+	// encodes one per entry from the slot pointers).
+	tmapFields = []field{
+		{"int32_t", "slot", "the weight's pointer slot"},
+		{"int32_t", "box_rows", "rows a box (a page) holds"},
+		{"int64_t", "offset", "bytes from the slot's base to the matrix's first row"},
+		{"int64_t", "cols", "8-byte units of a row"},
+		{"int64_t", "rows", ""},
+		{"int64_t", "row_bytes", "bytes from one row to the next (a multiple of 16)"},
+		{"int32_t", "box_cols", "8-byte units of a row a box holds (at most 256)"},
+		{"int32_t", "pad", ""},
 	}
 	taskFields = []field{
 		{"int32_t", "op", "-1 for an empty relay task"},
@@ -142,6 +157,7 @@ func ABIHeader() string {
 	writeStruct(&b, "Op", opFields)
 	writeStruct(&b, "Task", taskFields)
 	writeStruct(&b, "Stream", streamFields)
+	writeStruct(&b, "TmapSpec", tmapFields)
 	b.WriteString("}  // namespace mpk\n")
 	return b.String()
 }

@@ -248,54 +248,91 @@ func linearOnGPU(op *ir.Op) bool {
 	return wok && xok
 }
 
+// streamEntry is a row of the loader's table (mpk::Stream, streamFields'
+// order).
+type streamEntry struct {
+	slot, pageBytes             int64
+	offset, bytes               int64
+	tileRows, rowSpan, rowBytes int64
+	colMajor                    int64
+	pairSlot, pairOffset        int64
+	kvJ0                        int64
+	tmap, pairTmap, tmapRow     int64
+}
+
+// noStream is the entry of a task that streams nothing.
+var noStream = streamEntry{pairSlot: -1, kvJ0: -1, tmap: -1, pairTmap: -1}
+
+func (e streamEntry) String() string {
+	return fmt.Sprintf("  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", e.slot, e.pageBytes, e.offset, e.bytes,
+		e.tileRows, e.rowSpan, e.rowBytes, e.colMajor, e.pairSlot, e.pairOffset, e.kvJ0, e.tmap, e.pairTmap, e.tmapRow)
+}
+
 // writeStreams emits the loader's table: for every task, the weight bytes
 // it streams, or a kv_pages attention's K and V rows (none for tasks of
-// other ops).
+// other ops), then the tensor maps its tile pages are boxes of.
 func (gen *generator) writeStreams(src *strings.Builder, tg *tgraph.Graph, split []int) {
-	fmt.Fprintf(src, "__device__ const mpk::Stream streams[%d] = {\n", max(1, len(tg.Tasks)))
+	var rows strings.Builder
 	for _, t := range tg.Tasks {
-		if t.Op < 0 {
-			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0, -1},\n")
-			continue
-		}
-		op := gen.g.Ops[t.Op]
-		if ks, ok := gen.kvs[op]; ok {
-			src.WriteString(gen.kvStreamRow(op, ks, t, split[t.Op]))
-			continue
-		}
-		p, ok := gen.plans[op]
-		if !ok {
-			src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0, -1},\n")
-			continue
-		}
-		w := op.In[1]
-		if p.Tiles || p.Gemm {
-			// A page: segments of Cols of TileRows rows (GemmPageRows, a
-			// block of columns' pages before the next block's); the task's
-			// rows RowStride apart, K of each read.
-			rows, colMajor := int64(stream.TileRows), 0
-			if p.Gemm {
-				rows, colMajor = stream.GemmPageRows, 1
-			}
-			rowsAt := func(w ir.View) int64 { return (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes }
-			bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
-			pairSlot, pairFirst := -1, int64(0)
-			if w2, ok := op.PairWeight(); ok { // a paired GEMM stream: each block's second-weight pages after the first's
-				pairSlot, pairFirst = gen.l.slot[w2.Buf], rowsAt(w2)
-			}
-			fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, -1},\n", gen.l.slot[w.Buf], p.Cols*p.ElemBytes, rowsAt(w), bytes,
-				rows, p.K*p.ElemBytes, p.RowStride*p.ElemBytes, colMajor, pairSlot, pairFirst)
-			continue
-		}
-		rowsAt := func(w ir.View) int64 { return (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes }
-		bytes := (t.Box.Hi[1] - t.Box.Lo[1]) * p.K * p.ElemBytes
-		pairSlot, pairFirst := -1, int64(0)
-		if w2, ok := op.PairWeight(); ok {
-			pairSlot, pairFirst = gen.l.slot[w2.Buf], rowsAt(w2)
-		}
-		fmt.Fprintf(src, "  {%d, %d, %d, %d, 0, 0, 0, 0, %d, %d, -1},\n", gen.l.slot[w.Buf], p.PageBytes, rowsAt(w), bytes, pairSlot, pairFirst)
+		rows.WriteString(gen.streamOf(t, split).String())
+	}
+	gen.writeTmaps(src)
+	fmt.Fprintf(src, "__device__ const mpk::Stream streams[%d] = {\n%s", max(1, len(tg.Tasks)), rows.String())
+	if len(tg.Tasks) == 0 {
+		src.WriteString(noStream.String())
 	}
 	src.WriteString("};\n\n")
+}
+
+// streamOf is task t's entry in the loader's table.
+func (gen *generator) streamOf(t *tgraph.Task, split []int) streamEntry {
+	if t.Op < 0 {
+		return noStream
+	}
+	op := gen.g.Ops[t.Op]
+	if ks, ok := gen.kvs[op]; ok {
+		return gen.kvStreamOf(op, ks, t, split[t.Op])
+	}
+	p, ok := gen.plans[op]
+	if !ok {
+		return noStream
+	}
+	w := op.In[1]
+	e := noStream
+	e.slot = int64(gen.l.slot[w.Buf])
+	if p.Tiles || p.Gemm {
+		// A page: segments of Cols of TileRows rows (GemmPageRows, a
+		// block of columns' pages before the next block's); the task's
+		// rows RowStride apart, K of each read.
+		e.tileRows = stream.TileRows
+		if p.Gemm {
+			e.tileRows, e.colMajor = stream.GemmPageRows, 1
+		}
+		rowsAt := func(w ir.View) int64 { return (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes }
+		e.pageBytes, e.offset = p.Cols*p.ElemBytes, rowsAt(w)
+		e.bytes = (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
+		e.rowSpan, e.rowBytes = p.K*p.ElemBytes, p.RowStride*p.ElemBytes
+		spec, tmOK := gen.tmapOf(p, w, e.tileRows)
+		if tmOK {
+			e.tmap, e.tmapRow = int64(gen.tmap(spec)), t.Box.Lo[1]
+		}
+		if w2, ok := op.PairWeight(); ok { // a paired GEMM stream: each block's second-weight pages after the first's
+			e.pairSlot, e.pairOffset = int64(gen.l.slot[w2.Buf]), rowsAt(w2)
+			if spec2, ok2 := gen.tmapOf(p, w2, e.tileRows); ok2 && tmOK {
+				e.pairTmap = int64(gen.tmap(spec2))
+			} else {
+				e.tmap = -1 // both weights' pages alike
+			}
+		}
+		return e
+	}
+	rowsAt := func(w ir.View) int64 { return (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.K) * p.ElemBytes }
+	e.pageBytes, e.offset = p.PageBytes, rowsAt(w)
+	e.bytes = (t.Box.Hi[1] - t.Box.Lo[1]) * p.K * p.ElemBytes
+	if w2, ok := op.PairWeight(); ok {
+		e.pairSlot, e.pairOffset = int64(gen.l.slot[w2.Buf]), rowsAt(w2)
+	}
+	return e
 }
 
 func writeTables(src *strings.Builder, g *ir.Graph, tg *tgraph.Graph, split []int) {
@@ -346,6 +383,8 @@ type generator struct {
 	xkeys     map[string]int      // a streamed Linear's x (its prologue and inputs) → key
 	kvs       map[*ir.Op]kvStream // the attentions whose K and V stream (kvStreamOf)
 	kvLive    bool                // every kv stream is cut to the live length of one mask extent (kvLiveExtent)
+	tmaps     []tmapSpec          // the tensor maps of tile and GEMM streams' weights (tmapOf)
+	tmapIDs   map[tmapSpec]int
 }
 
 // variant returns the id of the device function whose body is code.

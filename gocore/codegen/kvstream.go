@@ -1,7 +1,6 @@
 package codegen
 
 import (
-	"fmt"
 	"slices"
 
 	"mpk/gocore/ir"
@@ -75,13 +74,13 @@ func (ks kvStream) first(lo int64) (kvh, j0, rows int64) {
 	return h0 / ks.G, j0, min(ks.Chunk, ks.S-j0)
 }
 
-// kvStreamRow is the loader's table entry of task t of op: the first unit's K
+// kvStreamOf is the loader's table entry of task t of op: the first unit's K
 // rows, then (a pair's second part) its V rows, in pages of whole rows.
-func (gen *generator) kvStreamRow(op *ir.Op, ks kvStream, t *tgraph.Task, split int) string {
+func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split int) streamEntry {
 	lo, _ := taskRange(op, t.Box, split)
 	kvh, j0, rows := ks.first(lo)
 	if rows <= 0 || !ks.fits(gen.ringPages) {
-		return "  {0, 0, 0, 0, 0, 0, 0, 0, -1, 0, -1},\n"
+		return noStream
 	}
 	at := func(x ir.View) int64 {
 		return (gen.l.offset[x.Buf] + x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2
@@ -92,8 +91,10 @@ func (gen *generator) kvStreamRow(op *ir.Op, ks kvStream, t *tgraph.Task, split 
 	if gen.kvLive {
 		liveJ0, rowBytes = j0, ks.D*2
 	}
-	return fmt.Sprintf("  {%d, %d, %d, %d, 0, 0, %d, 0, %d, %d, %d},\n", gen.l.slot[k.Buf], ks.RowsPerPage*ks.D*2, at(k),
-		rows*ks.D*2, rowBytes, gen.l.slot[v.Buf], at(v), liveJ0)
+	e := noStream
+	e.slot, e.pageBytes, e.offset, e.bytes, e.rowBytes = int64(gen.l.slot[k.Buf]), ks.RowsPerPage*ks.D*2, at(k), rows*ks.D*2, rowBytes
+	e.pairSlot, e.pairOffset, e.kvJ0 = int64(gen.l.slot[v.Buf]), at(v), liveJ0
+	return e
 }
 
 // kvLiveExtent reports whether the loader may cut every kv stream to the

@@ -220,8 +220,13 @@ func TestStreamTable(t *testing.T) {
 func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStreams int) (paired int) {
 	t.Helper()
 	src := comp.Result.CUDA["module.cu"]
-	const F = 11 // slot, page bytes, offset, bytes, tile rows, row span, row bytes, column-major, pair slot, pair offset, kv j0
+	// slot, page bytes, offset, bytes, tile rows, row span, row bytes,
+	// column-major, pair slot, pair offset, kv j0, tensor map, the pair's,
+	// the task's first row in them
+	const F = 14
 	rows := table(t, src, "mpk::Stream streams")
+	const TF = 8 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, pad
+	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
 	if len(rows) != F*len(comp.Tasks.Tasks) {
 		t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", name, len(rows), F, len(comp.Tasks.Tasks))
 	}
@@ -267,6 +272,20 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		if !bulk[r[0]] || r[8] >= 0 && !bulk[r[8]] {
 			t.Fatalf("%s: task %d (%s) streams inputs %d and %d; bulk inputs %v", name, i, comp.Tasks.Name(i), r[0], r[8],
 				comp.Result.BulkInputs)
+		}
+
+		// Tile and GEMM pages are boxes of a tensor map of the whole weight
+		// (the loader's one copy a page); pages of whole rows have none.
+		if (kind == "rows") != (r[11] == -1) || (r[12] >= 0) != (r[11] >= 0 && r[8] >= 0) {
+			t.Fatalf("%s: task %d (%s): tensor maps %d and %d for %s pages", name, i, comp.Tasks.Name(i), r[11], r[12], kind)
+		}
+		if r[11] >= 0 {
+			m := tmaps[TF*r[11] : TF*r[11]+TF]
+			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, 0}
+			if !slices.Equal(m, want) || r[13] != int(task.Box.Lo[1]) {
+				t.Fatalf("%s: task %d (%s): tensor map %v (first row %d), want %v (first row %d)", name, i, comp.Tasks.Name(i),
+					m, r[13], want, task.Box.Lo[1])
+			}
 		}
 
 		switch kind {
@@ -321,7 +340,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		t.Fatal(err)
 	}
 	src := comp.Result.CUDA["module.cu"]
-	const F = 11
+	const F = 14
 	rows := table(t, src, "mpk::Stream streams")
 	bulk := map[int]bool{}
 	for _, k := range comp.Result.BulkInputs {
@@ -349,7 +368,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		n := min(chunk, S-j0)
 		at := func(x ir.View) int { return int((x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
 		// cut to the live length (every kv op reads one mask extent): the chunk's first position, a row's bytes
-		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), int(j0)}
+		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), int(j0), -1, -1, 0}
 		if !slices.Equal(r, want) {
 			t.Fatalf("task %d (%s, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), kvh, j0, n, r, want)
 		}
