@@ -227,7 +227,7 @@ def test_check_long_attention_chunks(core_lib, fresh_dynamo):
 
 
 def test_check_pair_gemm(core_lib, fresh_dynamo):
-    """pair_gemm (off by default): a 64-token chunk's gate GEMM stream folds
+    """pair_gemm (on by default): a 64-token chunk's gate GEMM stream folds
     into the up projection whose SiLU·mul reads it, in both layers (one op
     streams both weights), and the step still passes the check."""
     lines = []

@@ -130,12 +130,12 @@ def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
 @pytest.mark.parametrize("model,batch,prefill,workers,options", [
     ("wide-llama", 1, 64, None, {}), ("wide-llama", 48, 1, 16, {}), ("long-mlp-llama", 32, 1, 16, {}),
     ("wide-llama", 1, 48, 16, {"pair_gemm": True})])
-def test_cuda_gemm_one_mtile(core_lib, fresh_dynamo, monkeypatch, model, batch, prefill, workers, options):
-    """MPK_GEMM_WARP_MTILES=1 (an A/B knob) on the GPU: GEMM streams whose
-    warps take one m-tile of x each (the warp split of 64 rows: 4 m-tiles x
-    2 pages x 2 column warps; 48 rows leave 4 warps idle), a pair's too,
-    with the bf16 rule."""
-    monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_GEMM_WARP_MTILES=1")  # part of the build cache's key
+def test_cuda_gemm_two_mtiles(core_lib, fresh_dynamo, monkeypatch, model, batch, prefill, workers, options):
+    """MPK_GEMM_WARP_MTILES=2 (an A/B knob; 1 by default) on the GPU: GEMM
+    streams whose warps take two m-tiles of x each (the warp split of 64
+    rows: 2 warps of m-tiles x 2 pages x 4 column warps), a pair's too, with
+    the bf16 rule."""
+    monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_GEMM_WARP_MTILES=2")  # part of the build cache's key
     lines = []
     res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2, seed=0,
                           workers=workers, log=lines.append, mask=prefill > 1, options=options)
@@ -145,7 +145,7 @@ def test_cuda_gemm_one_mtile(core_lib, fresh_dynamo, monkeypatch, model, batch, 
 
 @pytest.mark.parametrize("prefill,workers", [(64, None), (64, 16), (48, 16), (32, 16)])
 def test_cuda_pair_gemm(core_lib, fresh_dynamo, prefill, workers):
-    """pair_gemm (off by default) on the GPU: a prompt chunk's gate and up
+    """pair_gemm (on by default) on the GPU: a prompt chunk's gate and up
     GEMM streams as one (mpk::linear_gemm with a PairEpi: four pages a block,
     the gate's rows then the up's), 64 rows on 132 and 16 workers, 48 (an
     m-tile past x's rows) and 32 (one warp row, four column warps), with the

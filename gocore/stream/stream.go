@@ -96,10 +96,12 @@ func TileXBytes(K, M, esz int64, low bool) int64 {
 	return (parts*M*(K+32)*esz + 15) / 16 * 16
 }
 
-// GemmWarpsK mirrors mpk::gemm_warps_k: the consumer warps that split a
-// block of K in a GEMM stream of M rows (the rest split the rows of x and
-// the two pages). A pair's tasks have four pages a block and half as many
-// (the partials take the same bytes: twice the rows).
+// GemmWarpsK is the most consumer warps that split a block of K in a GEMM
+// stream of M rows (the rest split the rows of x and the two pages):
+// mpk::gemm_warps_k at MPK_GEMM_WARP_MTILES=2, the larger of its two
+// settings, so the scratch reserved for their partials fits either. A
+// pair's tasks have four pages a block and half as many (the partials take
+// the same bytes: twice the rows).
 func GemmWarpsK(M int64) int64 {
 	mt := (M + 15) / 16
 	return consumerWarps / (2 * ((mt + 1) / 2))

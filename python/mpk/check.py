@@ -407,9 +407,9 @@ LOWERING_FLAGS = (
                             "where a producer feeds many sets"),
     ("fresh_rows", True, "a decode attention then waits for separate RoPE and KV-cache write tasks"),
     ("pair_linears", True, "a gate projection then runs as its own stage before the up projection that reads it"),
-    ("pair_gemm", False, "a prompt chunk's gate and up GEMM streams pair too (pair_linears): one task streams both "
-                         "weights' rows past one staging of each block of x, half the x bytes a weight byte, and the "
-                         "MLP loses a stage (off until timed on the GPU)"),
+    ("pair_gemm", True, "a prompt chunk's gate and up GEMM streams then run as two stages, each staging every "
+                        "block of x for its own weight's rows (pair_linears pairs them: one task streams both "
+                        "weights' rows, half the x bytes a weight byte)"),
     ("kv_pages", True, "a single sequence's decode attention then reads its K and V rows from the cache itself, in "
                        "chunks of a round of every warp, after its inputs are ready"),
     ("weight_affinity", False, "the blocks of rows of a prompt chunk's Linear that read the same weight rows run on "
