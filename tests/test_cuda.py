@@ -143,6 +143,25 @@ def test_cuda_gemm_two_mtiles(core_lib, fresh_dynamo, monkeypatch, model, batch,
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
+@pytest.mark.parametrize("model,batch,prefill,workers,extra", [
+    ("wide-llama", 1, 64, None, ""), ("wide-llama", 1, 64, 16, ""), ("wide-llama", 1, 48, 16, ""),
+    ("wide-llama", 1, 32, 16, ""), ("wide-llama", 48, 1, 16, ""), ("long-mlp-llama", 32, 1, 16, ""),
+    ("wide-llama", 1, 48, 16, " -DMPK_GEMM_WARP_MTILES=2")])
+def test_cuda_gemm_split_staged(core_lib, fresh_dynamo, monkeypatch, model, batch, prefill, workers, extra):
+    """MPK_GEMM_SPLIT_STAGED=1 (an A/B knob, off by default) on the GPU: an
+    fp32 x split into hi + lo once where it is staged, into the mma's
+    fragments, and the dots reading them as they are: 64, 48 and 32 rows of
+    a prompt chunk (a pair on 16 workers), decode batches of 48 and 32, and
+    two m-tiles a warp over 48 rows (a warp's second m-tile past x), with the
+    bf16 rule."""
+    monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_GEMM_SPLIT_STAGED=1" + extra)  # part of the build cache's key
+    lines = []
+    res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2, seed=0,
+                          workers=workers, log=lines.append, mask=prefill > 1)
+    assert res.ok, "\n".join(lines)
+    assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
+
+
 @pytest.mark.parametrize("prefill,workers", [(64, None), (64, 16), (48, 16), (32, 16)])
 def test_cuda_pair_gemm(core_lib, fresh_dynamo, prefill, workers):
     """pair_gemm (on by default) on the GPU: a prompt chunk's gate and up
