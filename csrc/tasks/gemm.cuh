@@ -370,39 +370,31 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
 #pragma unroll
             for (int mi = 0; mi < MTW; ++mi) {
               const int m = (wm * MTW + mi) * 16 + g;
-              uint4 ah = zero, al = zero, a8h = zero, a8l = zero, b[4];
-              if constexpr (kSplitStaged) {  // the fragments as split_unit left them: no moves
+              // The A operands of the hi and lo mmas over the lane's two
+              // halves of 4 columns: rows g and g + 8's k-pairs interleaved.
+              uint4 h0, h1, l0, l1, b[4];
+              if constexpr (kSplitStaged) {  // as split_unit left them: no moves
                 if (!kWholeTiles && m >= M) continue;  // (M whole m-tiles: row m + 8 too)
                 const uint32_t top = xb + (m * PITCH + col) * 4, bottom = xb + ((m + 8) * PITCH + col) * 4;
-                const uint4 h0 = ld_shared_16(top), h1 = ld_shared_16(top + 16), l0 = ld_shared_16(bottom),
-                            l1 = ld_shared_16(bottom + 16);
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) b[nt] = ld_shared_16(wp + ((nt * 8 + g) * kGemmCols + col) * 2);
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], h0.x, h0.y, h0.z, h0.w, b[nt].x, b[nt].y);
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], h1.x, h1.y, h1.z, h1.w, b[nt].z, b[nt].w);
-                if constexpr (MPK_GEMM_HI_ONLY) continue;
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], l0.x, l0.y, l0.z, l0.w, b[nt].x, b[nt].y);
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], l1.x, l1.y, l1.z, l1.w, b[nt].z, b[nt].w);
-                continue;
+                h0 = ld_shared_16(top), h1 = ld_shared_16(top + 16), l0 = ld_shared_16(bottom), l1 = ld_shared_16(bottom + 16);
               } else {
+                uint4 ah = zero, al = zero, a8h = zero, a8l = zero;
                 if (kWholeTiles || m < M) split_x8<T>(xb + (m * PITCH + col) * 4, ah, al);
                 if (kWholeTiles || m + 8 < M) split_x8<T>(xb + ((m + 8) * PITCH + col) * 4, a8h, a8l);
+                h0 = make_uint4(ah.x, a8h.x, ah.y, a8h.y), h1 = make_uint4(ah.z, a8h.z, ah.w, a8h.w);
+                l0 = make_uint4(al.x, a8l.x, al.y, a8l.y), l1 = make_uint4(al.z, a8l.z, al.w, a8l.w);
               }
 #pragma unroll
               for (int nt = 0; nt < 4; ++nt) b[nt] = ld_shared_16(wp + ((nt * 8 + g) * kGemmCols + col) * 2);
 #pragma unroll
-              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], ah.x, a8h.x, ah.y, a8h.y, b[nt].x, b[nt].y);
+              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], h0.x, h0.y, h0.z, h0.w, b[nt].x, b[nt].y);
 #pragma unroll
-              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], ah.z, a8h.z, ah.w, a8h.w, b[nt].z, b[nt].w);
+              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], h1.x, h1.y, h1.z, h1.w, b[nt].z, b[nt].w);
               if constexpr (MPK_GEMM_HI_ONLY) continue;  // (the fourteenth session's trace probe NO_LO)
 #pragma unroll
-              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], al.x, a8l.x, al.y, a8l.y, b[nt].x, b[nt].y);
+              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], l0.x, l0.y, l0.z, l0.w, b[nt].x, b[nt].y);
 #pragma unroll
-              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], al.z, a8l.z, al.w, a8l.w, b[nt].z, b[nt].w);
+              for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], l1.x, l1.y, l1.z, l1.w, b[nt].z, b[nt].w);
             }
           } else {
             // x's fragments of both m-tiles, then each 8-row group of the page's.
