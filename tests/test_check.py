@@ -207,8 +207,10 @@ def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
     assert "linear_k_sum" not in labels, labels
-    assert labels.count("linear") == (1 + 2 + 2 + 1) * 2 + 1, \
-        f"want q whole, k and v in 2 blocks and the gate in each layer, then the LM head: {labels}"
+    assert labels.count("linear") == (1 + 2 + 2) * 2 + 1, \
+        f"want q whole and k and v in 2 blocks in each layer, then the LM head: {labels}"
+    # (the gate pairs with the up projection: pair_gemm, on by default)
+    assert labels.count("pair:linear+silu_mul") == 2, labels
 
 
 def test_check_long_attention_chunks(core_lib, fresh_dynamo):
