@@ -152,14 +152,17 @@ __device__ __forceinline__ void split_x8(uint32_t addr, uint4& hi, uint4& lo) {
 // lo parts in row r + 8's, each as the k-pairs P0 Q0 P1 Q1 P2 Q2 P3 Q3 (P:
 // row r's pairs of columns, Q: row r + 8's): a lane's two 16-byte loads are
 // then the A operands of its two mmas (split_x8's order), with no moves.
-// The thread that copies a unit's four chunks splits it once they landed.
-__device__ __forceinline__ void split_unit_at(int u, int& r, int& c) {
-  c = u % (kGemmCols / 8);
-  const int pair = u / (kGemmCols / 8);  // the m-tile's row pair: 8 a tile
-  r = pair / 8 * 16 + pair % 8;
+// The thread that copies a unit's four chunks splits it once they landed:
+// for_my_units deals the units to the threads, f(r, c) for each of this
+// thread's.
+template <int M, typename F>
+__device__ __forceinline__ void for_my_units(F f) {
+  constexpr int C = kGemmCols / 8;  // units a row pair
+  for (int u = threadIdx.x; u < M / 2 * C; u += MPK_THREADS) {
+    const int pair = u / C;  // the m-tile's row pair: 8 a tile
+    f(pair / 8 * 16 + pair % 8, u % C);
+  }
 }
-template <int M>
-constexpr int split_units() { return M / 2 * (kGemmCols / 8); }
 
 // split_unit splits unit (r, c) of a staged fp32 block in place.
 template <typename T, int PITCH>
@@ -179,14 +182,10 @@ __device__ __forceinline__ void split_unit(float* xb, int r, int c) {
       const float2 h = unpack2<T>(hi[2 * j + q]);
       lo[2 * j + q] = pack2<T>(a - h.x, b - h.y);
     }
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(top), "r"(hi[0]), "r"(hi[1]), "r"(hi[2]), "r"(hi[3]) : "memory");
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(top + 16), "r"(hi[4]), "r"(hi[5]), "r"(hi[6]), "r"(hi[7])
-               : "memory");
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(bottom), "r"(lo[0]), "r"(lo[1]), "r"(lo[2]), "r"(lo[3])
-               : "memory");
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(bottom + 16), "r"(lo[4]), "r"(lo[5]), "r"(lo[6]),
-               "r"(lo[7])
-               : "memory");
+  st_shared_16(top, make_uint4(hi[0], hi[1], hi[2], hi[3]));
+  st_shared_16(top + 16, make_uint4(hi[4], hi[5], hi[6], hi[7]));
+  st_shared_16(bottom, make_uint4(lo[0], lo[1], lo[2], lo[3]));
+  st_shared_16(bottom + 16, make_uint4(lo[4], lo[5], lo[6], lo[7]));
 }
 
 // put_split stores v as element (m, k) of a block staged in split_unit's
@@ -214,10 +213,11 @@ __device__ __forceinline__ void cp_async_wait_pending() {
 // stage_gemm_x stages block kb of x's M rows ([M][kGemmCols] of S, row m at
 // xb + m·PITCH): fp32 with its low part (S = float), else rounded to the
 // weights' 2-byte type (S = T). An x already of type S, rows 16-byte aligned
-// (the usual: every intermediate is fp32), is copied with cp.async, which
-// the caller waits for (cp_async_wait_all) before its barrier, so block
-// kb + 1 is in flight while block kb's mmas run and no register holds it
-// (with 32 accumulators held across the mmas, a register copy spilled).
+// (the usual: every intermediate is fp32), is copied with cp.async, a group
+// the caller commits and waits for (cp_async_wait_pending) before its
+// barrier, so later blocks are in flight while block kb's mmas run and no
+// register holds them (with 32 accumulators held across the mmas, a
+// register copy spilled).
 // Another x is converted here, 4 elements a load (rows4) or one (rare
 // layouts).
 template <typename T, typename S, int PITCH, int M, bool SPLIT, int N>
@@ -225,15 +225,13 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
   const char* p = base(s, x);
   constexpr int E = (int)sizeof(S);
   if constexpr (SPLIT) {
-    if (copy) {  // each unit's four chunks by the thread that splits it (split_staged)
-      for (int u = threadIdx.x; u < split_units<M>(); u += MPK_THREADS) {
-        int r, c;
-        split_unit_at(u, r, c);
+    if (copy) {  // each unit's four chunks by the thread that splits it (split_copied)
+      for_my_units<M>([&](int r, int c) {
         const char* src = p + (x.offset + r * x.stride[0] + kb * kGemmCols + 8 * c) * E;
         const char* src8 = src + 8 * x.stride[0] * E;
         const uint32_t dst = smem_u32(xb + r * PITCH + 8 * c), dst8 = smem_u32(xb + (r + 8) * PITCH + 8 * c);
         cp_async_16(dst, src), cp_async_16(dst + 16, src + 16), cp_async_16(dst8, src8), cp_async_16(dst8 + 16, src8 + 16);
-      }
+      });
       return;
     }
   }
@@ -273,11 +271,7 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
 // copied (stage_gemm_x with SPLIT), once its copy landed.
 template <typename T, int PITCH, int M>
 __device__ __forceinline__ void split_copied(float* xb) {
-  for (int u = threadIdx.x; u < split_units<M>(); u += MPK_THREADS) {
-    int r, c;
-    split_unit_at(u, r, c);
-    split_unit<T, PITCH>(xb, r, c);
-  }
+  for_my_units<M>([&](int r, int c) { split_unit<T, PITCH>(xb, r, c); });
 }
 
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int SHARED, int N>
