@@ -143,23 +143,21 @@ def test_cuda_gemm_two_mtiles(core_lib, fresh_dynamo, monkeypatch, model, batch,
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
-@pytest.mark.parametrize("model,batch,prefill,workers,extra", [
-    ("wide-llama", 1, 64, None, ""), ("wide-llama", 1, 64, 16, ""), ("wide-llama", 1, 48, 16, ""),
-    ("wide-llama", 1, 32, 16, ""), ("wide-llama", 48, 1, 16, ""), ("long-mlp-llama", 32, 1, 16, ""),
-    ("wide-llama", 1, 48, 16, " -DMPK_GEMM_WARP_MTILES=2")])
-def test_cuda_gemm_split_staged(core_lib, fresh_dynamo, monkeypatch, model, batch, prefill, workers, extra):
-    """MPK_GEMM_SPLIT_STAGED=1 (an A/B knob, off by default) on the GPU: an
-    fp32 x split into hi + lo once where it is staged, into the mma's
-    fragments, and the dots reading them as they are: 64, 48 and 32 rows of
-    a prompt chunk (a pair on 16 workers), decode batches of 48 and 32, and
-    two m-tiles a warp over 48 rows (a warp's second m-tile past x), with the
-    bf16 rule."""
-    monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_GEMM_SPLIT_STAGED=1" + extra)  # part of the build cache's key
+@pytest.mark.parametrize("extra,options", [
+    ("-DMPK_TMA_PAGES=0", {}), ("-DMPK_GEMM_BLOCKED_PAGES=0", {}), ("-DMPK_TMA_PAGES=0", {"wgmma": True})])
+def test_cuda_gemm_page_fills(core_lib, fresh_dynamo, monkeypatch, extra, options):
+    """A GEMM page's other fills on the GPU (by default one 3-D tensor-map box
+    in column blocks, mpk::gemm_page_at): without tensor maps, a bulk copy
+    of 64 bytes a row and column block (the path of a weight no map can
+    describe), for mma.sync and wgmma; and MPK_GEMM_BLOCKED_PAGES=0 (an A/B
+    knob: pages of whole rows, one 2-D box), a 48-token chunk with a pair on
+    16 workers, with the bf16 rule."""
+    monkeypatch.setenv("MPK_NVCC_EXTRA", extra)  # part of the build cache's key
     lines = []
-    res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2, seed=0,
-                          workers=workers, log=lines.append, mask=prefill > 1)
+    res = check.run_check(model="wide-llama", target="cuda", prefill=48, cache_tokens=16, steps=2, seed=0,
+                          workers=16, log=lines.append, mask=True, options=options)
     assert res.ok, "\n".join(lines)
-    assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
+    assert ("mpk::linear_wgmma<" if options else "mpk::PairEpi<") in res.compiled.sources["module.cu"]
 
 
 @pytest.mark.parametrize("prefill,workers", [(64, None), (64, 16), (48, 16), (32, 16)])

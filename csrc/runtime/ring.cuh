@@ -58,11 +58,6 @@ __device__ __forceinline__ uint4 ld_shared_16(uint32_t addr) {
   return v;
 }
 
-// st_shared_16 writes 16 bytes of shared memory.
-__device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-
 // bulk_load copies bytes (a multiple of 16, both addresses 16-byte aligned)
 // from global to shared memory, completing on bar, under an L2 policy.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t policy) {
@@ -81,6 +76,16 @@ __device__ __forceinline__ void box_load(void* dst, const void* tmap, int x, int
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], "
       "[%4], %5;" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(x), "r"(y), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
+// box_load_3d copies the box at (x, y, z) of a 3-D tensor map, as box_load.
+__device__ __forceinline__ void box_load_3d(void* dst, const void* tmap, int x, int y, int z, uint64_t* bar,
+                                            uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
+      "%4}], [%5], %6;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(x), "r"(y), "r"(z), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
 }
 
@@ -131,14 +136,31 @@ struct Ring {
     for (int r = 0; r < rows; ++r) bulk_load(page(seq) + r * seg, src + r * row_bytes, seg, bar, policy);
   }
 
+  // Loader side (one thread): start filling page seq as fill_rows would,
+  // but column block after column block (a GEMM page: tasks/gemm.cuh's
+  // gemm_page_at): each row's seg bytes as segments of block bytes, a
+  // block's at block·page_rows bytes apart. One bulk copy a segment: the
+  // fallback where a weight has no tensor map.
+  __device__ __forceinline__ void fill_rows_blocked(uint32_t seq, const char* src, int rows, int64_t row_bytes,
+                                                    uint32_t seg, uint32_t block, int page_rows,
+                                                    uint64_t policy) const {
+    uint64_t* bar = &bars->full[seq % P];
+    mbar_expect_bytes(bar, rows * seg);
+    for (uint32_t b = 0; b < seg; b += block)
+      for (int r = 0; r < rows; ++r)
+        bulk_load(page(seq) + b * page_rows + r * block, src + r * row_bytes + b, block, bar, policy);
+  }
+
   // Loader side (one thread): start filling page seq with the box at (x, y)
-  // of a tensor map, bytes in all (the box's, rows past the matrix's end
-  // zero-filled and counted alike).
+  // of a tensor map (at (0, y, x) of a 3-D one: a box in column blocks),
+  // bytes in all (the box's, rows past the matrix's end zero-filled and
+  // counted alike).
   __device__ __forceinline__ void fill_box(uint32_t seq, const void* tmap, int x, int y, uint32_t bytes,
-                                           uint64_t policy) const {
+                                           uint64_t policy, bool blocks = false) const {
     uint64_t* bar = &bars->full[seq % P];
     mbar_expect_bytes(bar, bytes);
-    box_load(page(seq), tmap, x, y, bar, policy);
+    if (blocks) box_load_3d(page(seq), tmap, 0, y, x, bar, policy);
+    else box_load(page(seq), tmap, x, y, bar, policy);
   }
 
   // Has page seq landed? (the consumers before reading it; the loader to

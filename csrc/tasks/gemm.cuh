@@ -6,9 +6,10 @@
 // (gocore/stream: Plan.Gemm).
 //
 // A task takes up to kGemmRows weight rows [lo, hi) and all M rows of x.
-// Its pages hold kGemmPageRows rows × kGemmCols columns (each row one bulk
-// copy), column-block-major: the loader (runtime/module.cuh) sends block
-// 0's pages (rows 0-31, then 32-63), then block 1's, ... The consumers stage
+// Its pages hold kGemmPageRows rows × kGemmCols columns (one tensor-map
+// box, in column blocks: gemm_page_at), column-block-major: the loader
+// (runtime/module.cuh) sends block 0's pages (rows 0-31, then 32-63), then
+// block 1's, ... The consumers stage
 // x's block double-buffered (block kb + 1's copies in flight while block
 // kb's mmas run): an fp32 x (every intermediate) as it is, split into hi +
 // lo in the weights' 2-byte type as the mmas read it (x keeps ~16
@@ -35,6 +36,24 @@ constexpr int kGemmPageRows = 32;           // weight rows a page holds
 constexpr int kGemmRows = 64;               // weight rows a task takes (two pages a block)
 constexpr int kGemmPitch = kGemmCols + 32;  // a staged row of x (2-byte elements): the two rows of a load phase hit different banks
 constexpr int kGemmPitchF = kGemmCols + 4;  // the same in fp32 (x with its low part)
+constexpr int kGemmBlockCols = 32;          // a page's column block (stream.GemmBlockCols)
+
+// MPK_GEMM_BLOCKED_PAGES (1 by default; 0 an A/B knob): a GEMM page holds
+// its rows' columns 0-31 (64 bytes a row), then 32-63, ... (the loader's
+// 3-D box: codegen's tmapOf), so the two rows of an mma's 16-byte load
+// phase (lanes g = 2p, 2p + 1) are 64 bytes apart, in different banks;
+// with whole rows 512 bytes apart they shared banks, and every weight load
+// of the dots took two wavefronts (bench/NOTES.md thirty-second session).
+#ifndef MPK_GEMM_BLOCKED_PAGES
+#define MPK_GEMM_BLOCKED_PAGES 1
+#endif
+
+// gemm_page_at is where a GEMM page holds its row r's column c (bytes from the page's start).
+__host__ __device__ constexpr int gemm_page_at(int r, int c) {
+  return MPK_GEMM_BLOCKED_PAGES
+             ? c / kGemmBlockCols * (kGemmPageRows * kGemmBlockCols * 2) + (r * kGemmBlockCols + c % kGemmBlockCols) * 2
+             : (r * kGemmCols + c) * 2;
+}
 
 // MPK_GEMM_HI_ONLY=1 (an A/B knob, bench/NOTES.md twenty-ninth session): an
 // fp32 x is rounded to the weights' type (its hi part only, as bf16 eager
@@ -75,16 +94,6 @@ __host__ __device__ constexpr int gemm_warps_k(int M, int NW = 1) { return kCons
 // than a block's mmas.
 #ifndef MPK_GEMM_X_DEPTH
 #define MPK_GEMM_X_DEPTH 2
-#endif
-
-// MPK_GEMM_SPLIT_STAGED (an A/B knob, 0 by default; bench/NOTES.md
-// thirty-first session): an fp32 x whose M is whole m-tiles is split into
-// hi + lo once an element, where it is staged, not in the dots by every warp
-// that reads it (two page warps, a pair's four): the thread that copied a
-// unit of it splits it in place once its copy landed, into the mma's
-// fragments (split_unit), and the dots load them and split nothing.
-#ifndef MPK_GEMM_SPLIT_STAGED
-#define MPK_GEMM_SPLIT_STAGED 0
 #endif
 
 // gemm_x_buffers is how many blocks of x a GEMM stream of M rows stages at
@@ -145,60 +154,6 @@ __device__ __forceinline__ void split_x8(uint32_t addr, uint4& hi, uint4& lo) {
   lo = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
-// With MPK_GEMM_SPLIT_STAGED, a staged block of an fp32 x whose M is whole
-// m-tiles is split in place into the mma's fragments: a unit is an m-tile's
-// rows r and r + 8 (r = 16·mt + i, i < 8) over 8 columns [8c, 8c + 8), 64
-// bytes of floats, and becomes their hi parts in row r's 32 bytes and their
-// lo parts in row r + 8's, each as the k-pairs P0 Q0 P1 Q1 P2 Q2 P3 Q3 (P:
-// row r's pairs of columns, Q: row r + 8's): a lane's two 16-byte loads are
-// then the A operands of its two mmas (split_x8's order), with no moves.
-// The thread that copies a unit's four chunks splits it once they landed:
-// for_my_units deals the units to the threads, f(r, c) for each of this
-// thread's.
-template <int M, typename F>
-__device__ __forceinline__ void for_my_units(F f) {
-  constexpr int C = kGemmCols / 8;  // units a row pair
-  for (int u = threadIdx.x; u < M / 2 * C; u += MPK_THREADS) {
-    const int pair = u / C;  // the m-tile's row pair: 8 a tile
-    f(pair / 8 * 16 + pair % 8, u % C);
-  }
-}
-
-// split_unit splits unit (r, c) of a staged fp32 block in place.
-template <typename T, int PITCH>
-__device__ __forceinline__ void split_unit(float* xb, int r, int c) {
-  const uint32_t top = smem_u32(xb + r * PITCH + 8 * c), bottom = smem_u32(xb + (r + 8) * PITCH + 8 * c);
-  const uint4 p0 = ld_shared_16(top), p1 = ld_shared_16(top + 16), q0 = ld_shared_16(bottom),
-              q1 = ld_shared_16(bottom + 16);
-  const uint32_t P[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w}, Q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-  uint32_t hi[8], lo[8];  // P0 Q0 P1 Q1 P2 Q2 P3 Q3
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const uint32_t* w = q ? Q : P;
-      const float a = __uint_as_float(w[2 * j]), b = __uint_as_float(w[2 * j + 1]);
-      hi[2 * j + q] = pack2<T>(a, b);
-      const float2 h = unpack2<T>(hi[2 * j + q]);
-      lo[2 * j + q] = pack2<T>(a - h.x, b - h.y);
-    }
-  st_shared_16(top, make_uint4(hi[0], hi[1], hi[2], hi[3]));
-  st_shared_16(top + 16, make_uint4(hi[4], hi[5], hi[6], hi[7]));
-  st_shared_16(bottom, make_uint4(lo[0], lo[1], lo[2], lo[3]));
-  st_shared_16(bottom + 16, make_uint4(lo[4], lo[5], lo[6], lo[7]));
-}
-
-// put_split stores v as element (m, k) of a block staged in split_unit's
-// layout (x converted in registers rather than copied).
-template <typename T, int PITCH>
-__device__ __forceinline__ void put_split(float* xb, int m, int k, float v) {
-  const int r = m / 16 * 16 + m % 8, q = m % 16 / 8, e = k % 8;
-  const int at = 8 * (k / 8) + 2 * (e / 2) + q;  // the 4-byte pair's place in row r's (hi) or r + 8's (lo) 32 bytes
-  const uint32_t h = pack2<T>(v, 0.f);
-  reinterpret_cast<uint16_t*>(xb + r * PITCH + at)[e % 2] = (uint16_t)h;
-  reinterpret_cast<uint16_t*>(xb + (r + 8) * PITCH + at)[e % 2] = (uint16_t)pack2<T>(v - unpack2<T>(h).x, 0.f);
-}
-
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
@@ -220,21 +175,10 @@ __device__ __forceinline__ void cp_async_wait_pending() {
 // register copy spilled).
 // Another x is converted here, 4 elements a load (rows4) or one (rare
 // layouts).
-template <typename T, typename S, int PITCH, int M, bool SPLIT, int N>
+template <typename T, typename S, int PITCH, int M, int N>
 __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool copy, bool rows4, const Slots<N>& s) {
   const char* p = base(s, x);
   constexpr int E = (int)sizeof(S);
-  if constexpr (SPLIT) {
-    if (copy) {  // each unit's four chunks by the thread that splits it (split_copied)
-      for_my_units<M>([&](int r, int c) {
-        const char* src = p + (x.offset + r * x.stride[0] + kb * kGemmCols + 8 * c) * E;
-        const char* src8 = src + 8 * x.stride[0] * E;
-        const uint32_t dst = smem_u32(xb + r * PITCH + 8 * c), dst8 = smem_u32(xb + (r + 8) * PITCH + 8 * c);
-        cp_async_16(dst, src), cp_async_16(dst + 16, src + 16), cp_async_16(dst8, src8), cp_async_16(dst8 + 16, src8 + 16);
-      });
-      return;
-    }
-  }
   if (copy) {
     // Thread i copies 16-byte chunk i % C of rows i / C, i / C + R, ...
     constexpr int C = kGemmCols * E / 16, R = MPK_THREADS / C;
@@ -249,8 +193,7 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
     return;
   }
   auto put = [&](int m, int k, float v) {
-    if constexpr (SPLIT) put_split<T, PITCH>(xb, m, k, v);
-    else if constexpr (sizeof(S) == 4) xb[m * PITCH + k] = v;
+    if constexpr (sizeof(S) == 4) xb[m * PITCH + k] = v;
     else put_x(xb + m * PITCH, k, v);
   };
   if (rows4) {
@@ -265,13 +208,6 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
     int64_t idx[2] = {i / kGemmCols, kb * kGemmCols + i % kGemmCols};
     put((int)idx[0], i % kGemmCols, (float)load_elem(p, x.dtype, offset_of(x, idx)));
   }
-}
-
-// split_copied splits, in place, the units of a block of fp32 x this thread
-// copied (stage_gemm_x with SPLIT), once its copy landed.
-template <typename T, int PITCH, int M>
-__device__ __forceinline__ void split_copied(float* xb) {
-  for_my_units<M>([&](int r, int c) { split_unit<T, PITCH>(xb, r, c); });
 }
 
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int SHARED, int N>
@@ -298,20 +234,15 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
   const bool copy = x.dtype == (LO ? (int32_t)DT_FLOAT32 : dtype_of<T>()) && float_row2(x) && x.stride[0] % (16 / E) == 0 &&
                     (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * E) % 16 == 0;
   const bool rows4 = rows4_ok<K>(x, s);
-  // An fp32 x split where it is staged (MPK_GEMM_SPLIT_STAGED): a copied
-  // block's chunks by their thread once its copy landed, before the barrier
-  // that hands the block to the dots.
-  constexpr bool kSplitStaged = LO && MPK_GEMM_SPLIT_STAGED && M % 16 == 0;
   if (copy) {  // blocks 0 .. NB - 2 in flight, a cp.async group each; block 0 waited for
 #pragma unroll 1
     for (int b = 0; b < NB - 1; ++b) {
-      if (b < KB) stage_gemm_x<T, S, PITCH, M, kSplitStaged>(x, b, buffer(b), true, rows4, s);
+      if (b < KB) stage_gemm_x<T, S, PITCH, M>(x, b, buffer(b), true, rows4, s);
       cp_async_commit();
     }
     cp_async_wait_pending<NB - 2>();
-    if constexpr (kSplitStaged) split_copied<T, PITCH, M>(reinterpret_cast<float*>(buffer(0)));
   } else {
-    stage_gemm_x<T, S, PITCH, M, kSplitStaged>(x, 0, xs, false, rows4, s);
+    stage_gemm_x<T, S, PITCH, M>(x, 0, xs, false, rows4, s);
   }
   consumer_sync();
   mark_staged();
@@ -339,7 +270,7 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
       // so the trace shows what staging x costs.
       if (false)
 #endif
-      if (kb + NB - 1 < KB) stage_gemm_x<T, S, PITCH, M, kSplitStaged>(x, kb + NB - 1, buffer(kb + NB - 1), true, rows4, s);
+      if (kb + NB - 1 < KB) stage_gemm_x<T, S, PITCH, M>(x, kb + NB - 1, buffer(kb + NB - 1), true, rows4, s);
       cp_async_commit();
     }
 #if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_X)
@@ -366,20 +297,13 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
               const int m = (wm * MTW + mi) * 16 + g;
               // The A operands of the hi and lo mmas over the lane's two
               // halves of 4 columns: rows g and g + 8's k-pairs interleaved.
-              uint4 h0, h1, l0, l1, b[4];
-              if constexpr (kSplitStaged) {  // as split_unit left them: no moves
-                if (!kWholeTiles && m >= M) continue;  // (M whole m-tiles: row m + 8 too)
-                const uint32_t top = xb + (m * PITCH + col) * 4, bottom = xb + ((m + 8) * PITCH + col) * 4;
-                h0 = ld_shared_16(top), h1 = ld_shared_16(top + 16), l0 = ld_shared_16(bottom), l1 = ld_shared_16(bottom + 16);
-              } else {
-                uint4 ah = zero, al = zero, a8h = zero, a8l = zero;
-                if (kWholeTiles || m < M) split_x8<T>(xb + (m * PITCH + col) * 4, ah, al);
-                if (kWholeTiles || m + 8 < M) split_x8<T>(xb + ((m + 8) * PITCH + col) * 4, a8h, a8l);
-                h0 = make_uint4(ah.x, a8h.x, ah.y, a8h.y), h1 = make_uint4(ah.z, a8h.z, ah.w, a8h.w);
-                l0 = make_uint4(al.x, a8l.x, al.y, a8l.y), l1 = make_uint4(al.z, a8l.z, al.w, a8l.w);
-              }
+              uint4 ah = zero, al = zero, a8h = zero, a8l = zero, b[4];
+              if (kWholeTiles || m < M) split_x8<T>(xb + (m * PITCH + col) * 4, ah, al);
+              if (kWholeTiles || m + 8 < M) split_x8<T>(xb + ((m + 8) * PITCH + col) * 4, a8h, a8l);
+              const uint4 h0 = make_uint4(ah.x, a8h.x, ah.y, a8h.y), h1 = make_uint4(ah.z, a8h.z, ah.w, a8h.w);
+              const uint4 l0 = make_uint4(al.x, a8l.x, al.y, a8l.y), l1 = make_uint4(al.z, a8l.z, al.w, a8l.w);
 #pragma unroll
-              for (int nt = 0; nt < 4; ++nt) b[nt] = ld_shared_16(wp + ((nt * 8 + g) * kGemmCols + col) * 2);
+              for (int nt = 0; nt < 4; ++nt) b[nt] = ld_shared_16(wp + gemm_page_at(nt * 8 + g, col));
 #pragma unroll
               for (int nt = 0; nt < 4; ++nt) mma_16816<T>(acc[mi][nt], h0.x, h0.y, h0.z, h0.w, b[nt].x, b[nt].y);
 #pragma unroll
@@ -401,7 +325,7 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
             }
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
-              const uint4 b = ld_shared_16(wp + ((nt * 8 + g) * kGemmCols + col) * 2);
+              const uint4 b = ld_shared_16(wp + gemm_page_at(nt * 8 + g, col));
 #pragma unroll
               for (int mi = 0; mi < MTW; ++mi) {
                 mma_16816<T>(acc[mi][nt], a[mi].x, a8[mi].x, a[mi].y, a8[mi].y, b.x, b.y);
@@ -415,10 +339,8 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
     }
     if (copy) {
       cp_async_wait_pending<NB - 2>();  // block kb + 1 landed
-      if constexpr (kSplitStaged)
-        if (kb + 1 < KB) split_copied<T, PITCH, M>(reinterpret_cast<float*>(buffer(kb + 1)));
     } else if (kb + 1 < KB) {
-      stage_gemm_x<T, S, PITCH, M, kSplitStaged>(x, kb + 1, buffer(kb + 1), false, rows4, s);
+      stage_gemm_x<T, S, PITCH, M>(x, kb + 1, buffer(kb + 1), false, rows4, s);
     }
     consumer_sync();
   }

@@ -6,8 +6,8 @@
 //
 // The layout (measured alone first: bench/wgmma_gemm.cu):
 // - W's rows are wgmma's A operand from REGISTERS, read with ld.shared from
-//   the ring page as it landed (32 rows × 256 columns, row-major, no
-//   swizzle): lane (g, t) reads 16 contiguous bytes of its rows g and g + 8,
+//   the ring page as it landed (32 rows × 256 columns in column blocks:
+//   gemm_page_at): lane (g, t) reads 16 contiguous bytes of its rows g and g + 8,
 //   two k16 steps' k pairs (a dot product does not care which k pairs with
 //   which, as long as x uses the same order).
 // - x is the B operand from shared memory, staged by the consumers 64
@@ -230,7 +230,7 @@ __device__ uint32_t linear_wgmma(const Op& op, int lo, int hi, const Slots<N>& s
   // page 0's instead (finite values, never stored): a select of the A
   // registers would sit between the wgmmas and serialise them (ptxas C7513).
   const int my_page = wq * 16 / kGemmPageRows < pages ? wq * 16 / kGemmPageRows : 0;
-  const uint32_t a_off = ((wq * 16 % kGemmPageRows + g) * kGemmCols + 8 * t) * 2;
+  const int a_row = wq * 16 % kGemmPageRows + g;
   X xst;
   xst.load(x, rows4, 0, s);
   xst.store(xs);
@@ -245,7 +245,7 @@ __device__ uint32_t linear_wgmma(const Op& op, int lo, int hi, const Slots<N>& s
 #pragma unroll 1
   for (int kb = 0; kb < KB; ++kb, seq += pages) {
     wait_page(ring, seq + my_page, c.abort);
-    const uint32_t page = smem_u32(ring.page(seq + my_page)) + a_off;
+    const uint32_t page = smem_u32(ring.page(seq + my_page));
 #pragma unroll 1
     for (int sb = 0; sb < SUBS; ++sb, ++sbg) {
       const bool next = sbg + 1 < KB * SUBS;
@@ -257,7 +257,7 @@ __device__ uint32_t linear_wgmma(const Op& op, int lo, int hi, const Slots<N>& s
         wgmma_wait<kWgDepth - 1>();
         const int slice = sb * 2 + jj;
         uint32_t a[2][4];
-        wg_load_a(a, page + slice * 64, 8 * kGemmCols * 2);
+        wg_load_a(a, page + gemm_page_at(a_row, slice * 32 + 8 * t), gemm_page_at(8, 0));
         wgmma_fence();
 #pragma unroll
         for (int st = 0; st < 2; ++st) {

@@ -24,15 +24,24 @@ const tmapUnit = 8
 // tmapMaxBox is the most elements a tensor-map box takes along a dim.
 const tmapMaxBox = 256
 
+// A GEMM page lands column block after column block (BlockCols units each:
+// its rows' first 64 bytes, then their next, ...), where a page of whole
+// rows (512 bytes apart) put the two rows of an mma's load phase in the same
+// banks: every 16-byte load of a page's weights was 2-way bank-conflicted
+// (mpk::gemm_page_at). mpk_launch then encodes a 3-D map (units of a block,
+// rows, blocks), whose box is the whole page.
+
 // tmapSpec describes one tensor map: a weight matrix (rows of RowBytes,
 // Cols units each, from Offset bytes into Slot) cut into boxes of BoxRows
-// rows × BoxCols units.
+// rows × BoxCols units, landing row after row, or column block after column
+// block of BlockCols units (BlockCols > 0: a GEMM page).
 type tmapSpec struct {
 	Slot             int
 	Offset           int64
 	Cols, Rows       int64
 	RowBytes         int64
 	BoxCols, BoxRows int64
+	BlockCols        int64
 }
 
 // tmapOf returns the tensor map whose boxes are the pages of stream plan p
@@ -45,7 +54,10 @@ func (gen *generator) tmapOf(p stream.Plan, w ir.View, pageRows int64) (tmapSpec
 	s := tmapSpec{Slot: gen.l.slot[w.Buf], Offset: (gen.l.offset[w.Buf] + w.Offset) * p.ElemBytes,
 		Cols: p.K * p.ElemBytes / tmapUnit, Rows: w.Shape[0], RowBytes: p.RowStride * p.ElemBytes,
 		BoxCols: p.Cols * p.ElemBytes / tmapUnit, BoxRows: pageRows}
-	ok := s.Offset%16 == 0 && s.RowBytes%16 == 0 && (p.K*p.ElemBytes)%tmapUnit == 0 && (p.Cols*p.ElemBytes)%16 == 0 &&
+	if p.Gemm {
+		s.BlockCols = stream.GemmBlockCols * p.ElemBytes / tmapUnit
+	}
+	ok := (s.BlockCols == 0 || s.Cols%s.BlockCols == 0 && s.BoxCols%s.BlockCols == 0) && s.Offset%16 == 0 && s.RowBytes%16 == 0 && (p.K*p.ElemBytes)%tmapUnit == 0 && (p.Cols*p.ElemBytes)%16 == 0 &&
 		s.BoxCols >= 1 && s.BoxCols <= tmapMaxBox && s.BoxRows <= tmapMaxBox && s.Rows >= 1 &&
 		s.BoxCols*tmapUnit*s.BoxRows <= stream.PageBytes
 	return s, ok
@@ -69,7 +81,8 @@ func (gen *generator) writeTmaps(src *strings.Builder) {
 	fmt.Fprintf(src, "constexpr int kNumTmaps = %d;\n", len(gen.tmaps))
 	fmt.Fprintf(src, "static const mpk::TmapSpec kTmaps[%d] = {\n", max(1, len(gen.tmaps)))
 	for _, s := range gen.tmaps {
-		fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, 0},\n", s.Slot, s.BoxRows, s.Offset, s.Cols, s.Rows, s.RowBytes, s.BoxCols)
+		fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d},\n", s.Slot, s.BoxRows, s.Offset, s.Cols, s.Rows, s.RowBytes, s.BoxCols,
+			s.BlockCols)
 	}
 	if len(gen.tmaps) == 0 {
 		src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0},\n")

@@ -8,8 +8,8 @@ import (
 )
 
 // TestTmapOf: a GEMM or tile stream's pages are boxes of a tensor map of the
-// whole weight (8-byte units, rows row stride apart), one map per weight
-// view; a weight whose bytes a map cannot describe (a start off 16 bytes,
+// whole weight (8-byte units, rows row stride apart; a GEMM page's box lands
+// in column blocks of 8 units), one map per weight view; a weight whose bytes a map cannot describe (a start off 16 bytes,
 // rows not 16 bytes apart, a page wider than a box) keeps row copies.
 func TestTmapOf(t *testing.T) {
 	g := &ir.Graph{}
@@ -20,19 +20,19 @@ func TestTmapOf(t *testing.T) {
 	}
 	gemm := stream.Plan{K: 2048, ElemBytes: 2, Cols: 256, RowStride: 2048, Gemm: true}
 	s, ok := gen.tmapOf(gemm, view(0, 8192, 2048, 2048), stream.GemmPageRows)
-	want := tmapSpec{Slot: 5, Offset: 0, Cols: 512, Rows: 8192, RowBytes: 4096, BoxCols: 64, BoxRows: 32}
+	want := tmapSpec{Slot: 5, Offset: 0, Cols: 512, Rows: 8192, RowBytes: 4096, BoxCols: 64, BoxRows: 32, BlockCols: 8}
 	if !ok || s != want {
 		t.Fatalf("GEMM weight: %+v %v, want %+v", s, ok, want)
 	}
 	// A K-split part: columns [512, 1024) of the rows, its own map from its first column.
 	part := stream.Plan{K: 512, ElemBytes: 2, Cols: 256, RowStride: 2048, Gemm: true}
 	s, ok = gen.tmapOf(part, view(512, 8192, 512, 2048), stream.GemmPageRows)
-	if want := (tmapSpec{Slot: 5, Offset: 1024, Cols: 128, Rows: 8192, RowBytes: 4096, BoxCols: 64, BoxRows: 32}); !ok || s != want {
+	if want := (tmapSpec{Slot: 5, Offset: 1024, Cols: 128, Rows: 8192, RowBytes: 4096, BoxCols: 64, BoxRows: 32, BlockCols: 8}); !ok || s != want {
 		t.Fatalf("K part: %+v %v, want %+v", s, ok, want)
 	}
 	// Tile pages: 8 rows of 1,024 columns, 256 units a box.
 	tiles := stream.Plan{K: 2048, ElemBytes: 2, Cols: 1024, RowStride: 2048, Tiles: true}
-	if s, ok = gen.tmapOf(tiles, view(0, 8192, 2048, 2048), stream.TileRows); !ok || s.BoxCols != 256 || s.BoxRows != 8 {
+	if s, ok = gen.tmapOf(tiles, view(0, 8192, 2048, 2048), stream.TileRows); !ok || s.BoxCols != 256 || s.BoxRows != 8 || s.BlockCols != 0 {
 		t.Fatalf("tile pages: %+v %v", s, ok)
 	}
 	for name, c := range map[string]struct {

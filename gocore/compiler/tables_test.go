@@ -225,7 +225,7 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	// the task's first row in them
 	const F = 14
 	rows := table(t, src, "mpk::Stream streams")
-	const TF = 8 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, pad
+	const TF = 8 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units
 	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
 	if len(rows) != F*len(comp.Tasks.Tasks) {
 		t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", name, len(rows), F, len(comp.Tasks.Tasks))
@@ -281,7 +281,11 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		}
 		if r[11] >= 0 {
 			m := tmaps[TF*r[11] : TF*r[11]+TF]
-			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, 0}
+			block := 0 // GEMM pages land in column blocks of 64 bytes
+			if kind == "gemm" || kind == "wgmma" {
+				block = 64 / 8
+			}
+			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, block}
 			if !slices.Equal(m, want) || r[13] != int(task.Box.Lo[1]) {
 				t.Fatalf("%s: task %d (%s): tensor map %v (first row %d), want %v (first row %d)", name, i, comp.Tasks.Name(i),
 					m, r[13], want, task.Box.Lo[1])

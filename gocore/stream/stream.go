@@ -36,6 +36,11 @@ const (
 	GemmCols     = 256
 	GemmPageRows = 32
 	GemmRows     = 64
+	// GemmBlockCols is the columns of a GEMM page's column block
+	// (mpk::kGemmBlockCols): a page holds its 32 rows' first 32 columns,
+	// then their next 32, ..., so a row of a block is 64 bytes and the two
+	// rows an mma load phase reads sit in different banks.
+	GemmBlockCols = 32
 	// GemmMaxRows bounds x's rows in a GEMM stream (its accumulators sit in
 	// the consumers' registers); GemmMinRows is where lower picks it.
 	GemmMaxRows = 64
