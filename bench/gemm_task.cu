@@ -1,0 +1,259 @@
+// GEMM task micro-benchmark (issue 13): mpk::linear_gemm itself (the
+// megakernel's task body for a prompt chunk's Linears, tasks/gemm.cuh) run
+// alone, to say what bounds its ~2-6 us a block in the traces: the
+// consumers' dots, or the weights' stream.
+//
+// One persistent launch of one CTA per SM (16 consumer warps and a loader
+// warp, as the megakernel's workers) runs the tasks of L layers of one
+// shape, dealt round-robin to the CTAs: the consumers call linear_gemm for
+// each task, with x (M rows of fp32, as every intermediate) read from global
+// memory; the loader's lane fills the ring of RING pages with one tensor-map
+// box a page (3-D, in column blocks, as mpk_launch encodes a GEMM page's map
+// with MPK_GEMM_BLOCKED_PAGES; 2-D with 0), as the megakernel's loader does.
+// Two weight sources:
+//   hbm  every task its own rows of L layers' weights (many times the L2):
+//        the megakernel's stream
+//   l2   every task the same 64 rows (L2-resident): the consumers' own
+//        speed, the stream no bound
+// The shapes are llama-3.2-1b's 64-token chunk's GEMM streams: the gate and
+// up pair (4 pages a block, SiLU(gate)·up stored), a K slice of the down
+// projection (64 rows) and a row block of the o projection (32 rows).
+// Reported: us a block of 256 columns (a task's K/256 blocks, the CTA's
+// tasks one after another) and weight bytes a second against the device copy
+// rate; hbm's first launch is checked against a host reference at sampled
+// outputs (fp64 from the same bf16 weights and fp32 x).
+// Variants are nvcc defines, as for the megakernel (MPK_GEMM_HI_ONLY=1,
+// MPK_GEMM_WARP_MTILES=2, MPK_GEMM_BLOCKED_PAGES=0, -DRING=8).
+//
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Icsrc \
+//     bench/gemm_task.cu -o /tmp/gt -lcuda && /tmp/gt
+//   (gpu_run.sh: JOBS="cu:gemm_task.cu:-lcuda")
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <vector>
+
+#include "cuda_check.h"
+#include "runtime/runtime.cuh"
+#include "tasks/tasks.cuh"
+
+#ifndef RING
+#define RING 5  // llama-3.2-1b's 64-token chunk module: kRingPages
+#endif
+// The megakernel's worker size (its register budget: 96), the warps past the
+// loader idle.
+constexpr int kThreads = mpk::kWorkerThreads;
+constexpr int kSlots = 3;  // x, the first weight (unread: pages come from the maps), out
+
+// The pair's store: SiLU of the second weight's product times the first's
+// (what the chunk's paired gate and up store), in fp32.
+struct SiluMul {
+  static __device__ __forceinline__ double eval(const double* in, const int64_t*) {
+    return in[0] * (in[1] / (1.0 + exp(-in[1])));
+  }
+};
+
+struct Args {
+  mpk::Slots<kSlots> slots;
+  const CUtensorMap* maps;  // the first weight's, then the pair's second
+  const int32_t* abort;
+  int tasks, per_layer, N;  // tasks in all; a layer's; weight rows a layer
+  bool l2;                  // every task the same rows
+};
+
+template <int K, int M, bool PAIR>
+__global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
+  using EPI = typename std::conditional<PAIR, mpk::PairEpi<SiluMul, 1, mpk::DT_FLOAT32>, mpk::NoEpi>::type;
+  constexpr int SHARED = mpk::gemm_scratch_bytes(M, true);
+  extern __shared__ __align__(128) char smem[];
+  const mpk::Ring<RING> ring = mpk::ring_at<RING>(smem);
+  if (threadIdx.x == 0) ring.init(mpk::kConsumerWarps);
+  __syncthreads();
+  const int warp = threadIdx.x / 32;
+  if (warp == mpk::kLoaderWarp) {  // one lane fills every page of this CTA's tasks, in the consumers' order
+    if (threadIdx.x % 32 != 0) return;
+    const uint64_t policy = mpk::weight_policy();
+    uint32_t seq = 0;
+    for (int t = blockIdx.x; t < a.tasks; t += gridDim.x) {
+      const int row = a.l2 ? 0 : t / a.per_layer * a.N + t % a.per_layer * mpk::kGemmRows;
+      for (int kb = 0; kb < K / mpk::kGemmCols; ++kb)
+        for (int part = 0; part < (PAIR ? 2 : 1); ++part)
+          for (int r = 0; r < mpk::kGemmRows; r += mpk::kGemmPageRows, ++seq) {
+            while (!ring.slot_free(seq)) {
+            }
+            const int x = MPK_GEMM_BLOCKED_PAGES ? kb * mpk::kGemmCols / mpk::kGemmBlockCols : kb * mpk::kGemmCols * 2 / 8;
+            ring.fill_box(seq, a.maps + part, x, row + r, mpk::kPageBytes, policy, MPK_GEMM_BLOCKED_PAGES);
+          }
+    }
+    return;
+  }
+  if (warp > mpk::kLoaderWarp) return;
+  // The task's descriptor in shared memory, as the megakernel's fetcher
+  // hands it to the consumers (a local copy of 1.6 KB sat on the stack).
+  __shared__ mpk::Op op;
+  auto view2 = [](int slot, int64_t offset, int64_t rows, int64_t cols) {
+    mpk::View v = {};
+    v.slot = slot, v.dtype = mpk::DT_FLOAT32, v.rank = 2, v.offset = offset;
+    v.shape[0] = rows, v.shape[1] = cols, v.stride[0] = cols, v.stride[1] = 1;
+    return v;
+  };
+  if (threadIdx.x == 0) {
+    op = mpk::Op{};
+    op.kind = mpk::OP_LINEAR;
+    op.num_in = PAIR ? 3 : 2;
+    op.epi_first = PAIR ? 2 : op.num_in;  // the pair's epilogue reads no memory (in[2]: a valid view all the same)
+    op.epi_dtype = mpk::DT_FLOAT32;
+    op.xkey = -1;
+    op.in[0] = view2(0, 0, M, K);
+    op.in[1] = view2(1, 0, a.N, K);
+    op.in[1].dtype = mpk::DT_BFLOAT16;
+  }
+  mpk::Ctx c{smem + mpk::ring_bars_bytes<RING>() + RING * mpk::kPageBytes, smem, 0, a.abort, false};
+  for (int t = blockIdx.x; t < a.tasks; t += gridDim.x) {
+    const int layer = t / a.per_layer, lo = t % a.per_layer * mpk::kGemmRows;
+    if (threadIdx.x == 0) op.out = op.in[2] = view2(2, (int64_t)layer * M * a.N, M, a.N);
+    mpk::consumer_sync();
+    c.seq = mpk::linear_gemm<__nv_bfloat16, K, M, true, RING, false, EPI, SHARED>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+    mpk::consumer_sync();  // the next task's x goes where this one's partials were
+  }
+}
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+static double from_bf16(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+// encode maps a [rows][K] bf16 matrix as the megakernel does a GEMM page's:
+// 8-byte units; 3-D in column blocks (the box a whole page) or 2-D.
+static CUtensorMap encode(const void* w, int64_t rows, int K) {
+  CUtensorMap m;
+  const int64_t units = (int64_t)K * 2 / 8, block = mpk::kGemmBlockCols * 2 / 8;
+  CUresult r;
+  if (MPK_GEMM_BLOCKED_PAGES) {
+    const cuuint64_t dims[3] = {(cuuint64_t)block, (cuuint64_t)rows, (cuuint64_t)(units / block)},
+                     strides[2] = {(cuuint64_t)K * 2, (cuuint64_t)block * 8};
+    const cuuint32_t box[3] = {(cuuint32_t)block, mpk::kGemmPageRows, (cuuint32_t)(mpk::kGemmCols * 2 / 8 / block)},
+                     step[3] = {1, 1, 1};
+    r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_UINT64, 3, const_cast<void*>(w), dims, strides, box, step,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  } else {
+    const cuuint64_t dims[2] = {(cuuint64_t)units, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
+    const cuuint32_t box[2] = {(cuuint32_t)(mpk::kGemmCols * 2 / 8), mpk::kGemmPageRows}, step[2] = {1, 1};
+    r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, const_cast<void*>(w), dims, strides, box, step,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  }
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
+    exit(1);
+  }
+  return m;
+}
+
+template <int K, int M, bool PAIR>
+static void run(const char* name, int N, int L, int sms, double copy) {
+  const int per_layer = N / mpk::kGemmRows, tasks = per_layer * L, NW = PAIR ? 2 : 1;
+  const int64_t welems = (int64_t)L * N * K;
+  // Weights: small random bf16 values (hash of the index), each weight its own buffer.
+  std::vector<uint16_t> hw(welems);
+  std::vector<float> hx((size_t)M * K);
+  uint64_t st = 12345;
+  auto rnd = [&] {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((st >> 40) & 0xffff) / 65536.f - 0.5f;
+  };
+  for (auto& v : hx) v = rnd();
+  void* w[2] = {nullptr, nullptr};
+  std::vector<std::vector<uint16_t>> host_w(NW);
+  for (int p = 0; p < NW; ++p) {
+    for (auto& v : hw) v = to_bf16(rnd() * 0.05f);
+    host_w[p].assign(hw.begin(), hw.begin() + (size_t)std::min<int64_t>(welems, (int64_t)N * K));  // layer 0
+    CK(cudaMalloc(&w[p], welems * 2));
+    CK(cudaMemcpy(w[p], hw.data(), welems * 2, cudaMemcpyHostToDevice));
+  }
+  float *x, *out;
+  int32_t* abort_flag;
+  CUtensorMap* maps;
+  CK(cudaMalloc(&x, hx.size() * 4));
+  CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&out, (size_t)L * M * N * 4));
+  CK(cudaMalloc(&abort_flag, 4));
+  CK(cudaMemset(abort_flag, 0, 4));
+  CUtensorMap hm[2] = {encode(w[0], (int64_t)L * N, K), encode(w[PAIR ? 1 : 0], (int64_t)L * N, K)};
+  CK(cudaMalloc(&maps, sizeof(hm)));
+  CK(cudaMemcpy(maps, hm, sizeof(hm), cudaMemcpyHostToDevice));
+  const int smem = mpk::ring_bars_bytes<RING>() + RING * mpk::kPageBytes + mpk::gemm_scratch_bytes(M, true);
+  CK(cudaFuncSetAttribute(gemm_tasks<K, M, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  for (int l2 = 0; l2 < 2; ++l2) {
+    Args a = {};
+    a.slots.p[0] = x, a.slots.p[1] = w[0], a.slots.p[2] = out;
+    a.maps = maps, a.abort = abort_flag, a.tasks = tasks, a.per_layer = per_layer, a.N = N, a.l2 = l2;
+    CK(cudaMemset(out, 0, (size_t)L * M * N * 4));
+    gemm_tasks<K, M, PAIR><<<sms, kThreads, smem>>>(a);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    if (!l2) {  // layer 0 at sampled outputs against fp64
+      std::vector<float> ho((size_t)M * N);
+      CK(cudaMemcpy(ho.data(), out, ho.size() * 4, cudaMemcpyDeviceToHost));
+      double worst = 0;
+      for (int i = 0; i < 256; ++i) {
+        const int m = (i * 37) % M, n = (i * 7919) % N;
+        double dot[2] = {0, 0};
+        for (int p = 0; p < NW; ++p)
+          for (int k = 0; k < K; ++k) dot[p] += (double)hx[(size_t)m * K + k] * from_bf16(host_w[p][(size_t)n * K + k]);
+        const double want = PAIR ? dot[0] * (dot[1] / (1 + exp(-dot[1]))) : dot[0];
+        const double scale = PAIR ? fabs(dot[0]) * 0.3 + 1e-3 : fabs(dot[0]) + 1e-3;
+        worst = fmax(worst, fabs(ho[(size_t)m * N + n] - want) / scale);
+      }
+      if (worst > 1e-3) {
+        fprintf(stderr, "%s: wrong outputs (worst relative error %.2e)\n", name, worst);
+        exit(1);
+      }
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int reps = 5;
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < reps; ++i) gemm_tasks<K, M, PAIR><<<sms, kThreads, smem>>>(a);
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double s = ms / 1e3 / reps, blocks = (double)(tasks + sms - 1) / sms * (K / mpk::kGemmCols);
+    const double bytes = (double)tasks * NW * mpk::kGemmRows * K * 2;
+    printf("%-10s %-3s M %2d  %5d tasks  %8.1f us  %6.2f us a block  %7.0f GB/s  %.2f of copy\n", name,
+           l2 ? "l2" : "hbm", M, tasks, s * 1e6, s * 1e6 / blocks, bytes / s / 1e9, bytes / s / copy);
+  }
+  CK(cudaFree(w[0]));
+  if (PAIR) CK(cudaFree(w[1]));
+  CK(cudaFree(x));
+  CK(cudaFree(out));
+  CK(cudaFree(abort_flag));
+  CK(cudaFree(maps));
+}
+
+int main() {
+  int sms;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const double copy = copy_bandwidth();  // as bench/decode.py's floor and gemm_pages.cu: bytes over the copy rate
+  printf("ring %d pages, HI_ONLY %d, WARP_MTILES %d, BLOCKED_PAGES %d; %d SMs, copy %.0f GB/s\n", RING,
+         MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES, MPK_GEMM_BLOCKED_PAGES, sms, copy / 1e9);
+  run<2048, 64, true>("gate+up", 8192, 4, sms, copy);
+  run<2048, 64, false>("down/4", 2048, 32, sms, copy);
+  run<2048, 32, false>("o rows", 2048, 32, sms, copy);
+  return 0;
+}
