@@ -342,6 +342,11 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
     } else if (kb + 1 < KB) {
       stage_gemm_x<T, S, PITCH, M>(x, kb + 1, buffer(kb + 1), false, rows4, s);
     }
+#if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_SYNC)
+    // Probe (not for use; results wrong): no barrier between blocks, so a
+    // timing shows what the warps' wait for the slowest costs.
+    if (false)
+#endif
     consumer_sync();
   }
   mark_dots();
