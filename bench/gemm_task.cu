@@ -26,7 +26,9 @@
 // MPK_GEMM_WARP_MTILES=2, MPK_GEMM_BLOCKED_PAGES=0, -DRING=8), and the
 // task's probes, whose results are wrong and not checked (-DMPK_TRACE with
 // -DMPK_PROBE_GEMM_NO_X: x staged once, every block reads it;
-// -DMPK_PROBE_GEMM_NO_SYNC: no barrier between blocks).
+// -DMPK_PROBE_GEMM_NO_SYNC: no barrier between blocks). -DWGMMA runs
+// mpk::linear_wgmma (the wgmma option's task body) instead, for the shapes
+// it takes (not the pair).
 //
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Icsrc \
 //     bench/gemm_task.cu -o /tmp/gt -lcuda && /tmp/gt
@@ -50,6 +52,14 @@ constexpr bool kProbe = true;  // wrong results by design: not checked
 #else
 constexpr bool kProbe = false;
 #endif
+
+#ifndef WGMMA
+#define WGMMA 0
+#endif
+// scratch_bytes is the task's shared memory besides the ring.
+__host__ __device__ constexpr int scratch_bytes(int M) {
+  return WGMMA ? mpk::wgmma_scratch_bytes(M, true) : mpk::gemm_scratch_bytes(M, true);
+}
 
 #ifndef RING
 #define RING 5  // llama-3.2-1b's 64-token chunk module: kRingPages
@@ -78,7 +88,7 @@ struct Args {
 template <int K, int M, bool PAIR>
 __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
   using EPI = typename std::conditional<PAIR, mpk::PairEpi<SiluMul, 1, mpk::DT_FLOAT32>, mpk::NoEpi>::type;
-  constexpr int SHARED = mpk::gemm_scratch_bytes(M, true);
+  constexpr int SHARED = scratch_bytes(M);
   extern __shared__ __align__(128) char smem[];
   const mpk::Ring<RING> ring = mpk::ring_at<RING>(smem);
   if (threadIdx.x == 0) ring.init(mpk::kConsumerWarps);
@@ -127,7 +137,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     const int layer = t / a.per_layer, lo = t % a.per_layer * mpk::kGemmRows;
     if (threadIdx.x == 0) op.out = op.in[2] = view2(2, (int64_t)layer * M * a.N, M, a.N);
     mpk::consumer_sync();
-    c.seq = mpk::linear_gemm<__nv_bfloat16, K, M, true, RING, false, EPI, SHARED>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+    if constexpr (WGMMA && !PAIR)
+      c.seq = mpk::linear_wgmma<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+    else
+      c.seq = mpk::linear_gemm<__nv_bfloat16, K, M, true, RING, false, EPI, SHARED>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     mpk::consumer_sync();  // the next task's x goes where this one's partials were
   }
 }
@@ -175,7 +188,11 @@ static CUtensorMap encode(const void* w, int64_t rows, int K) {
 template <int K, int M, bool PAIR>
 static void run(const char* name, int N, int L, int sms, double copy) {
   const int per_layer = N / mpk::kGemmRows, tasks = per_layer * L, NW = PAIR ? 2 : 1;
-  const int smem = mpk::ring_bars_bytes<RING>() + RING * mpk::kPageBytes + mpk::gemm_scratch_bytes(M, true);
+  if (WGMMA && PAIR) {
+    printf("%-10s M %2d  skipped: wgmma streams do not pair\n", name, M);
+    return;
+  }
+  const int smem = mpk::ring_bars_bytes<RING>() + RING * mpk::kPageBytes + scratch_bytes(M);
   int most;
   CK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   if (smem + (int)sizeof(mpk::Op) + 1024 > most) {  // the descriptor and the runtime's shared variables besides
@@ -265,8 +282,9 @@ int main() {
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const double copy = copy_bandwidth();  // as bench/decode.py's floor and gemm_pages.cu: bytes over the copy rate
-  printf("ring %d pages, HI_ONLY %d, WARP_MTILES %d, BLOCKED_PAGES %d, probe %d; %d SMs, copy %.0f GB/s\n", RING,
-         MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES, MPK_GEMM_BLOCKED_PAGES, (int)kProbe, sms, copy / 1e9);
+  printf("%s, ring %d pages, HI_ONLY %d, WARP_MTILES %d, SLICE_UNROLL %d, BLOCKED_PAGES %d, probe %d; %d SMs, copy %.0f GB/s\n",
+         WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES, MPK_GEMM_SLICE_UNROLL,
+         MPK_GEMM_BLOCKED_PAGES, (int)kProbe, sms, copy / 1e9);
   run<2048, 64, true>("gate+up", 8192, 4, sms, copy);
   run<2048, 64, false>("down/4", 2048, 32, sms, copy);
   run<2048, 32, false>("o rows", 2048, 32, sms, copy);
