@@ -4,7 +4,8 @@
 #   check:<model>      python -m mpk check --target cuda --dtype bfloat16
 #   bench:<m1+m2..>    bench/decode.py (JSON bench_<n>.json)
 #   trace:<model>      bench/trace.py (JSON trace_<n>_<model>.json)
-#   pytest:<path>      pytest -m gpu on that path (a ~ in ARGS is a space: -k,batch~or~steps)
+#   pytest:<path>      pytest -m gpu on that path (a ~ in ARGS is a space: -k,batch~or~steps),
+#                      in PYTEST_SHARDS processes at once (bench/pytest_shards.sh; 4 by default)
 #   host:<model>       bench/host_time.py: host time of one call (JSON host_<model>.json)
 #   env:<NAME>:<VALUE> export NAME=VALUE for the jobs after it (e.g. MPK_NVCC_EXTRA)
 #   core:<file>        use .prebuilt/<file> as the Go core for the jobs after it (an A/B of core builds)
@@ -49,8 +50,8 @@ for job in ${JOBS:-check:tiny-llama}; do
         tail -40 "$W/cu_${n}_${what%.cu}.log" ;;
     pytest) args=()
             for a in $extra; do args+=("${a//\~/ }"); done
-            timeout "${JOB_TIMEOUT:-500}" python3 -m pytest -q -m gpu -p no:cacheprovider "$what" "${args[@]}" >"$W/pytest_$n.log" 2>&1
-           tail -3 "$W/pytest_$n.log" ;;
+            timeout "${JOB_TIMEOUT:-500}" bash bench/pytest_shards.sh "$W/pytest_$n.log" "$what" "${args[@]}" >"$W/pytest_$n.summary" 2>&1
+            tail -12 "$W/pytest_$n.summary" ;;
   esac
   tar czf "$OUT/results.tgz" -C "$W" .
 done
