@@ -5,7 +5,9 @@
 # (the module is built with -lineinfo).
 #   MODEL=llama-3.2-1b OUT=outputs/ncu bash bench/gpu_ncu_source.sh
 # ARGS go to bench/ncu_step.py: ARGS="--prefill 64" profiles a 64-token chunk
-# (its GEMM streams and shared-K/V attention).
+# (its GEMM streams and shared-K/V attention). bench/ncu_attribute.py then
+# splits the samples by task body or source line (with a local build of the
+# module.cu this copies back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1
