@@ -57,9 +57,10 @@ func (gen *generator) tmapOf(p stream.Plan, w ir.View, pageRows int64) (tmapSpec
 	if p.Gemm {
 		s.BlockCols = stream.GemmBlockCols * p.ElemBytes / tmapUnit
 	}
-	ok := (s.BlockCols == 0 || s.Cols%s.BlockCols == 0 && s.BoxCols%s.BlockCols == 0) && s.Offset%16 == 0 && s.RowBytes%16 == 0 && (p.K*p.ElemBytes)%tmapUnit == 0 && (p.Cols*p.ElemBytes)%16 == 0 &&
+	ok := s.Offset%16 == 0 && s.RowBytes%16 == 0 && (p.K*p.ElemBytes)%tmapUnit == 0 && (p.Cols*p.ElemBytes)%16 == 0 &&
 		s.BoxCols >= 1 && s.BoxCols <= tmapMaxBox && s.BoxRows <= tmapMaxBox && s.Rows >= 1 &&
-		s.BoxCols*tmapUnit*s.BoxRows <= stream.PageBytes
+		s.BoxCols*tmapUnit*s.BoxRows <= stream.PageBytes &&
+		(s.BlockCols == 0 || s.Cols%s.BlockCols == 0 && s.BoxCols%s.BlockCols == 0)
 	return s, ok
 }
 

@@ -9,8 +9,9 @@ import (
 
 // TestTmapOf: a GEMM or tile stream's pages are boxes of a tensor map of the
 // whole weight (8-byte units, rows row stride apart; a GEMM page's box lands
-// in column blocks of 8 units), one map per weight view; a weight whose bytes a map cannot describe (a start off 16 bytes,
-// rows not 16 bytes apart, a page wider than a box) keeps row copies.
+// in column blocks of 8 units), one map per weight view; a weight whose
+// bytes a map cannot describe (a start off 16 bytes, rows not 16 bytes
+// apart, a page wider than a box) keeps row copies.
 func TestTmapOf(t *testing.T) {
 	g := &ir.Graph{}
 	w := g.NewBuffer("w", ir.Input, ir.BF16, 8192*2048)
