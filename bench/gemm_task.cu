@@ -45,6 +45,7 @@
 
 #include "cuda_check.h"
 #include "runtime/runtime.cuh"
+#include "runtime/tmaps.cuh"
 #include "tasks/tasks.cuh"
 
 #if defined(MPK_PROBE_GEMM_NO_X) || defined(MPK_PROBE_GEMM_NO_SYNC)
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
           for (int r = 0; r < mpk::kGemmRows; r += mpk::kGemmPageRows, ++seq) {
             while (!ring.slot_free(seq)) {
             }
-            const int x = MPK_GEMM_BLOCKED_PAGES ? kb * mpk::kGemmCols / mpk::kGemmBlockCols : kb * mpk::kGemmCols * 2 / 8;
+            const int x = mpk::page_map_x((int64_t)kb * mpk::kGemmCols * 2, MPK_GEMM_BLOCKED_PAGES);
             ring.fill_box(seq, a.maps + part, x, row + r, mpk::kPageBytes, policy, MPK_GEMM_BLOCKED_PAGES);
           }
     }
@@ -157,27 +158,15 @@ static double from_bf16(uint16_t h) {
   return f;
 }
 
-// encode maps a [rows][K] bf16 matrix as the megakernel does a GEMM page's:
-// 8-byte units; 3-D in column blocks (the box a whole page) or 2-D.
+// encode maps a [rows][K] bf16 matrix as mpk_launch does a GEMM page's
+// (codegen's tmapOf spec, runtime/tmaps.cuh's encoding).
 static CUtensorMap encode(const void* w, int64_t rows, int K) {
+  mpk::TmapSpec spec = {};
+  spec.box_rows = mpk::kGemmPageRows, spec.cols = (int64_t)K * 2 / mpk::kTmapUnit, spec.rows = rows;
+  spec.row_bytes = (int64_t)K * 2, spec.box_cols = mpk::kGemmCols * 2 / mpk::kTmapUnit;
+  spec.block_cols = mpk::kGemmBlockBytes / mpk::kTmapUnit;
   CUtensorMap m;
-  const int64_t units = (int64_t)K * 2 / 8, block = mpk::kGemmBlockCols * 2 / 8;
-  CUresult r;
-  if (MPK_GEMM_BLOCKED_PAGES) {
-    const cuuint64_t dims[3] = {(cuuint64_t)block, (cuuint64_t)rows, (cuuint64_t)(units / block)},
-                     strides[2] = {(cuuint64_t)K * 2, (cuuint64_t)block * 8};
-    const cuuint32_t box[3] = {(cuuint32_t)block, mpk::kGemmPageRows, (cuuint32_t)(mpk::kGemmCols * 2 / 8 / block)},
-                     step[3] = {1, 1, 1};
-    r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_UINT64, 3, const_cast<void*>(w), dims, strides, box, step,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  } else {
-    const cuuint64_t dims[2] = {(cuuint64_t)units, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
-    const cuuint32_t box[2] = {(cuuint32_t)(mpk::kGemmCols * 2 / 8), mpk::kGemmPageRows}, step[2] = {1, 1};
-    r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_UINT64, 2, const_cast<void*>(w), dims, strides, box, step,
-                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  }
+  const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES);
   if (r != CUDA_SUCCESS) {
     fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
     exit(1);

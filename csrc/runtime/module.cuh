@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "runtime/ring.cuh"
+#include "runtime/tmaps.cuh"
 
 namespace mpk_gen {
 
@@ -77,7 +78,6 @@ __device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
 #ifndef MPK_TMA_PAGES
 #define MPK_TMA_PAGES 1
 #endif
-constexpr int kTmapUnit = 8;  // the tensor maps' element: bytes (codegen's tmapUnit)
 
 // load_weights is the loader's loop (one lane): every page of every streamed
 // task of worker w, in queue order, at most in_flight_pages in flight. A slot
@@ -145,19 +145,18 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     // its rows' segments one bulk copy each.
     // A GEMM page lands in column blocks (tasks/gemm.cuh's gemm_page_at).
     const bool boxes = MPK_TMA_PAGES && sd.tmap >= 0, blocked = MPK_GEMM_BLOCKED_PAGES && sd.col_major;
-    constexpr int kBlockBytes = mpk::kGemmBlockCols * 2;
     auto fill_tile = [&](int part, int64_t r, int64_t col) {
       if (boxes) {
         const char* maps = static_cast<const char*>(st.tmaps);
-        const int x = (int)(col / (blocked ? kBlockBytes : kTmapUnit));
-        ring.fill_box(seq, maps + 128 * (part ? sd.pair_tmap : sd.tmap), x, sd.tmap_row + (int)r,
+        ring.fill_box(seq, maps + 128 * (part ? sd.pair_tmap : sd.tmap), mpk::page_map_x(col, blocked), sd.tmap_row + (int)r,
                       (uint32_t)(sd.tile_rows * sd.page_bytes), policy, blocked);
       } else {
         const char* from = (part ? static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset : src) +
                            r * sd.row_bytes + col;
         const int n = (int)min((int64_t)sd.tile_rows, rows - r);
         if (blocked)
-          ring.fill_rows_blocked(seq, from, n, sd.row_bytes, (uint32_t)sd.page_bytes, kBlockBytes, sd.tile_rows, policy);
+          ring.fill_rows_blocked(seq, from, n, sd.row_bytes, (uint32_t)sd.page_bytes, mpk::kGemmBlockBytes, sd.tile_rows,
+                                 policy);
         else
           ring.fill_rows(seq, from, n, sd.row_bytes, (uint32_t)sd.page_bytes, policy);
       }
@@ -462,20 +461,8 @@ static int32_t update_tmaps(MpkInstance* inst, void* const* slot_ptrs, cudaStrea
                static_cast<const void*>(base));
       return 1;
     }
-    // A GEMM page's map (block_cols > 0) is 3-D: a column block's units,
-    // the rows, the blocks (block_cols·8 bytes apart), so its box lands
-    // block after block (tasks/gemm.cuh's gemm_page_at); others 2-D.
-    const bool blocks = MPK_GEMM_BLOCKED_PAGES && m.block_cols > 0;
-    const int64_t unit = blocks ? m.block_cols : m.cols;
-    const cuuint64_t dims[3] = {(cuuint64_t)unit, (cuuint64_t)m.rows, (cuuint64_t)(m.cols / unit)},
-                     strides[2] = {(cuuint64_t)m.row_bytes, (cuuint64_t)(unit * mpk_gen::kTmapUnit)};
-    const cuuint32_t box[3] = {(cuuint32_t)(blocks ? m.block_cols : m.box_cols), (cuuint32_t)m.box_rows,
-                               (cuuint32_t)(blocks ? m.box_cols / m.block_cols : 1)},
-                     step[3] = {1, 1, 1};
-    const CUresult r = encode_tiled()(&inst->tmaps_host[i], CU_TENSOR_MAP_DATA_TYPE_UINT64, blocks ? 3 : 2,
-                                      const_cast<char*>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                      CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const bool blocks = MPK_GEMM_BLOCKED_PAGES && m.block_cols > 0;  // a GEMM page's map: 3-D
+    const CUresult r = mpk::encode_page_map(encode_tiled(), &inst->tmaps_host[i], m, base, blocks);
     if (r != CUDA_SUCCESS) {
       snprintf(err, errlen, "cuTensorMapEncodeTiled (pointer slot %d, %lld x %lld units of 8 bytes, rank %d): CUresult %d", m.slot,
                (long long)m.rows, (long long)m.cols, blocks ? 3 : 2, (int)r);

@@ -1,0 +1,41 @@
+// The tensor maps whose boxes are tile and GEMM pages (codegen's tmapOf):
+// how a map is encoded from its TmapSpec, and where in it the loader finds a
+// page. One definition for mpk_launch (runtime/module.cuh) and the GEMM task
+// micro-benchmark (bench/gemm_task.cu), so the benchmark streams the pages
+// the megakernel streams.
+#pragma once
+#include <cuda.h>  // CUtensorMap and the encoder's enums
+
+#include "runtime/abi_gen.cuh"
+#include "tasks/gemm.cuh"
+
+namespace mpk {
+
+constexpr int kTmapUnit = 8;                          // the maps' element: bytes (codegen's tmapUnit)
+constexpr int kGemmBlockBytes = kGemmBlockCols * 2;  // a GEMM page's column block of a row
+
+// encode_page_map writes into map the tensor map s describes over the matrix
+// at base, with encode (the driver's cuTensorMapEncodeTiled): 2-D (a row's
+// units, the rows), or, for a GEMM page (s.block_cols > 0) with blocks, 3-D
+// (a column block's units, the rows, the blocks block_cols·8 bytes apart),
+// so its box lands block after block (tasks/gemm.cuh's gemm_page_at).
+template <typename Encode>
+inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec& s, const void* base, bool blocks) {
+  const int64_t unit = blocks ? s.block_cols : s.cols;
+  const cuuint64_t dims[3] = {(cuuint64_t)unit, (cuuint64_t)s.rows, (cuuint64_t)(s.cols / unit)},
+                   strides[2] = {(cuuint64_t)s.row_bytes, (cuuint64_t)(unit * kTmapUnit)};
+  const cuuint32_t box[3] = {(cuuint32_t)(blocks ? s.block_cols : s.box_cols), (cuuint32_t)s.box_rows,
+                             (cuuint32_t)(blocks ? s.box_cols / s.block_cols : 1)},
+                   step[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, blocks ? 3 : 2, const_cast<void*>(base), dims, strides, box, step,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+// page_map_x is the box coordinate of a page that starts col bytes into its
+// rows: in units, or in column blocks for a GEMM page's 3-D map.
+__host__ __device__ constexpr int page_map_x(int64_t col, bool blocks) {
+  return (int)(col / (blocks ? kGemmBlockBytes : kTmapUnit));
+}
+
+}  // namespace mpk
