@@ -18,9 +18,12 @@ constexpr int kGemmBlockBytes = kGemmBlockCols * 2;  // a GEMM page's column blo
 // at base, with encode (the driver's cuTensorMapEncodeTiled): 2-D (a row's
 // units, the rows), or, for a GEMM page (s.block_cols > 0) with blocks, 3-D
 // (a column block's units, the rows, the blocks block_cols·8 bytes apart),
-// so its box lands block after block (tasks/gemm.cuh's gemm_page_at).
+// so its box lands block after block (tasks/gemm.cuh's gemm_page_at); with
+// swizzle64 each block's 16-byte chunks swizzled as wgmma reads a K-major
+// operand (tasks/wgmma_ss.cuh's sw64).
 template <typename Encode>
-inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec& s, const void* base, bool blocks) {
+inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec& s, const void* base, bool blocks,
+                                bool swizzle64 = false) {
   const int64_t unit = blocks ? s.block_cols : s.cols;
   const cuuint64_t dims[3] = {(cuuint64_t)unit, (cuuint64_t)s.rows, (cuuint64_t)(s.cols / unit)},
                    strides[2] = {(cuuint64_t)s.row_bytes, (cuuint64_t)(unit * kTmapUnit)};
@@ -28,7 +31,8 @@ inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec&
                              (cuuint32_t)(blocks ? s.box_cols / s.block_cols : 1)},
                    step[3] = {1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, blocks ? 3 : 2, const_cast<void*>(base), dims, strides, box, step,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE,
+                blocks && swizzle64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 

@@ -1,0 +1,390 @@
+// Experimental GEMM-stream task bodies on the Hopper tensor cores with both
+// operands in shared memory, measured only in bench/gemm_task.cu (-DWGMMA=2:
+// linear_wgmma_ss, 32-row pages, m64n32k16; -DWGMMA=3: linear_wgmma_ss64,
+// 64-row pages of 128 columns, m64n64k16). Not wired into the megakernel:
+// on the H100 neither beat mpk::linear_gemm (mma.sync) on the chunk's
+// shapes, because neither the products nor x bound a block
+// (bench/NOTES.md, thirty-third session). Kept as the measured starting
+// point of the next GEMM design: both bodies pass the fp64 check.
+//
+// linear_wgmma_ss: one instruction per 64 x 32 x 16 product instead of
+// linear_gemm's ~10 a mma.sync m16n8k16 (index math, x's hi/lo split by
+// every page's warps, B fragments loaded a lane at a time).
+//
+// D[token][weight row] += x[token][k] · W[row][k], as wgmma m64n32k16:
+// - B, the weights: the ring page as the loader's tensor map landed it (32
+//   rows, column blocks of 32 columns, 64 bytes a row, with the map's
+//   64-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r/2 % 4)),
+//   which is wgmma's K-major 64-byte-swizzle layout (8-row groups 512 bytes
+//   apart). A k16 step is 32 bytes into a column block.
+// - A, x: staged by the consumers MPK_SS_COLS columns (a sub-block) at a
+//   time as bf16 hi (+ lo for an fp32 x: hi + lo keeps ~16 significant
+//   bits, a wgmma each) in the same layout, 64 token rows (rows past M zero).
+// Warpgroup w takes one page: a pair's (gate rows 0-31, 32-63, up 0-31,
+// 32-63) over every column; a single weight's page w % 2 over half the
+// column blocks of each sub-block (two partials, summed at the end).
+// Sub-blocks rotate through three x buffers, so one barrier a sub-block
+// orders a buffer's reuse after every warpgroup's wgmmas that read it.
+#pragma once
+#include "tasks/wgmma.cuh"  // (csrc/, with -Icsrc)
+
+namespace mpk {
+
+// MPK_SS_COLS: x's columns staged at a time (a sub-block: 64 or 128).
+#ifndef MPK_SS_COLS
+#define MPK_SS_COLS 64
+#endif
+// MPK_SS_XDEPTH: sub-blocks of x whose loads are in flight at once.
+#ifndef MPK_SS_XDEPTH
+#define MPK_SS_XDEPTH 3
+#endif
+constexpr int kSsHalf = MPK_SS_COLS;  // x's columns staged at a time
+static_assert(kSsHalf == 64 || kSsHalf == 128, "a sub-block is one or two pairs of column blocks");
+constexpr int kSsBlockBytes = 64 * kGemmBlockCols * 2;  // a staged column block: 64 tokens × 64 bytes
+constexpr int kSsPartBytes = kSsHalf / kGemmBlockCols * kSsBlockBytes;  // hi (or lo) of a half block: 16 KB
+
+// The task's shared memory (1,024-byte aligned by the caller): three x
+// buffers, or, after the last block, the partials [2][64][64] (a pair's
+// [1][64][128]).
+__host__ __device__ constexpr int wgmma_ss_scratch_bytes(bool lo) {
+  const int x = 3 * (lo ? 2 : 1) * kSsPartBytes, partials = 2 * 64 * kGemmRows * 4;
+  return x > partials ? x : partials;
+}
+
+// sw64 is where a 64-byte-swizzled tile holds row r's 16-byte chunk c.
+__device__ __forceinline__ uint32_t sw64(int r, int c) { return r * 64 + ((c ^ (r >> 1)) & 3) * 16; }
+
+// The descriptor of a K-major, 64-byte-swizzled operand at addr (512-byte
+// aligned, plus a k16 step's 32 bytes): 8-row groups 512 bytes apart.
+__device__ __forceinline__ uint64_t ss_desc(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(512 >> 4) << 32 | (uint64_t)2 << 62;
+}
+
+// d[16] += A(desc a) · B(desc b): m64n32k16, bf16 in, fp32 accumulate.
+__device__ __forceinline__ void wgmma_ss_32(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+__device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// SsX holds this thread's part of a half block of x between its load and
+// its store: two units of 8 tokens × 32 columns a warp (lane: token l/4,
+// 8 columns at chunk l % 4), so a warp's stores fill 512 contiguous bytes.
+template <int M>
+struct SsX {
+  static constexpr int R = kSsHalf / 64;  // units a warp
+  float4 f[R][2];
+  template <int N>
+  __device__ __forceinline__ void load(const View& x, bool fast, int half, const Slots<N>& s) {
+    const char* p = base(s, x);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int u = warp + 16 * r, m = u % 8 * 8 + lane / 4, col = half * kSsHalf + u / 8 * 32 + lane % 4 * 8;
+      f[r][0] = f[r][1] = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(MPK_TRACE) && defined(MPK_PROBE_SS_NO_XLOAD)
+      continue;  // probe (results wrong): what x's loads cost
+#endif
+      if (m >= M) continue;
+      if (fast) {
+        const float4* q = reinterpret_cast<const float4*>(p + (x.offset + m * x.stride[0] + col) * 4);
+        f[r][0] = q[0], f[r][1] = q[1];
+      } else {
+        float v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          int64_t idx[2] = {m, col + e};
+          v[e] = (float)load_elem(p, x.dtype, offset_of(x, idx));
+        }
+        f[r][0] = make_float4(v[0], v[1], v[2], v[3]), f[r][1] = make_float4(v[4], v[5], v[6], v[7]);
+      }
+    }
+  }
+  // store writes hi at xb, lo (with LO) kSsPartBytes further.
+  template <bool LO>
+  __device__ __forceinline__ void store(uint32_t xb) const {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int u = warp + 16 * r, m = u % 8 * 8 + lane / 4;
+      const uint32_t a = xb + u / 8 * kSsBlockBytes + sw64(m, lane % 4);
+      const float v[8] = {f[r][0].x, f[r][0].y, f[r][0].z, f[r][0].w, f[r][1].x, f[r][1].y, f[r][1].z, f[r][1].w};
+      uint32_t h[4], l[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        h[i] = pack2<__nv_bfloat16>(v[2 * i], v[2 * i + 1]);
+        const float2 b = unpack2<__nv_bfloat16>(h[i]);
+        l[i] = pack2<__nv_bfloat16>(v[2 * i] - b.x, v[2 * i + 1] - b.y);
+      }
+      st_shared_16(a, make_uint4(h[0], h[1], h[2], h[3]));
+      if constexpr (LO) st_shared_16(a + kSsPartBytes, make_uint4(l[0], l[1], l[2], l[3]));
+    }
+  }
+};
+
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
+__device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
+  static_assert(std::is_same<T, __nv_bfloat16>::value, "wgmma streams take bf16 weights");
+  static_assert(K % kGemmCols == 0 && M >= 1 && M <= 64 && kGemmRows == 64 && kWgWarpgroups == 4 &&
+                    kGemmPageRows == 32 && MPK_GEMM_BLOCKED_PAGES,
+                "codegen and the task library disagree on a wgmma stream");
+  constexpr int NW = kIsPair<EPI> ? 2 : 1;  // weights a task streams (a pair: gate's rows, then up's)
+  constexpr bool kLo = LO && !MPK_GEMM_HI_ONLY;  // x's lo part staged and applied
+  constexpr int SUBS = kGemmCols / kSsHalf, HALVES = K / kSsHalf, XB = (kLo ? 2 : 1) * kSsPartBytes;
+  // With room for two blocks' pages in the ring, a block's pages are
+  // released once its wgmmas are known done (the next block's wait<1>),
+  // and the next block's pages land meanwhile; else every warpgroup drains
+  // its wgmmas at a block's start so the loader can refill the slots.
+  constexpr bool kLate = P >= 2 * NW * (kGemmRows / kGemmPageRows);
+  constexpr int WK = 2 / NW, RW = NW * kGemmRows;  // partials; a partial's row
+  const View& x = op.in[0];
+  const bool fast = x.dtype == DT_FLOAT32 && float_row2(x) && x.stride[0] % 4 == 0 &&
+                    (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * 4) % 16 == 0;
+  const uint32_t xs = smem_u32(c.smem);
+  const Ring<P> ring = ring_at<P>(c.ring);
+  uint32_t seq = c.seq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  const int rows = hi - lo, per = (rows + kGemmPageRows - 1) / kGemmPageRows;  // pages a block a weight
+  const int pages = NW * per;
+  const int pw = wg % 2, mine = pw < per ? (NW == 2 ? wg / 2 * per + pw : pw) : -1;  // the block's page it reads
+  const int kh = NW == 2 ? 0 : wg / 2;  // a single weight's column blocks: 2kh, 2kh + 1 of a half
+  // x of sub-blocks h + 1 .. h + XD in registers (x(j) in xr[j % XD]): an
+  // L2 round trip under the weight stream outlasts a sub-block's wgmmas.
+  constexpr int XD = MPK_SS_XDEPTH;
+  SsX<M> xr[XD];
+  xr[0].load(x, fast, 0, s);
+  xr[0].template store<kLo>(xs);
+#pragma unroll
+  for (int j = 1; j <= XD; ++j)
+    if (j < HALVES) xr[j % XD].load(x, fast, j, s);
+  fence_async_smem();
+  consumer_sync();
+  mark_staged();
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+  wg_fence_acc(acc);
+  auto sub_block = [&](const int h, SsX<M>& next) {
+    const int kb = h / SUBS;
+    if (h % SUBS == 0) {
+      if (!kLate && kb > 0) {
+        wgmma_wait<0>();
+        for (int p = 0; p < pages; ++p) ring.release(seq - pages + p);
+      }
+      if (mine >= 0) wait_page(ring, seq + mine, c.abort);
+      seq += pages;
+    }
+    wgmma_fence();
+#if defined(MPK_TRACE) && defined(MPK_PROBE_SS_NO_MMA)
+    if (false)  // probe (results wrong): what the wgmmas cost
+#endif
+    if (mine >= 0) {
+      const uint32_t wp = smem_u32(ring.page(seq - pages + mine)) + h % SUBS * (kSsHalf / kGemmBlockCols) * 2048;
+      const uint32_t xb = xs + h % 3 * XB;
+      // A single weight's warpgroup takes half the column blocks, by
+      // address (a branch around a wgmma serialises them all: ptxas C7519).
+#pragma unroll
+      for (int j = 0; j < kSsHalf / kGemmBlockCols / WK; ++j) {
+        const int cb = kh * (kSsHalf / kGemmBlockCols / WK) + j;
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+          const uint32_t a = xb + cb * kSsBlockBytes + 32 * st, b = wp + cb * 2048 + 32 * st;
+          wgmma_ss_32(acc, ss_desc(a), ss_desc(b));
+          if constexpr (kLo) wgmma_ss_32(acc, ss_desc(a + kSsPartBytes), ss_desc(b));
+        }
+      }
+    }
+    wgmma_commit();
+    if (h + 1 < HALVES) {
+      // Into the buffer half h - 2 read: every warpgroup waited for those
+      // wgmmas before the barrier that ended half h - 1.
+      next.template store<kLo>(xs + (h + 1) % 3 * XB);
+      fence_async_smem();
+      if (h + 1 + XD < HALVES) next.load(x, fast, h + 1 + XD, s);
+    }
+    wgmma_wait<1>();
+    // Sub-block h - 1's wgmmas are done: if it ended the last block, its
+    // pages go back to the loader.
+    if (kLate && h % SUBS == 0 && h > 0)
+      for (int p = 0; p < pages; ++p) ring.release(seq - 2 * pages + p);
+    consumer_sync();
+  };
+  // XD sub-blocks a trip, so each one's x registers are named statically.
+#pragma unroll 1
+  for (int h0 = 0; h0 < HALVES; h0 += XD)
+#pragma unroll
+    for (int i = 0; i < XD; ++i)
+      if (h0 + i < HALVES) sub_block(h0 + i, xr[(i + 1) % XD]);
+  wgmma_wait<0>();
+  wg_fence_acc(acc);
+  for (int p = 0; p < pages; ++p) ring.release(seq - pages + p);
+  mark_dots();
+  consumer_sync();  // x's buffers become the partials
+  // acc[4i + {0, 1, 2, 3}]: tokens (m, m, m + 8, m + 8) × the page's rows
+  // (8i + 2t, + 1, 8i + 2t, + 1), m = 16·(warp % 4) + lane / 4.
+  float* red = reinterpret_cast<float*>(c.smem);
+  if (mine >= 0) {
+    const int m = warp % 4 * 16 + lane / 4, n0 = (NW == 2 ? wg / 2 * kGemmRows : 0) + pw * kGemmPageRows + 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float* r = red + (kh * 64 + m) * RW + n0 + 8 * i;
+      r[0] = acc[4 * i], r[1] = acc[4 * i + 1], r[8 * RW] = acc[4 * i + 2], r[8 * RW + 1] = acc[4 * i + 3];
+    }
+  }
+  consumer_sync();
+  for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
+    const int m = i / rows, n = i % rows;
+    float v = red[m * RW + n], v2 = 0.f;
+    if constexpr (WK == 2) v += red[(64 + m) * RW + n];
+    if constexpr (NW == 2) v2 = red[m * RW + kGemmRows + n];
+    store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
+  }
+  return seq;
+}
+
+// d[32] += A(desc a) · B(desc b): m64n64k16, bf16 in, fp32 accumulate.
+__device__ __forceinline__ void wgmma_ss_64(float (&d)[32], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+// linear_wgmma_ss64 (bench/gemm_task.cu -DWGMMA=3, an experiment): as
+// linear_wgmma_ss, but each page holds 64 weight rows × 128 columns (four
+// column blocks of 64 rows, 4 KB each), so a wgmma takes all 64 rows of a
+// weight (m64n64k16: wgmma's fixed cost a instruction over twice the
+// products of n32). A block of 256 columns is two pages a weight (column
+// halves), the loader's order: weight 0's, then weight 1's. Each sub-block
+// of 64 columns (four k16 steps) is split over the warpgroups by weight and
+// k16 step: a pair's warpgroup w takes weight w/2, steps 2(w%2), +1 (two
+// partials a weight); a single weight's takes step w (four partials).
+constexpr int kSs64PageRows = 64, kSs64PageCols = 128, kSs64Block = kSs64PageRows * kGemmBlockCols * 2;
+__host__ __device__ constexpr int wgmma_ss64_scratch_bytes(bool lo) {
+  const int x = 3 * (lo ? 2 : 1) * kSsPartBytes, partials = 4 * 64 * kGemmRows * 4;
+  return x > partials ? x : partials;
+}
+
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
+__device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
+  static_assert(kSsHalf == 64 && kGemmRows == 64 && kSs64PageCols == 2 * kSsHalf, "a sub-block is half a page's columns");
+  constexpr int NW = kIsPair<EPI> ? 2 : 1;
+  constexpr bool kLo = LO && !MPK_GEMM_HI_ONLY;
+  constexpr int HALVES = K / kSsHalf, XB = (kLo ? 2 : 1) * kSsPartBytes;
+  // Pages come in groups of NW (a column half's page of each weight, the
+  // loader's order); group g is read by sub-blocks 2g and 2g + 1 and released
+  // once sub-block 2g + 1's wgmmas are known done (sub-block 2g + 2's
+  // wait<1>), so the loader refills a page every sub-block or two rather
+  // than a block's four at once.
+  constexpr int PAGES = NW;  // a group's
+  static_assert(P >= 2 * PAGES + 1, "the ring holds two groups and one in flight");
+  constexpr int WK = 4 / NW, RW = NW * kGemmRows;  // partials; a partial's row
+  const View& x = op.in[0];
+  const bool fast = x.dtype == DT_FLOAT32 && float_row2(x) && x.stride[0] % 4 == 0 &&
+                    (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * 4) % 16 == 0;
+  const uint32_t xs = smem_u32(c.smem);
+  const Ring<P> ring = ring_at<P>(c.ring);
+  uint32_t seq = c.seq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4;
+  const int wt = NW == 2 ? wg / 2 : 0, kp = NW == 2 ? wg % 2 : wg;  // weight; partial (its k16 steps)
+  constexpr int XD = MPK_SS_XDEPTH;
+  SsX<M> xr[XD];
+  xr[0].load(x, fast, 0, s);
+  xr[0].template store<kLo>(xs);
+#pragma unroll
+  for (int j = 1; j <= XD; ++j)
+    if (j < HALVES) xr[j % XD].load(x, fast, j, s);
+  fence_async_smem();
+  consumer_sync();
+  mark_staged();
+  float acc[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+  wg_fence_acc(acc);
+  auto sub_block = [&](const int h, SsX<M>& next) {
+    const int q = h % 2;  // the sub-block's column quarter of its group's pages
+    if (q == 0) {
+      wait_page(ring, seq + wt, c.abort);
+      seq += PAGES;
+    }
+    wgmma_fence();
+#if defined(MPK_TRACE) && defined(MPK_PROBE_SS_NO_MMA)
+    if (false)
+#endif
+    {
+      // Its column blocks 2q, 2q + 1 of the weight's page of the group.
+      const uint32_t wp = smem_u32(ring.page(seq - PAGES + wt)) + q * 2 * kSs64Block;
+      const uint32_t xb = xs + h % 3 * XB;
+#pragma unroll
+      for (int j = 0; j < 4 / WK; ++j) {
+        const int step = kp * (4 / WK) + j, cb = step / 2, st = step % 2;  // k16 step of the quarter
+        const uint32_t a = xb + cb * kSsBlockBytes + 32 * st, b = wp + cb * kSs64Block + 32 * st;
+        wgmma_ss_64(acc, ss_desc(a), ss_desc(b));
+        if constexpr (kLo) wgmma_ss_64(acc, ss_desc(a + kSsPartBytes), ss_desc(b));
+      }
+    }
+    wgmma_commit();
+    if (h + 1 < HALVES) {
+      next.template store<kLo>(xs + (h + 1) % 3 * XB);
+#if !(defined(MPK_TRACE) && defined(MPK_PROBE_SS_NO_FENCE))  // probe (results wrong): what the proxy fence costs
+      fence_async_smem();
+#endif
+      if (h + 1 + XD < HALVES) next.load(x, fast, h + 1 + XD, s);
+    }
+    wgmma_wait<1>();
+    if (q == 0 && h > 0)
+      for (int p = 0; p < PAGES; ++p) ring.release(seq - 2 * PAGES + p);
+    consumer_sync();
+  };
+#pragma unroll 1
+  for (int h0 = 0; h0 < HALVES; h0 += XD)
+#pragma unroll
+    for (int i = 0; i < XD; ++i)
+      if (h0 + i < HALVES) sub_block(h0 + i, xr[(i + 1) % XD]);
+  wgmma_wait<0>();
+  wg_fence_acc(acc);
+  for (int p = 0; p < PAGES; ++p) ring.release(seq - PAGES + p);
+  mark_dots();
+  consumer_sync();
+  float* red = reinterpret_cast<float*>(c.smem);
+  {
+    const int m = warp % 4 * 16 + lane / 4, n0 = wt * kGemmRows + 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float* r = red + (kp * 64 + m) * RW + n0 + 8 * i;
+      r[0] = acc[4 * i], r[1] = acc[4 * i + 1], r[8 * RW] = acc[4 * i + 2], r[8 * RW + 1] = acc[4 * i + 3];
+    }
+  }
+  consumer_sync();
+  const int rows = hi - lo;
+  for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
+    const int m = i / rows, n = i % rows;
+    float v = 0.f, v2 = 0.f;
+#pragma unroll
+    for (int w = 0; w < WK; ++w) {
+      v += red[(w * 64 + m) * RW + n];
+      if constexpr (NW == 2) v2 += red[(w * 64 + m) * RW + kGemmRows + n];
+    }
+    store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
+  }
+  return seq;
+}
+
+}  // namespace mpk
