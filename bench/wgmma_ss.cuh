@@ -132,6 +132,39 @@ struct SsX {
   }
 };
 
+// ss_fast_x: x is fp32 rows whose 8-column pieces load as two float4s.
+template <int N>
+__device__ __forceinline__ bool ss_fast_x(const View& x, const Slots<N>& s) {
+  return x.dtype == DT_FLOAT32 && float_row2(x) && x.stride[0] % 4 == 0 &&
+         (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * 4) % 16 == 0;
+}
+
+// ss_stage_first stages x's sub-block 0 at xs and starts loading sub-blocks
+// 1 .. XD into xr (x(j) in xr[j % XD]), then a barrier.
+template <int M, bool LO, int XD, int HALVES, int N>
+__device__ __forceinline__ void ss_stage_first(SsX<M> (&xr)[XD], const View& x, bool fast, uint32_t xs,
+                                               const Slots<N>& s) {
+  xr[0].load(x, fast, 0, s);
+  xr[0].template store<LO>(xs);
+#pragma unroll
+  for (int j = 1; j <= XD; ++j)
+    if (j < HALVES) xr[j % XD].load(x, fast, j, s);
+  fence_async_smem();
+  consumer_sync();
+  mark_staged();
+}
+
+// ss_sub_blocks calls body(h, the registers of x(h + 1)) for every
+// sub-block h, XD a trip so each one's registers are named statically.
+template <int XD, int HALVES, typename X, typename Body>
+__device__ __forceinline__ void ss_sub_blocks(X (&xr)[XD], Body& body) {
+#pragma unroll 1
+  for (int h0 = 0; h0 < HALVES; h0 += XD)
+#pragma unroll
+    for (int i = 0; i < XD; ++i)
+      if (h0 + i < HALVES) body(h0 + i, xr[(i + 1) % XD]);
+}
+
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
 __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(std::is_same<T, __nv_bfloat16>::value, "wgmma streams take bf16 weights");
@@ -148,8 +181,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
   constexpr bool kLate = P >= 2 * NW * (kGemmRows / kGemmPageRows);
   constexpr int WK = 2 / NW, RW = NW * kGemmRows;  // partials; a partial's row
   const View& x = op.in[0];
-  const bool fast = x.dtype == DT_FLOAT32 && float_row2(x) && x.stride[0] % 4 == 0 &&
-                    (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * 4) % 16 == 0;
+  const bool fast = ss_fast_x(x, s);
   const uint32_t xs = smem_u32(c.smem);
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
@@ -162,14 +194,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
   // L2 round trip under the weight stream outlasts a sub-block's wgmmas.
   constexpr int XD = MPK_SS_XDEPTH;
   SsX<M> xr[XD];
-  xr[0].load(x, fast, 0, s);
-  xr[0].template store<kLo>(xs);
-#pragma unroll
-  for (int j = 1; j <= XD; ++j)
-    if (j < HALVES) xr[j % XD].load(x, fast, j, s);
-  fence_async_smem();
-  consumer_sync();
-  mark_staged();
+  ss_stage_first<M, kLo, XD, HALVES>(xr, x, fast, xs, s);
   float acc[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) acc[i] = 0.f;
@@ -219,12 +244,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
       for (int p = 0; p < pages; ++p) ring.release(seq - 2 * pages + p);
     consumer_sync();
   };
-  // XD sub-blocks a trip, so each one's x registers are named statically.
-#pragma unroll 1
-  for (int h0 = 0; h0 < HALVES; h0 += XD)
-#pragma unroll
-    for (int i = 0; i < XD; ++i)
-      if (h0 + i < HALVES) sub_block(h0 + i, xr[(i + 1) % XD]);
+  ss_sub_blocks<XD, HALVES>(xr, sub_block);
   wgmma_wait<0>();
   wg_fence_acc(acc);
   for (int p = 0; p < pages; ++p) ring.release(seq - pages + p);
@@ -297,8 +317,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
   static_assert(P >= 2 * PAGES + 1, "the ring holds two groups and one in flight");
   constexpr int WK = 4 / NW, RW = NW * kGemmRows;  // partials; a partial's row
   const View& x = op.in[0];
-  const bool fast = x.dtype == DT_FLOAT32 && float_row2(x) && x.stride[0] % 4 == 0 &&
-                    (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * 4) % 16 == 0;
+  const bool fast = ss_fast_x(x, s);
   const uint32_t xs = smem_u32(c.smem);
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
@@ -306,14 +325,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
   const int wt = NW == 2 ? wg / 2 : 0, kp = NW == 2 ? wg % 2 : wg;  // weight; partial (its k16 steps)
   constexpr int XD = MPK_SS_XDEPTH;
   SsX<M> xr[XD];
-  xr[0].load(x, fast, 0, s);
-  xr[0].template store<kLo>(xs);
-#pragma unroll
-  for (int j = 1; j <= XD; ++j)
-    if (j < HALVES) xr[j % XD].load(x, fast, j, s);
-  fence_async_smem();
-  consumer_sync();
-  mark_staged();
+  ss_stage_first<M, kLo, XD, HALVES>(xr, x, fast, xs, s);
   float acc[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) acc[i] = 0.f;
@@ -353,11 +365,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
       for (int p = 0; p < PAGES; ++p) ring.release(seq - 2 * PAGES + p);
     consumer_sync();
   };
-#pragma unroll 1
-  for (int h0 = 0; h0 < HALVES; h0 += XD)
-#pragma unroll
-    for (int i = 0; i < XD; ++i)
-      if (h0 + i < HALVES) sub_block(h0 + i, xr[(i + 1) % XD]);
+  ss_sub_blocks<XD, HALVES>(xr, sub_block);
   wgmma_wait<0>();
   wg_fence_acc(acc);
   for (int p = 0; p < PAGES; ++p) ring.release(seq - PAGES + p);
