@@ -54,7 +54,8 @@
 #include "wgmma_ss.cuh"  // the experimental task bodies (bench-only)
 
 #if defined(MPK_PROBE_GEMM_NO_X) || defined(MPK_PROBE_GEMM_NO_SYNC) || defined(MPK_PROBE_SS_NO_XLOAD) || \
-    defined(MPK_PROBE_SS_NO_MMA) || defined(STREAM_ONLY) || defined(MPK_PROBE_SS_NO_FENCE)
+    defined(MPK_PROBE_SS_NO_MMA) || defined(STREAM_ONLY) || defined(MPK_PROBE_SS_NO_FENCE) || \
+    defined(MPK_PROBE_SS_NO_SYNC) || defined(MPK_PROBE_SS_NO_XSTORE) || defined(MPK_PROBE_SS_NO_EPI)
 constexpr bool kProbe = true;  // wrong results by design: not checked
 #else
 constexpr bool kProbe = false;

@@ -47,7 +47,7 @@ constexpr int kSsPartBytes = kSsHalf / kGemmBlockCols * kSsBlockBytes;  // hi (o
 // buffers, or, after the last block, the partials [2][64][64] (a pair's
 // [1][64][128]).
 __host__ __device__ constexpr int wgmma_ss_scratch_bytes(bool lo) {
-  const int x = 3 * (lo ? 2 : 1) * kSsPartBytes, partials = 2 * 64 * kGemmRows * 4;
+  const int x = 3 * (lo ? 2 : 1) * kSsPartBytes, partials = 2 * 64 * (kGemmRows + kGemmRedPad) * 4;
   return x > partials ? x : partials;
 }
 
@@ -179,7 +179,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
   // and the next block's pages land meanwhile; else every warpgroup drains
   // its wgmmas at a block's start so the loader can refill the slots.
   constexpr bool kLate = P >= 2 * NW * (kGemmRows / kGemmPageRows);
-  constexpr int WK = 2 / NW, RW = NW * kGemmRows;  // partials; a partial's row
+  constexpr int WK = 2 / NW, RW = NW * kGemmRows + kGemmRedPad;  // partials; a partial's row (padded)
   const View& x = op.in[0];
   const bool fast = ss_fast_x(x, s);
   const uint32_t xs = smem_u32(c.smem);
@@ -257,8 +257,8 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
     const int m = warp % 4 * 16 + lane / 4, n0 = (NW == 2 ? wg / 2 * kGemmRows : 0) + pw * kGemmPageRows + 2 * (lane % 4);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      float* r = red + (kh * 64 + m) * RW + n0 + 8 * i;
-      r[0] = acc[4 * i], r[1] = acc[4 * i + 1], r[8 * RW] = acc[4 * i + 2], r[8 * RW + 1] = acc[4 * i + 3];
+      float2* r = reinterpret_cast<float2*>(red + (kh * 64 + m) * RW + n0 + 8 * i);
+      r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
     }
   }
   consumer_sync();
@@ -298,7 +298,7 @@ __device__ __forceinline__ void wgmma_ss_64(float (&d)[32], uint64_t a, uint64_t
 // partials a weight); a single weight's takes step w (four partials).
 constexpr int kSs64PageRows = 64, kSs64PageCols = 128, kSs64Block = kSs64PageRows * kGemmBlockCols * 2;
 __host__ __device__ constexpr int wgmma_ss64_scratch_bytes(bool lo) {
-  const int x = 3 * (lo ? 2 : 1) * kSsPartBytes, partials = 4 * 64 * kGemmRows * 4;
+  const int x = 3 * (lo ? 2 : 1) * kSsPartBytes, partials = 4 * 64 * (kGemmRows + kGemmRedPad) * 4;
   return x > partials ? x : partials;
 }
 
@@ -315,7 +315,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
   // than a block's four at once.
   constexpr int PAGES = NW;  // a group's
   static_assert(P >= 2 * PAGES + 1, "the ring holds two groups and one in flight");
-  constexpr int WK = 4 / NW, RW = NW * kGemmRows;  // partials; a partial's row
+  constexpr int WK = 4 / NW, RW = NW * kGemmRows + kGemmRedPad;  // partials; a partial's row (padded)
   const View& x = op.in[0];
   const bool fast = ss_fast_x(x, s);
   const uint32_t xs = smem_u32(c.smem);
@@ -333,6 +333,9 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
   auto sub_block = [&](const int h, SsX<M>& next) {
     const int q = h % 2;  // the sub-block's column quarter of its group's pages
     if (q == 0) {
+#if defined(MPK_TRACE) && defined(MPK_PROBE_SS_WAIT_ALL)
+      for (int p = 0; p < PAGES; ++p) wait_page(ring, seq + p, c.abort);  // probe: every warp every page
+#endif
       wait_page(ring, seq + wt, c.abort);
       seq += PAGES;
     }
@@ -354,7 +357,9 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
     }
     wgmma_commit();
     if (h + 1 < HALVES) {
+#if !(defined(MPK_TRACE) && defined(MPK_PROBE_SS_NO_XSTORE))  // probe (results wrong): what x's stores cost
       next.template store<kLo>(xs + (h + 1) % 3 * XB);
+#endif
 #if !(defined(MPK_TRACE) && defined(MPK_PROBE_SS_NO_FENCE))  // probe (results wrong): what the proxy fence costs
       fence_async_smem();
 #endif
@@ -363,21 +368,26 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
     wgmma_wait<1>();
     if (q == 0 && h > 0)
       for (int p = 0; p < PAGES; ++p) ring.release(seq - 2 * PAGES + p);
+#if !(defined(MPK_TRACE) && defined(MPK_PROBE_SS_NO_SYNC))  // probe (results wrong): what the barrier costs
     consumer_sync();
+#endif
   };
   ss_sub_blocks<XD, HALVES>(xr, sub_block);
   wgmma_wait<0>();
   wg_fence_acc(acc);
   for (int p = 0; p < PAGES; ++p) ring.release(seq - PAGES + p);
   mark_dots();
+#if defined(MPK_TRACE) && defined(MPK_PROBE_SS_NO_EPI)
+  return seq;  // probe (results wrong): what the partials and the stores cost
+#endif
   consumer_sync();
   float* red = reinterpret_cast<float*>(c.smem);
   {
     const int m = warp % 4 * 16 + lane / 4, n0 = wt * kGemmRows + 2 * (lane % 4);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      float* r = red + (kp * 64 + m) * RW + n0 + 8 * i;
-      r[0] = acc[4 * i], r[1] = acc[4 * i + 1], r[8 * RW] = acc[4 * i + 2], r[8 * RW + 1] = acc[4 * i + 3];
+      float2* r = reinterpret_cast<float2*>(red + (kp * 64 + m) * RW + n0 + 8 * i);
+      r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
     }
   }
   consumer_sync();

@@ -37,6 +37,12 @@ constexpr int kGemmRows = 64;               // weight rows a task takes (two pag
 constexpr int kGemmPitch = kGemmCols + 32;  // a staged row of x (2-byte elements): the two rows of a load phase hit different banks
 constexpr int kGemmPitchF = kGemmCols + 4;  // the same in fp32 (x with its low part)
 constexpr int kGemmBlockCols = 32;          // a page's column block (stream.GemmBlockCols)
+// Floats past each row of the partials (stream.gemmRedPad): a warp's
+// float2 stores of 8 rows × 4 column pairs then hit 32 distinct banks, where
+// rows 64 or 128 floats apart put all 8 rows in one bank (8-way conflicts:
+// ~1 us a task by count; no change measured in the chunk: bench/NOTES.md
+// thirty-third session).
+constexpr int kGemmRedPad = 8;
 
 // MPK_GEMM_BLOCKED_PAGES (1 by default; 0 an A/B knob): a GEMM page holds
 // its rows' columns 0-31 (64 bytes a row), then 32-63, ... (the loader's
@@ -119,7 +125,8 @@ __host__ __device__ constexpr int gemm_x_buffers(int M, bool lo, int shared) {
 // the last block is done, every column warp's partials of the outputs (a
 // pair's: half the column warps, twice the outputs).
 __host__ __device__ constexpr int gemm_scratch_bytes(int M, bool lo) {
-  const int x = lo ? 2 * M * kGemmPitchF * 4 : 2 * M * kGemmPitch * 2, partials = gemm_warps_k(M) * M * kGemmRows * 4;
+  const int x = lo ? 2 * M * kGemmPitchF * 4 : 2 * M * kGemmPitch * 2,
+            partials = gemm_warps_k(M) * M * (kGemmRows + kGemmRedPad) * 4;
   return x > partials ? x : partials;
 }
 
@@ -234,8 +241,9 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
   // instructions of a 32-column slice (branches around each split, zeroed
   // fragments).
   constexpr bool kWholeTiles = M % (16 * MTW) == 0;
-  constexpr int RW = NW * kGemmRows;  // a row of the partials: the task's outputs of each weight
-  static_assert(WK * NW == gemm_warps_k(M), "a pair's partials take the bytes gemm_scratch_bytes reserves");
+  constexpr int RW = NW * kGemmRows + kGemmRedPad;  // a row of the partials: the task's outputs of each weight
+  static_assert(WK * NW == gemm_warps_k(M) && kGemmRedPad % 2 == 0,
+                "a pair's partials take the bytes gemm_scratch_bytes reserves, rows of float2");
   constexpr int KB = K / kGemmCols, PITCH = LO ? kGemmPitchF : kGemmPitch, E = (int)sizeof(S);
   static_assert(KW % 32 == 0, "a warp takes whole 32-column slices of a block");
   constexpr int NB = gemm_x_buffers(M, LO, SHARED);  // blocks of x staged at once
@@ -372,9 +380,9 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const int n = wn / 2 * kGemmRows + wn % 2 * kGemmPageRows + nt * 8 + 2 * t;
-      float* r = red + (wk * M) * RW + n;
-      if (m < M) r[m * RW] = acc[mi][nt][0], r[m * RW + 1] = acc[mi][nt][1];
-      if (m + 8 < M) r[(m + 8) * RW] = acc[mi][nt][2], r[(m + 8) * RW + 1] = acc[mi][nt][3];
+      float2* r = reinterpret_cast<float2*>(red + (wk * M) * RW + n);
+      if (m < M) r[m * RW / 2] = make_float2(acc[mi][nt][0], acc[mi][nt][1]);
+      if (m + 8 < M) r[(m + 8) * RW / 2] = make_float2(acc[mi][nt][2], acc[mi][nt][3]);
     }
   }
   consumer_sync();

@@ -442,7 +442,9 @@ __device__ __forceinline__ bool epi_fast(const Op& op) {
   return ok;
 }
 
-// load_epi reads the epilogue inputs at (m, n) (fast layouts only).
+// load_epi reads the epilogue inputs at (m, n) (fast layouts only): those
+// the op has (an epilogue reads no input past them; a load of one would be
+// a dependent round trip a stored element, for nothing).
 template <typename EPI, int N>
 __device__ __forceinline__ EpiIn load_epi(const Op& op, int64_t m, int64_t n, const Slots<N>& s) {
   EpiIn e{};
@@ -450,7 +452,8 @@ __device__ __forceinline__ EpiIn load_epi(const Op& op, int64_t m, int64_t n, co
 #pragma unroll
     for (int j = 0; j < kMaxEpiInputs; ++j) {
       if (j + 1 == PairOf<EPI>::J) continue;  // a weight: its product comes from the task's dots
-      const View& v = op.in[min(op.epi_first + j, op.num_in - 1)];
+      if (op.epi_first + j >= op.num_in) break;
+      const View& v = op.in[op.epi_first + j];
       e.v[j] = ld_float(base(s, v), v.dtype, v.offset + m * v.stride[0] + n);
     }
   }
@@ -488,7 +491,9 @@ __device__ __noinline__ void store_out_any(const Op& op, int64_t m, int64_t n, f
     double extra[kMaxEpiInputs];
     for (int j = 0; j < kMaxEpiInputs; ++j) {
       const View& v = op.in[min(op.epi_first + j, op.num_in - 1)];
-      extra[j] = j + 1 == PairOf<EPI>::J ? 0.0 : load_elem(base(s, v), v.dtype, offset_of(v, oi));
+      extra[j] = j + 1 == PairOf<EPI>::J || op.epi_first + j >= op.num_in
+                     ? 0.0
+                     : load_elem(base(s, v), v.dtype, offset_of(v, oi));
     }
     set_pair<EPI>(extra, pair);
     store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, oi),

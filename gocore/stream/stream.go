@@ -50,6 +50,9 @@ const (
 	// (mpk::kGemmPitch, mpk::kGemmPitchF).
 	gemmPitch  = GemmCols + 32
 	gemmPitchF = GemmCols + 4
+	// gemmRedPad is the floats past each row of a GEMM task's partials
+	// (mpk::kGemmRedPad: its stores free of bank conflicts).
+	gemmRedPad = 8
 )
 
 // Plan is how one Linear streams. With Tiles, x's M rows meet the weights on
@@ -120,7 +123,7 @@ func GemmScratch(M int64, low bool) int64 {
 	if low {
 		x = 2 * M * gemmPitchF * 4
 	}
-	return max(x, GemmWarpsK(M)*M*GemmRows*4)
+	return max(x, GemmWarpsK(M)*M*(GemmRows+gemmRedPad)*4)
 }
 
 // WgmmaScratch mirrors mpk::wgmma_scratch_bytes: three buffers of 64
