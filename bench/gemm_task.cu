@@ -27,10 +27,13 @@
 // task's probes, whose results are wrong and not checked (-DMPK_TRACE with
 // -DMPK_PROBE_GEMM_NO_X: x staged once, every block reads it;
 // -DMPK_PROBE_GEMM_NO_SYNC: no barrier between blocks). -DWGMMA=1 runs
-// mpk::linear_wgmma (the wgmma option's task body) instead, for the shapes
-// it takes (not the pair); -DWGMMA=2 / 3 the experimental bodies of
-// bench/wgmma_ss.cuh (pages 64-byte swizzled; their probes
-// MPK_PROBE_SS_NO_MMA, _NO_XLOAD, _NO_FENCE with -DMPK_TRACE). -DSTREAM_ONLY:
+// mpk::linear_wgmma (the wgmma option's task body: 64-row pages of 128
+// columns, 64-byte swizzled) instead; -DWGMMA=2 / 3 the experimental bodies
+// of bench/wgmma_ss.cuh (pages 64-byte swizzled, 64 rows x 128 columns for
+// 3; probes MPK_PROBE_SS_NO_MMA, _NO_XLOAD, _NO_FENCE, _NO_SYNC,
+// _NO_XSTORE, _NO_EPI, _WAIT_ALL with -DMPK_TRACE, not all in every body).
+// Trace builds also print a task's phases (x staged, dots done, its end,
+// thread 0's page stalls) from the first launch. -DSTREAM_ONLY:
 // the consumers only wait for each page and release it (the loader's rate
 // for that page layout).
 //
@@ -65,15 +68,14 @@ constexpr bool kProbe = false;
 #define WGMMA 0
 #endif
 // scratch_bytes is the task's shared memory besides the ring.
-// WGMMA=2: linear_wgmma_ss (both operands in shared memory, the pages
-// 64-byte swizzled; the ring and x 1,024-byte aligned).
+// WGMMA: the pages 64-byte swizzled, the ring and x 1,024-byte aligned.
 __host__ __device__ constexpr int scratch_bytes(int M) {
   return WGMMA == 3   ? mpk::wgmma_ss64_scratch_bytes(!MPK_GEMM_HI_ONLY)
          : WGMMA == 2 ? mpk::wgmma_ss_scratch_bytes(!MPK_GEMM_HI_ONLY)
-         : WGMMA    ? mpk::wgmma_scratch_bytes(M, true)
+         : WGMMA    ? mpk::wgmma_scratch_bytes()
                     : mpk::gemm_scratch_bytes(M, true);
 }
-constexpr int kAlignPad = WGMMA >= 2 ? 1024 : 0;  // ring_bars_bytes rounded up to 1,024 besides
+constexpr int kAlignPad = WGMMA ? 1024 : 0;  // ring_bars_bytes rounded up to 1,024 besides
 
 #ifndef RING
 #define RING 5  // llama-3.2-1b's 64-token chunk module: kRingPages
@@ -84,10 +86,12 @@ constexpr int kThreads = mpk::kWorkerThreads;
 constexpr int kSlots = 3;  // x, the first weight (unread: pages come from the maps), out
 
 // The pair's store: SiLU of the second weight's product times the first's
-// (what the chunk's paired gate and up store), in fp32.
+// (what the chunk's paired gate and up store), SiLU in fp32 as the
+// megakernel's generated epilogue computes it (a double exp made the
+// epilogue ~5 us a task).
 struct SiluMul {
   static __device__ __forceinline__ double eval(const double* in, const int64_t*) {
-    return in[0] * (in[1] / (1.0 + exp(-in[1])));
+    return (double)mpk::siluf((float)in[1]) * in[0];
   }
 };
 
@@ -97,6 +101,7 @@ struct Args {
   const int32_t* abort;
   int tasks, per_layer, N;  // tasks in all; a layer's; weight rows a layer
   bool l2;                  // every task the same rows
+  unsigned long long* phases;  // trace builds: ns summed over tasks (staged, dots, end, page stall), and tasks
 };
 
 template <int K, int M, bool PAIR>
@@ -104,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
   using EPI = typename std::conditional<PAIR, mpk::PairEpi<SiluMul, 1, mpk::DT_FLOAT32>, mpk::NoEpi>::type;
   constexpr int SHARED = scratch_bytes(M);
   extern __shared__ __align__(128) char smem_raw[];
-  // With WGMMA=2 the pages start 1,024-byte aligned (the swizzle's pattern).
+  // With WGMMA the pages start 1,024-byte aligned (the swizzle's pattern).
   char* smem = smem_raw;
   if (kAlignPad) {
     const uint32_t at = mpk::smem_u32(smem_raw) + mpk::ring_bars_bytes<RING>();
@@ -120,12 +125,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     uint32_t seq = 0;
     for (int t = blockIdx.x; t < a.tasks; t += gridDim.x) {
       const int row = a.l2 ? 0 : t / a.per_layer * a.N + t % a.per_layer * mpk::kGemmRows;
-      if (WGMMA == 3) {  // 64 rows × 128 columns a page: column half after half, each weight's
-        for (int h = 0; h < K / mpk::kSs64PageCols; ++h)
+      if (WGMMA == 1 || WGMMA == 3) {  // 64 rows × 128 columns a page: column half after half, each weight's
+        for (int h = 0; h < K / mpk::kWgPageCols; ++h)
           for (int part = 0; part < (PAIR ? 2 : 1); ++part, ++seq) {
             while (!ring.slot_free(seq)) {
             }
-            const int x = mpk::page_map_x((int64_t)h * mpk::kSs64PageCols * 2, true);
+            const int x = mpk::page_map_x((int64_t)h * mpk::kWgPageCols * 2, true);
             ring.fill_box(seq, a.maps + part, x, row, mpk::kPageBytes, policy, true);
           }
         continue;
@@ -163,9 +168,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     op.in[1].dtype = mpk::DT_BFLOAT16;
   }
   mpk::Ctx c{smem + mpk::ring_bars_bytes<RING>() + RING * mpk::kPageBytes, smem, 0, a.abort, false};
+#ifdef MPK_TRACE
+  unsigned long long phase[5] = {0, 0, 0, 0, 0};  // thread 0's sums: staged, dots, end, stall, tasks
+#endif
   for (int t = blockIdx.x; t < a.tasks; t += gridDim.x) {
     const int layer = t / a.per_layer, lo = t % a.per_layer * mpk::kGemmRows;
     if (threadIdx.x == 0) op.out = op.in[2] = view2(2, (int64_t)layer * M * a.N, M, a.N);
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) mpk::s_trace_start = mpk::globaltimer(), mpk::s_trace_stall = 0;
+#endif
     mpk::consumer_sync();
 #ifdef STREAM_ONLY
     // Probe: the consumers only wait for each page and release it, so the
@@ -180,12 +191,22 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
       c.seq = mpk::linear_wgmma_ss64<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else if constexpr (WGMMA == 2)
       c.seq = mpk::linear_wgmma_ss<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
-    else if constexpr (WGMMA && !PAIR)
+    else if constexpr (WGMMA == 1)
       c.seq = mpk::linear_wgmma<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else
       c.seq = mpk::linear_gemm<__nv_bfloat16, K, M, true, RING, false, EPI, SHARED>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) {
+      phase[0] += mpk::s_trace_staged, phase[1] += mpk::s_trace_dots, phase[3] += mpk::s_trace_stall, ++phase[4];
+      phase[2] += mpk::globaltimer() - mpk::s_trace_start;
+    }
+#endif
     mpk::consumer_sync();  // the next task's x goes where this one's partials were
   }
+#ifdef MPK_TRACE
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 5; ++i) atomicAdd(a.phases + i, phase[i]);
+#endif
 }
 
 static uint16_t to_bf16(float f) {
@@ -204,12 +225,12 @@ static double from_bf16(uint16_t h) {
 // (codegen's tmapOf spec, runtime/tmaps.cuh's encoding).
 static CUtensorMap encode(const void* w, int64_t rows, int K) {
   mpk::TmapSpec spec = {};
-  spec.box_rows = WGMMA == 3 ? mpk::kSs64PageRows : mpk::kGemmPageRows;
+  spec.box_rows = WGMMA == 1 || WGMMA == 3 ? mpk::kWgPageRows : mpk::kGemmPageRows;
   spec.cols = (int64_t)K * 2 / mpk::kTmapUnit, spec.rows = rows, spec.row_bytes = (int64_t)K * 2;
-  spec.box_cols = (WGMMA == 3 ? mpk::kSs64PageCols : mpk::kGemmCols) * 2 / mpk::kTmapUnit;
+  spec.box_cols = (WGMMA == 1 || WGMMA == 3 ? mpk::kWgPageCols : mpk::kGemmCols) * 2 / mpk::kTmapUnit;
   spec.block_cols = mpk::kGemmBlockBytes / mpk::kTmapUnit;
   CUtensorMap m;
-  const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES, WGMMA >= 2);
+  const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES, WGMMA != 0);
   if (r != CUDA_SUCCESS) {
     fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
     exit(1);
@@ -220,10 +241,6 @@ static CUtensorMap encode(const void* w, int64_t rows, int K) {
 template <int K, int M, bool PAIR>
 static void run(const char* name, int N, int L, int sms, double copy) {
   const int per_layer = N / mpk::kGemmRows, tasks = per_layer * L, NW = PAIR ? 2 : 1;
-  if (WGMMA == 1 && PAIR) {
-    printf("%-10s M %2d  skipped: wgmma streams do not pair\n", name, M);
-    return;
-  }
   const int smem = mpk::ring_bars_bytes<RING>() + RING * mpk::kPageBytes + scratch_bytes(M) + kAlignPad;
   int most;
   CK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
@@ -256,6 +273,8 @@ static void run(const char* name, int N, int L, int sms, double copy) {
   CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&out, (size_t)L * M * N * 4));
   CK(cudaMalloc(&abort_flag, 4));
+  unsigned long long* phases;
+  CK(cudaMalloc(&phases, 5 * sizeof(unsigned long long)));
   CK(cudaMemset(abort_flag, 0, 4));
   CUtensorMap hm[2] = {encode(w[0], (int64_t)L * N, K), encode(w[PAIR ? 1 : 0], (int64_t)L * N, K)};
   CK(cudaMalloc(&maps, sizeof(hm)));
@@ -265,7 +284,9 @@ static void run(const char* name, int N, int L, int sms, double copy) {
     Args a = {};
     a.slots.p[0] = x, a.slots.p[1] = w[0], a.slots.p[2] = out;
     a.maps = maps, a.abort = abort_flag, a.tasks = tasks, a.per_layer = per_layer, a.N = N, a.l2 = l2;
+    a.phases = phases;
     CK(cudaMemset(out, 0, (size_t)L * M * N * 4));
+    CK(cudaMemset(phases, 0, 5 * sizeof(unsigned long long)));
     gemm_tasks<K, M, PAIR><<<sms, kThreads, smem>>>(a);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
@@ -289,6 +310,16 @@ static void run(const char* name, int N, int L, int sms, double copy) {
         exit(1);
       }
     }
+#ifdef MPK_TRACE
+    {  // a task's phases in the first launch (thread 0's clock): x staged, dots done, the end; page stalls
+      unsigned long long h[5];
+      CK(cudaMemcpy(h, phases, sizeof(h), cudaMemcpyDeviceToHost));
+      const double n = h[4] > 0 ? (double)h[4] : 1.0;
+      printf("%-10s %-3s phases a task (us): staged %.2f  dots %.2f  end %.2f  (epilogue %.2f)  page stalls %.2f\n", name,
+             l2 ? "l2" : "hbm", h[0] / n / 1e3, h[1] / n / 1e3, h[2] / n / 1e3, (h[2] - (double)h[1]) / n / 1e3,
+             h[3] / n / 1e3);
+    }
+#endif
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -309,6 +340,7 @@ static void run(const char* name, int N, int L, int sms, double copy) {
   CK(cudaFree(x));
   CK(cudaFree(out));
   CK(cudaFree(abort_flag));
+  CK(cudaFree(phases));
   CK(cudaFree(maps));
 }
 

@@ -1,11 +1,14 @@
 // Experimental GEMM-stream task bodies on the Hopper tensor cores with both
-// operands in shared memory, measured only in bench/gemm_task.cu (-DWGMMA=2:
-// linear_wgmma_ss, 32-row pages, m64n32k16; -DWGMMA=3: linear_wgmma_ss64,
-// 64-row pages of 128 columns, m64n64k16). Not wired into the megakernel:
-// on the H100 neither beat mpk::linear_gemm (mma.sync) on the chunk's
-// shapes, because neither the products nor x bound a block
-// (bench/NOTES.md, thirty-third session). Kept as the measured starting
-// point of the next GEMM design: both bodies pass the fp64 check.
+// operands in shared memory, measured only in bench/gemm_task.cu
+// (bench/NOTES.md, thirty-third session):
+//   -DWGMMA=2  linear_wgmma_ss: 32-row pages, m64n32k16, x staged as bf16
+//              hi + lo each sub-block
+//   -DWGMMA=3  linear_wgmma_ss64: the same with 64-row pages of 128 columns,
+//              m64n64k16
+// Both pass the fp64 check and were no faster than mpk::linear_gemm
+// (mma.sync): the products, x's staging and a barrier a sub-block did not
+// overlap the stream. mpk::linear_wgmma (x as A from registers, -DWGMMA=1)
+// is what moved into the megakernel.
 //
 // linear_wgmma_ss: one instruction per 64 x 32 x 16 product instead of
 // linear_gemm's ~10 a mma.sync m16n8k16 (index math, x's hi/lo split by
@@ -54,11 +57,6 @@ __host__ __device__ constexpr int wgmma_ss_scratch_bytes(bool lo) {
 // sw64 is where a 64-byte-swizzled tile holds row r's 16-byte chunk c.
 __device__ __forceinline__ uint32_t sw64(int r, int c) { return r * 64 + ((c ^ (r >> 1)) & 3) * 16; }
 
-// The descriptor of a K-major, 64-byte-swizzled operand at addr (512-byte
-// aligned, plus a k16 step's 32 bytes): 8-row groups 512 bytes apart.
-__device__ __forceinline__ uint64_t ss_desc(uint32_t addr) {
-  return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(512 >> 4) << 32 | (uint64_t)2 << 62;
-}
 
 // d[16] += A(desc a) · B(desc b): m64n32k16, bf16 in, fp32 accumulate.
 __device__ __forceinline__ void wgmma_ss_32(float (&d)[16], uint64_t a, uint64_t b) {
@@ -224,8 +222,8 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
           const uint32_t a = xb + cb * kSsBlockBytes + 32 * st, b = wp + cb * 2048 + 32 * st;
-          wgmma_ss_32(acc, ss_desc(a), ss_desc(b));
-          if constexpr (kLo) wgmma_ss_32(acc, ss_desc(a + kSsPartBytes), ss_desc(b));
+          wgmma_ss_32(acc, wg_sw64_desc(a), wg_sw64_desc(b));
+          if constexpr (kLo) wgmma_ss_32(acc, wg_sw64_desc(a + kSsPartBytes), wg_sw64_desc(b));
         }
       }
     }
@@ -296,7 +294,7 @@ __device__ __forceinline__ void wgmma_ss_64(float (&d)[32], uint64_t a, uint64_t
 // of 64 columns (four k16 steps) is split over the warpgroups by weight and
 // k16 step: a pair's warpgroup w takes weight w/2, steps 2(w%2), +1 (two
 // partials a weight); a single weight's takes step w (four partials).
-constexpr int kSs64PageRows = 64, kSs64PageCols = 128, kSs64Block = kSs64PageRows * kGemmBlockCols * 2;
+constexpr int kSs64PageCols = kWgPageCols, kSs64Block = kWgBlockBytes;  // tasks/wgmma.cuh's pages
 __host__ __device__ constexpr int wgmma_ss64_scratch_bytes(bool lo) {
   const int x = 3 * (lo ? 2 : 1) * kSsPartBytes, partials = 4 * 64 * (kGemmRows + kGemmRedPad) * 4;
   return x > partials ? x : partials;
@@ -351,8 +349,8 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
       for (int j = 0; j < 4 / WK; ++j) {
         const int step = kp * (4 / WK) + j, cb = step / 2, st = step % 2;  // k16 step of the quarter
         const uint32_t a = xb + cb * kSsBlockBytes + 32 * st, b = wp + cb * kSs64Block + 32 * st;
-        wgmma_ss_64(acc, ss_desc(a), ss_desc(b));
-        if constexpr (kLo) wgmma_ss_64(acc, ss_desc(a + kSsPartBytes), ss_desc(b));
+        wgmma_ss_64(acc, wg_sw64_desc(a), wg_sw64_desc(b));
+        if constexpr (kLo) wgmma_ss_64(acc, wg_sw64_desc(a + kSsPartBytes), wg_sw64_desc(b));
       }
     }
     wgmma_commit();

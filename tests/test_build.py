@@ -46,7 +46,7 @@ def test_build_command_tiny_llama(core_lib, fresh_dynamo, tmp_path, monkeypatch,
 
 
 def test_build_wgmma_not_serialised(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys):
-    """Option wgmma: a 64-token chunk's GEMM streams become linear_wgmma,
+    """Option wgmma (on by default): a 64-token chunk's GEMM streams become linear_wgmma,
     inlined into the megakernel, and ptxas keeps their wgmmas pipelined
     (it serialises every wgmma of a kernel when one sits in a called
     function, C7510, or lacks registers, C7512: a silent loss of the tensor
@@ -55,7 +55,7 @@ def test_build_wgmma_not_serialised(core_lib, fresh_dynamo, tmp_path, monkeypatc
         pytest.skip("no nvcc")
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    rc = build_cli.main(["--model", "wide-llama", "--prefill", "64", "--cache-tokens", "64", "--wgmma",
+    rc = build_cli.main(["--model", "wide-llama", "--prefill", "64", "--cache-tokens", "64",
                          "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0 and text.strip().splitlines()[-1].endswith("nvcc ok"), text

@@ -102,15 +102,15 @@ def test_cuda_split_k(core_lib, fresh_dynamo, model, batch):
     ("wide-llama", 1, 64, None, True), ("wide-llama", 1, 64, 16, False),
     ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False), ("wide-llama", 1, 128, 16, True)])
 def test_cuda_gemm(core_lib, fresh_dynamo, model, batch, prefill, workers, mask):
-    """gemm (on by default) on the GPU: Linears whose x is too large to stage
-    whole stream it a block of K at a time (mpk::linear_gemm): a 64-token
+    """gemm (on by default) on the GPU, on mma.sync (wgmma off): Linears whose x
+    is too large to stage whole stream it a block of K at a time (mpk::linear_gemm): a 64-token
     chunk (4 m-tiles, every Linear, k and v cut along K on 16 workers, q and o
     too on 132), 48 rows (an m-tile past x's rows), 32 (one warp row, eight
     column warps) and a 128-token chunk (blocks of 64 rows, split_rows), with
     and without a mask."""
     lines = []
     res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
-                          seed=0, workers=workers, log=lines.append, mask=mask)
+                          seed=0, workers=workers, log=lines.append, mask=mask, options={"wgmma": False})
     assert res.ok, "\n".join(lines)
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
@@ -128,8 +128,8 @@ def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
 
 
 @pytest.mark.parametrize("model,batch,prefill,workers,options", [
-    ("wide-llama", 1, 64, None, {}), ("wide-llama", 48, 1, 16, {}), ("long-mlp-llama", 32, 1, 16, {}),
-    ("wide-llama", 1, 48, 16, {"pair_gemm": True})])
+    ("wide-llama", 1, 64, None, {"wgmma": False}), ("wide-llama", 48, 1, 16, {"wgmma": False}),
+    ("long-mlp-llama", 32, 1, 16, {"wgmma": False}), ("wide-llama", 1, 48, 16, {"pair_gemm": True, "wgmma": False})])
 def test_cuda_gemm_two_mtiles(core_lib, fresh_dynamo, monkeypatch, model, batch, prefill, workers, options):
     """MPK_GEMM_WARP_MTILES=2 (an A/B knob; 1 by default) on the GPU: GEMM
     streams whose warps take two m-tiles of x each (the warp split of 64
@@ -153,31 +153,33 @@ def test_cuda_gemm_slice_unroll(core_lib, fresh_dynamo, monkeypatch, model, batc
     monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_GEMM_SLICE_UNROLL=2")  # part of the build cache's key
     lines = []
     res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2, seed=0,
-                          workers=workers, log=lines.append, mask=prefill > 1)
+                          workers=workers, log=lines.append, mask=prefill > 1, options={"wgmma": False})
     assert res.ok, "\n".join(lines)
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
-@pytest.mark.parametrize("extra,options", [
-    ("-DMPK_TMA_PAGES=0", {}), ("-DMPK_GEMM_BLOCKED_PAGES=0", {}), ("-DMPK_TMA_PAGES=0", {"wgmma": True})])
+@pytest.mark.parametrize("extra,options", [("-DMPK_TMA_PAGES=0", {"wgmma": False}),
+                                           ("-DMPK_GEMM_BLOCKED_PAGES=0", {"wgmma": False})])
 def test_cuda_gemm_page_fills(core_lib, fresh_dynamo, monkeypatch, extra, options):
     """A GEMM page's other fills on the GPU (by default one 3-D tensor-map box
     in column blocks, mpk::gemm_page_at): without tensor maps, a bulk copy
     of 64 bytes a row and column block (the path of a weight no map can
-    describe), for mma.sync and wgmma; and MPK_GEMM_BLOCKED_PAGES=0 (an A/B
-    knob: pages of whole rows, one 2-D box), a 48-token chunk with a pair on
-    16 workers, with the bf16 rule."""
+    describe); and MPK_GEMM_BLOCKED_PAGES=0 (an A/B knob: pages of whole
+    rows, one 2-D box), a 48-token chunk with a pair on 16 workers, with the
+    bf16 rule. (wgmma streams read only swizzled tensor-map boxes: a module
+    with one does not build with either knob.)"""
     monkeypatch.setenv("MPK_NVCC_EXTRA", extra)  # part of the build cache's key
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", prefill=48, cache_tokens=16, steps=2, seed=0,
                           workers=16, log=lines.append, mask=True, options=options)
     assert res.ok, "\n".join(lines)
-    assert ("mpk::linear_wgmma<" if options else "mpk::PairEpi<") in res.compiled.sources["module.cu"]
+    assert "mpk::PairEpi<" in res.compiled.sources["module.cu"]
 
 
 @pytest.mark.parametrize("prefill,workers", [(64, None), (64, 16), (48, 16), (32, 16)])
 def test_cuda_pair_gemm(core_lib, fresh_dynamo, prefill, workers):
-    """pair_gemm (on by default) on the GPU: a prompt chunk's gate and up
+    """pair_gemm (on by default) on the GPU, on mma.sync (wgmma off; test_cuda_wgmma
+    pairs on wgmma): a prompt chunk's gate and up
     GEMM streams as one (mpk::linear_gemm with a PairEpi: four pages a block,
     the gate's rows then the up's), 64 rows on 132 and 16 workers, 48 (an
     m-tile past x's rows) and 32 (one warp row, four column warps), with the
@@ -187,7 +189,7 @@ def test_cuda_pair_gemm(core_lib, fresh_dynamo, prefill, workers):
     worker busy, which the check runs all the same.)"""
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", prefill=prefill, cache_tokens=16, steps=2, seed=0,
-                          workers=workers, log=lines.append, mask=True, options={"pair_gemm": True})
+                          workers=workers, log=lines.append, mask=True, options={"pair_gemm": True, "wgmma": False})
     assert res.ok, "\n".join(lines)
     paired = re.search(r"mpk::linear_gemm<[^;]*mpk::PairEpi<", res.compiled.sources["module.cu"])
     assert bool(paired) == (workers is not None), "pair_gemm paired where it cannot, or not where it can"
@@ -224,10 +226,11 @@ def test_cuda_long_attention_chunks(core_lib, fresh_dynamo, monkeypatch, rows_mm
     ("wide-llama", 1, 64, None, True), ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False),
     ("wide-llama", 1, 128, 16, True)])
 def test_cuda_wgmma(core_lib, fresh_dynamo, model, batch, prefill, workers, mask):
-    """wgmma (off by default) on the GPU: test_cuda_gemm's steps with the GEMM
-    streams on Hopper's wgmma (mpk::linear_wgmma): 64 tokens (a warpgroup's
-    n of 16), 48 rows (tokens past x's rows staged as zeros), 32 (n of 8)
-    and a 128-token chunk in blocks of 64, with and without a mask."""
+    """wgmma (on by default) on the GPU: test_cuda_gemm's steps with the GEMM
+    streams on Hopper's wgmma (mpk::linear_wgmma: x as A from registers,
+    64-row swizzled pages as B): 64 tokens, 48 rows and 32 (tokens past x's
+    rows: A rows whose products are never stored), and a 128-token chunk in
+    blocks of 64, with and without a mask; gate and up paired."""
     lines = []
     res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
                           seed=0, workers=workers, log=lines.append, mask=mask, options={"wgmma": True})
@@ -244,7 +247,7 @@ def test_cuda_long_prompt_chunk(core_lib, fresh_dynamo):
     res = check.run_check(model="wide-llama", target="cuda", prefill=320, cache_tokens=16, steps=1, seed=0,
                           workers=16, log=lines.append, mask=True)
     assert res.ok, "\n".join(lines)
-    assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
+    assert "mpk::linear_wgmma<" in res.compiled.sources["module.cu"]  # (the default: bf16 weights, an fp32 x)
 
 
 def test_cuda_prompt_chunk_over_a_long_cache(core_lib, fresh_dynamo):

@@ -83,6 +83,7 @@ struct TmapSpec {
   int64_t row_bytes;  // bytes from one row to the next (a multiple of 16)
   int32_t box_cols;  // 8-byte units of a row a box holds (at most 256)
   int32_t block_cols;  // GEMM pages: 8-byte units of a column block (the box lands block after block); 0: row after row
+  int32_t swizzle;  // 1: each block's 16-byte chunks 64-byte swizzled (a wgmma stream's pages)
 };
 
 }  // namespace mpk

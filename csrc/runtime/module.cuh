@@ -25,7 +25,12 @@ namespace mpk_gen {
 
 using Ring = mpk::Ring<kRingSlots>;
 constexpr int kScratchOffset = mpk::ring_bars_bytes<kRingSlots>() + kRingPages * mpk::kPageBytes;
-constexpr int kDynamicSharedBytes = kScratchOffset + kSharedBytes;
+// The ring's pages start 1,024-byte aligned (the pattern of a wgmma
+// stream's 64-byte-swizzled pages, which the tensor map's copy and wgmma
+// both take from the address): the worker skips up to kRingAlign bytes
+// (codegen's ringBarsBytes counts them).
+constexpr int kRingAlign = 1024;
+constexpr int kDynamicSharedBytes = kRingAlign + kScratchOffset + kSharedBytes;
 // Pages in flight per worker: enough for HBM, few enough that the other L2
 // traffic (activations, counters) does not queue behind them (bench/NOTES.md);
 // MPK_QUIET_PAGES outside the consumers' dots (runtime/runtime.cuh).
@@ -78,6 +83,8 @@ __device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
 #ifndef MPK_TMA_PAGES
 #define MPK_TMA_PAGES 1
 #endif
+static_assert(!kWgmmaStreams || (MPK_TMA_PAGES && MPK_GEMM_BLOCKED_PAGES),
+              "a wgmma stream's pages are 64-byte-swizzled tensor-map boxes in column blocks");
 
 // load_weights is the loader's loop (one lane): every page of every streamed
 // task of worker w, in queue order, at most in_flight_pages in flight. A slot
@@ -263,7 +270,7 @@ __device__ __noinline__ void fetch_tasks(const mpk::State& st, int w, uint32_t s
 // between steps.
 __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     megakernel(const __grid_constant__ mpk::Slots<kNumSlots> slots, const mpk::State st) {
-  extern __shared__ __align__(128) char smem[];
+  extern __shared__ __align__(128) char smem_base[];
   __shared__ uint32_t s_step, s_done, s_ready, s_tasks;
   __shared__ int s_go, s_xkey, s_next_xkey;
   // The next two tasks, as the fetcher warp hands them over: the task code
@@ -277,6 +284,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
   const int w = blockIdx.x, warp = threadIdx.x / 32;
   for (int i = threadIdx.x; i < kNumSlots; i += blockDim.x) s_slots.p[i] = slots.p[i];
 
+  char* const smem = smem_base + (kRingAlign - (mpk::smem_u32(smem_base) + mpk::ring_bars_bytes<kRingSlots>()) % kRingAlign) % kRingAlign;
   const Ring ring = mpk::ring_at<kRingSlots>(smem);
   if (threadIdx.x == 0) {
     s_step = *(volatile uint32_t*)st.epoch + 1;
@@ -462,7 +470,7 @@ static int32_t update_tmaps(MpkInstance* inst, void* const* slot_ptrs, cudaStrea
       return 1;
     }
     const bool blocks = MPK_GEMM_BLOCKED_PAGES && m.block_cols > 0;  // a GEMM page's map: 3-D
-    const CUresult r = mpk::encode_page_map(encode_tiled(), &inst->tmaps_host[i], m, base, blocks);
+    const CUresult r = mpk::encode_page_map(encode_tiled(), &inst->tmaps_host[i], m, base, blocks, m.swizzle != 0);
     if (r != CUDA_SUCCESS) {
       snprintf(err, errlen, "cuTensorMapEncodeTiled (pointer slot %d, %lld x %lld units of 8 bytes, rank %d): CUresult %d", m.slot,
                (long long)m.rows, (long long)m.cols, blocks ? 3 : 2, (int)r);

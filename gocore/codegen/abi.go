@@ -32,8 +32,10 @@ const (
 	maxRingPages = 10
 	// minRingPages is the smallest ring worth streaming through.
 	minRingPages = 4
-	// ringBarsBytes is the ring's barriers (two mbarriers a page, rounded up).
-	ringBarsBytes = 256
+	// ringBarsBytes is the ring's barriers (two mbarriers a page, rounded up),
+	// and the bytes mpk's megakernel may skip so its pages start 1,024-byte
+	// aligned (a swizzled page's pattern: runtime/module.cuh kRingAlign).
+	ringBarsBytes = 256 + 1024
 )
 
 // Task kinds the device dispatch knows, mirrored as an enum in the header.
@@ -100,6 +102,7 @@ var (
 		{"int64_t", "row_bytes", "bytes from one row to the next (a multiple of 16)"},
 		{"int32_t", "box_cols", "8-byte units of a row a box holds (at most 256)"},
 		{"int32_t", "block_cols", "GEMM pages: 8-byte units of a column block (the box lands block after block); 0: row after row"},
+		{"int32_t", "swizzle", "1: each block's 16-byte chunks 64-byte swizzled (a wgmma stream's pages)"},
 	}
 	taskFields = []field{
 		{"int32_t", "op", "-1 for an empty relay task"},

@@ -189,7 +189,12 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	fmt.Fprintf(&src, "constexpr int kNumWorkers = %d;\nconstexpr int kNumTasks = %d;\nconstexpr int kNumEvents = %d;\n", tg.Workers, len(tg.Tasks), len(tg.Events))
 	fmt.Fprintf(&src, "constexpr unsigned long long kArenaBytes = %dull;\nconstexpr int kSharedBytes = %d;\nconstexpr int kRingPages = %d;\n", l.arenaBytes, gen.smem, gen.ringPages)
 	src.WriteString("constexpr int kRingSlots = kRingPages > 0 ? kRingPages : 1;  // the ring's type needs a slot\n")
-	fmt.Fprintf(&src, "constexpr bool kKVLive = %v;  // kv_pages chunks may stop at the mask's extent (kvLiveExtent)\n\n", gen.kvLive)
+	fmt.Fprintf(&src, "constexpr bool kKVLive = %v;  // kv_pages chunks may stop at the mask's extent (kvLiveExtent)\n", gen.kvLive)
+	wgmma := false
+	for _, p := range gen.plans {
+		wgmma = wgmma || p.Wgmma
+	}
+	fmt.Fprintf(&src, "constexpr bool kWgmmaStreams = %v;  // a wgmma stream's pages are swizzled tensor-map boxes\n\n", wgmma)
 	src.WriteString(gen.exprs.String())
 	src.WriteString("// One device function per distinct task variant; each returns the consumers' new place in the weight ring.\n")
 	src.WriteString(gen.funcs.String())
@@ -201,6 +206,9 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, trace bool) (*Module, error) {
 	fmt.Fprintf(&src, "__device__ const mpk::Op ops[%d] = {\n%s};\n\n", max(1, len(g.Ops)), ops.String())
 	writeTables(&src, g, tg, split)
 	gen.writeStreams(&src, tg, split)
+	if gen.err != nil {
+		return nil, gen.err
+	}
 	src.WriteString("}  // namespace mpk_gen\n\n#include \"runtime/module.cuh\"\n")
 	return &Module{Files: map[string]string{"module.cu": src.String()}, BulkInputs: gen.bulkInputs()}, nil
 }
@@ -308,6 +316,9 @@ func (gen *generator) streamOf(t *tgraph.Task, split []int) streamEntry {
 		if p.Gemm {
 			e.tileRows, e.colMajor = stream.GemmPageRows, 1
 		}
+		if p.Wgmma {
+			e.tileRows = stream.WgmmaPageRows
+		}
 		rowsAt := func(w ir.View) int64 { return (gen.l.offset[w.Buf] + w.Offset + t.Box.Lo[1]*p.RowStride) * p.ElemBytes }
 		e.pageBytes, e.offset = p.Cols*p.ElemBytes, rowsAt(w)
 		e.bytes = (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
@@ -323,6 +334,10 @@ func (gen *generator) streamOf(t *tgraph.Task, split []int) streamEntry {
 			} else {
 				e.tmap = -1 // both weights' pages alike
 			}
+		}
+		if p.Wgmma && e.tmap < 0 { // stream.For took only what a map describes: a bug if not
+			gen.err = fmt.Errorf("codegen: op %d (%s): a wgmma stream's weights have no tensor map (its pages are swizzled boxes)",
+				op.ID, op.Label)
 		}
 		return e
 	}
@@ -385,6 +400,7 @@ type generator struct {
 	kvLive    bool                // every kv stream is cut to the live length of one mask extent (kvLiveExtent)
 	tmaps     []tmapSpec          // the tensor maps of tile and GEMM streams' weights (tmapOf)
 	tmapIDs   map[tmapSpec]int
+	err       error // the first error of a table writer
 }
 
 // variant returns the id of the device function whose body is code.
@@ -645,8 +661,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	if ret {
 		code = "return " + code + ";"
 		if p, ok := gen.plans[op]; ok && p.Wgmma { // the scratch stream.WgmmaScratch reserved is what the task takes
-			code = fmt.Sprintf("static_assert(mpk::wgmma_scratch_bytes(%d, %v) <= kSharedBytes, \"codegen reserved too "+
-				"little shared memory for a wgmma stream\");\n  %s", p.M, p.XLow, code)
+			code = fmt.Sprintf("static_assert(mpk::wgmma_scratch_bytes() <= kSharedBytes, \"codegen reserved too "+
+				"little shared memory for a wgmma stream\");\n  %s", code)
 		} else if p, ok := gen.plans[op]; ok && p.Gemm { // the scratch stream.GemmScratch reserved is what the task takes
 			code = fmt.Sprintf("static_assert(mpk::gemm_scratch_bytes(%d, %v) <= kSharedBytes, \"codegen reserved too "+
 				"little shared memory for a GEMM stream\");\n  %s", p.M, p.XLow, code)

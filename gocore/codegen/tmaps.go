@@ -42,6 +42,7 @@ type tmapSpec struct {
 	RowBytes         int64
 	BoxCols, BoxRows int64
 	BlockCols        int64
+	Swizzle          bool // a wgmma stream's page: each block's 16-byte chunks 64-byte swizzled (mpk::wg_sw64_desc)
 }
 
 // tmapOf returns the tensor map whose boxes are the pages of stream plan p
@@ -57,6 +58,7 @@ func (gen *generator) tmapOf(p stream.Plan, w ir.View, pageRows int64) (tmapSpec
 	if p.Gemm {
 		s.BlockCols = stream.GemmBlockCols * p.ElemBytes / tmapUnit
 	}
+	s.Swizzle = p.Wgmma
 	ok := s.Offset%16 == 0 && s.RowBytes%16 == 0 && (p.K*p.ElemBytes)%tmapUnit == 0 && (p.Cols*p.ElemBytes)%16 == 0 &&
 		s.BoxCols >= 1 && s.BoxCols <= tmapMaxBox && s.BoxRows <= tmapMaxBox && s.Rows >= 1 &&
 		s.BoxCols*tmapUnit*s.BoxRows <= stream.PageBytes &&
@@ -82,11 +84,15 @@ func (gen *generator) writeTmaps(src *strings.Builder) {
 	fmt.Fprintf(src, "constexpr int kNumTmaps = %d;\n", len(gen.tmaps))
 	fmt.Fprintf(src, "static const mpk::TmapSpec kTmaps[%d] = {\n", max(1, len(gen.tmaps)))
 	for _, s := range gen.tmaps {
-		fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d},\n", s.Slot, s.BoxRows, s.Offset, s.Cols, s.Rows, s.RowBytes, s.BoxCols,
-			s.BlockCols)
+		swizzle := 0
+		if s.Swizzle {
+			swizzle = 1
+		}
+		fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d, %d},\n", s.Slot, s.BoxRows, s.Offset, s.Cols, s.Rows, s.RowBytes, s.BoxCols,
+			s.BlockCols, swizzle)
 	}
 	if len(gen.tmaps) == 0 {
-		src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0},\n")
+		src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, 0},\n")
 	}
 	src.WriteString("};\n\n")
 }

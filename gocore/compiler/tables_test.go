@@ -215,7 +215,7 @@ func TestStreamTable(t *testing.T) {
 
 // checkStreams checks comp's loader table (TestStreamTable): its Linears
 // stream pages of whole rows ("rows"), tile pages ("tiles") or GEMM pages
-// ("gemm" and "wgmma": 32 rows' segments of 256 columns, a block of columns
+// ("gemm": 32 rows' segments of 256 columns, "wgmma": 64 rows' of 128, a block of columns
 // at a time).
 func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStreams int) (paired int) {
 	t.Helper()
@@ -225,7 +225,7 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	// the task's first row in them
 	const F = 14
 	rows := table(t, src, "mpk::Stream streams")
-	const TF = 8 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units
+	const TF = 9 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units, swizzle
 	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
 	if len(rows) != F*len(comp.Tasks.Tasks) {
 		t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", name, len(rows), F, len(comp.Tasks.Tasks))
@@ -255,9 +255,9 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		if r[0] != w.Buf.Index || int64(r[3]) != n*stride*esz || int64(r[2]) != (w.Offset+task.Box.Lo[1]*stride)*esz {
 			t.Fatalf("%s: task %d (%s, rows %d of K %d): stream row %v", name, i, comp.Tasks.Name(i), n, K, r)
 		}
-		// A pair's second weight: the same rows of its own buffer (pages of whole rows only).
+		// A pair's second weight: the same rows of its own buffer.
 		if w2, ok := op.PairWeight(); ok {
-			if kind != "rows" || r[8] != w2.Buf.Index || int64(r[9]) != (w2.Offset+task.Box.Lo[1]*K)*esz || w2.Strides[0] != K {
+			if r[8] != w2.Buf.Index || int64(r[9]) != (w2.Offset+task.Box.Lo[1]*K)*esz || w2.Strides[0] != K {
 				t.Fatalf("%s: task %d (%s): paired stream row %v", name, i, comp.Tasks.Name(i), r)
 			}
 		} else if r[8] != -1 || r[9] != 0 {
@@ -281,11 +281,15 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		}
 		if r[11] >= 0 {
 			m := tmaps[TF*r[11] : TF*r[11]+TF]
-			block := 0 // GEMM pages land in column blocks of 64 bytes
+			block, swizzle := 0, 0 // GEMM pages land in column blocks of 64 bytes, wgmma's 64-byte swizzled
 			if kind == "gemm" || kind == "wgmma" {
 				block = 64 / 8
 			}
-			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, block}
+			if kind == "wgmma" {
+				swizzle = 1
+			}
+			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, block,
+				swizzle}
 			if !slices.Equal(m, want) || r[13] != int(task.Box.Lo[1]) {
 				t.Fatalf("%s: task %d (%s): tensor map %v (first row %d), want %v (first row %d)", name, i, comp.Tasks.Name(i),
 					m, r[13], want, task.Box.Lo[1])
@@ -303,10 +307,16 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want tile pages of 8 segments, got %v", name, i,
 					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
 			}
-		case "gemm", "wgmma": // the same pages: linear_wgmma differs in how it multiplies them
+		case "gemm": // pages of 32 rows' segments of 256 columns
 			if r[4] != 32 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || r[1] != 256*int(esz) || r[7] != 1 ||
 				task.Box.Lo[1]%32 != 0 || n > 64 || (n%32 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
 				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want GEMM pages of 32 segments, got %v", name, i,
+					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
+			}
+		case "wgmma": // pages of 64 rows' segments of 128 columns (wgmma's n of 64)
+			if r[4] != 64 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || r[1] != 128*int(esz) || r[7] != 1 ||
+				task.Box.Lo[1]%32 != 0 || n > 64 || (n%32 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
+				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want wgmma pages of 64 segments, got %v", name, i,
 					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
 			}
 		}

@@ -42,8 +42,8 @@ func pairLinears(g *ir.Graph, gemm bool) {
 }
 
 // pairable says whether op may take part in a pair: a Linear that streams
-// its weights with x in registers (or, with gemm, as a GEMM stream on
-// mma.sync), uncut along K, its weight rows K apart, with no epilogue of its
+// its weights with x in registers (or, with gemm, as a GEMM stream), uncut
+// along K, its weight rows K apart, with no epilogue of its
 // own beyond the one that reads its partner.
 func pairable(op *ir.Op, written func(*ir.Buffer) bool, gemm bool) bool {
 	if op.Kind != ir.Linear || op.Attr.KParts > 1 || (op.Attr.Gemm && !gemm) || op.Attr.Residual || op.Out.Rank() != 2 ||
@@ -51,7 +51,7 @@ func pairable(op *ir.Op, written func(*ir.Buffer) bool, gemm bool) bool {
 		return false
 	}
 	p, ok := stream.For(op, written)
-	return ok && !p.Tiles && !p.Wgmma && (!p.Gemm || p.RowStride == p.K)
+	return ok && !p.Tiles && (!p.Gemm || p.RowStride == p.K)
 }
 
 // pairFits reports whether gate, the sole writer of up's epilogue input v,

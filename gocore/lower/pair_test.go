@@ -61,7 +61,7 @@ func TestPairLinears(t *testing.T) {
 }
 
 // TestPairGemmLinears: a prompt chunk's gate and up GEMM streams pair only
-// when asked (option pair_gemm), and never on wgmma.
+// when asked (option pair_gemm), on mma.sync and on wgmma.
 func TestPairGemmLinears(t *testing.T) {
 	asGemm := func(wgmma bool) func(b *builder, x ir.View, gate, up *ir.Op) {
 		return func(_ *builder, _ ir.View, gate, up *ir.Op) {
@@ -70,16 +70,14 @@ func TestPairGemmLinears(t *testing.T) {
 			}
 		}
 	}
-	g, gate, up := mlp(t, 64, true, asGemm(false))
-	if w2, ok := up.PairWeight(); !ok || w2.Buf != gate.In[1].Buf || len(g.Ops) != 1 || !up.Attr.Gemm {
-		t.Fatalf("GEMM gate and up did not pair: %s", kinds(g))
-	}
-	for name, c := range map[string]struct {
-		gemm, wgmma bool
-	}{"pair_gemm off": {false, false}, "on wgmma": {true, true}} {
-		g, gate, up := mlp(t, 64, c.gemm, asGemm(c.wgmma))
-		if _, ok := up.PairWeight(); ok || len(g.Ops) < 2 || g.Ops[0] != gate {
-			t.Errorf("%s: paired anyway: %s", name, kinds(g))
+	for _, wgmma := range []bool{false, true} {
+		g, gate, up := mlp(t, 64, true, asGemm(wgmma))
+		if w2, ok := up.PairWeight(); !ok || w2.Buf != gate.In[1].Buf || len(g.Ops) != 1 || !up.Attr.Gemm {
+			t.Fatalf("GEMM gate and up (wgmma %v) did not pair: %s", wgmma, kinds(g))
 		}
+	}
+	g, gate, up := mlp(t, 64, false, asGemm(false))
+	if _, ok := up.PairWeight(); ok || len(g.Ops) < 2 || g.Ops[0] != gate {
+		t.Errorf("pair_gemm off: paired anyway: %s", kinds(g))
 	}
 }

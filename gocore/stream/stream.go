@@ -53,6 +53,13 @@ const (
 	// gemmRedPad is the floats past each row of a GEMM task's partials
 	// (mpk::kGemmRedPad: its stores free of bank conflicts).
 	gemmRedPad = 8
+	// WgmmaPageRows and WgmmaCols are a wgmma stream's page (mpk::kWgPageRows,
+	// kWgPageCols): 64 weight rows (wgmma's N) × 128 columns, a column half
+	// of a GemmCols block; wgmmaPitch is its staged row of an fp32 x
+	// (mpk::kWgPitch).
+	WgmmaPageRows = 64
+	WgmmaCols     = 128
+	wgmmaPitch    = GemmCols + 8
 )
 
 // Plan is how one Linear streams. With Tiles, x's M rows meet the weights on
@@ -73,9 +80,10 @@ type Plan struct {
 	// block (pages of GemmPageRows rows, column-block-major), the products
 	// accumulating in registers across K (mpk::linear_gemm).
 	Gemm bool
-	// Wgmma: a Gemm plan whose products run on wgmma (mpk::linear_wgmma):
-	// the same pages and tasks, x staged 64 columns at a time in three
-	// buffers.
+	// Wgmma: a Gemm plan of an fp32 x whose products run on wgmma
+	// (mpk::linear_wgmma): the same tasks and blocks, pages of
+	// WgmmaPageRows rows × WgmmaCols columns (64-byte swizzled tensor-map
+	// boxes), x staged a block at a time as for Gemm.
 	Wgmma bool
 	// Pair: a paired Linear (ir.Epilogue.Pair) streams the task's rows of
 	// its second weight after those of its first, in registers only.
@@ -126,22 +134,16 @@ func GemmScratch(M int64, low bool) int64 {
 	return max(x, GemmWarpsK(M)*M*(GemmRows+gemmRedPad)*4)
 }
 
-// WgmmaScratch mirrors mpk::wgmma_scratch_bytes: three buffers of 64
-// columns of x's tokens (rounded up to 32), each 4 k16 steps of 16 bytes a
-// token and 32 more, twice with the low part.
-func WgmmaScratch(M int64, low bool) int64 {
-	tokens := (M + 31) / 32 * 32
-	parts := int64(4)
-	if low {
-		parts = 8
-	}
-	return 3 * parts * (tokens/8*256 + 32)
+// WgmmaScratch mirrors mpk::wgmma_scratch_bytes: two blocks of an fp32 x,
+// 64 rows each, or the four partials of the task's outputs.
+func WgmmaScratch() int64 {
+	return max(2*64*wgmmaPitch*4, 4*64*(GemmRows+gemmRedPad)*4)
 }
 
 // XBytes is the shared memory x takes while the plan's tasks run.
 func (p Plan) XBytes() int64 {
 	if p.Wgmma {
-		return WgmmaScratch(p.M, p.XLow)
+		return WgmmaScratch()
 	}
 	if p.Gemm {
 		return GemmScratch(p.M, p.XLow)
@@ -217,11 +219,14 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		// each on the tensor cores (rounded, a 64-token chunk's argmax
 		// left both fp32's and eager's at a near tie).
 		p := Plan{M: M, K: K, ElemBytes: esz, PageBytes: GemmPageRows * GemmCols * esz, Split: K / GemmCols, Gemm: true,
-			Wgmma: op.Attr.Wgmma && w.DType() == ir.BF16, Cols: GemmCols, XLow: op.LinearX().Size() > esz,
-			RowStride: w.Strides[0]}
+			Cols: GemmCols, XLow: op.LinearX().Size() > esz, RowStride: w.Strides[0]}
+		// wgmma takes bf16 weights and an fp32 x (split into hi + lo in registers).
+		if op.Attr.Wgmma && w.DType() == ir.BF16 && op.LinearX() == ir.F32 {
+			p.Wgmma, p.Cols = true, WgmmaCols
+		}
 		if w2, ok := op.PairWeight(); ok { // each block's pages of the second weight follow the first's
 			p.Pair = true
-			return p, !p.Wgmma && samePairWeight(w, w2, K, written)
+			return p, samePairWeight(w, w2, K, written)
 		}
 		return p, true
 	}

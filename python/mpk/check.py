@@ -392,8 +392,8 @@ LOWERING_FLAGS = (
     ("split_k", True, "a Linear whose x is too large for one weight stream then runs as blocks of rows"),
     ("gemm", True, "a Linear whose x has 32 rows or more (a prompt chunk) then runs as a tile stream, slices of K "
                    "or blocks of rows"),
-    ("wgmma", False, "those GEMM streams with bf16 weights multiply on Hopper's wgmma instead of mma.sync (off until "
-                     "checked on the GPU)"),
+    ("wgmma", True, "those GEMM streams with bf16 weights and an fp32 x multiply on Hopper's wgmma (x split into "
+                    "hi + lo in registers, 64-row swizzled weight pages) instead of mma.sync"),
     ("gemm_row_blocks", True, "a GEMM stream with too few weight rows for the workers (a 64-token chunk's q, k, v "
                                "and o projections) then runs as slices of K and a stage of their sums rather than "
                                "blocks of 32 rows of x"),
