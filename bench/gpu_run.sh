@@ -32,8 +32,9 @@ for job in ${JOBS:-check:tiny-llama}; do
   IFS=: read -r kind what extra <<<"$job"
   n=$((n + 1))
   [ "$kind" = cu ] || continue
-  nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Icsrc ${extra//,/ } "bench/$what" \
-    -o "$W/cu_$n" >"$W/cu_${n}_${what%.cu}.log" 2>&1 &
+  { echo "nvcc flags: ${extra//,/ }"
+    nvcc -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Icsrc ${extra//,/ } "bench/$what" \
+      -o "$W/cu_$n"; } >"$W/cu_${n}_${what%.cu}.log" 2>&1 &
 done
 wait
 n=0
