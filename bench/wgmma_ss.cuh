@@ -260,13 +260,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
     }
   }
   consumer_sync();
-  for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
-    const int m = i / rows, n = i % rows;
-    float v = red[m * RW + n], v2 = 0.f;
-    if constexpr (WK == 2) v += red[(64 + m) * RW + n];
-    if constexpr (NW == 2) v2 = red[m * RW + kGemmRows + n];
-    store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
-  }
+  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI>(op, lo, hi, red, s);
   return seq;
 }
 
@@ -298,6 +292,20 @@ constexpr int kSs64PageCols = kWgPageCols, kSs64Block = kWgBlockBytes;  // tasks
 __host__ __device__ constexpr int wgmma_ss64_scratch_bytes(bool lo) {
   const int x = 3 * (lo ? 2 : 1) * kSsPartBytes, partials = 4 * 64 * (kGemmRows + kGemmRedPad) * 4;
   return x > partials ? x : partials;
+}
+
+// wg_put_acc writes this thread's m64n64 accumulators (acc[4i + {0, 1, 2,
+// 3}]: tokens m, m, m + 8, m + 8 × columns 8i + 2t, + 1, 8i + 2t, + 1) into
+// rows of RW floats at red, a float2 each (RW padded: no bank conflicts).
+// (mpk::linear_wgmma writes its own the same way; to be folded into one once
+// a GPU run can check the megakernel's.)
+template <int RW>
+__device__ __forceinline__ void wg_put_acc(float* red, const float (&acc)[32], int m, int t) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float2* r = reinterpret_cast<float2*>(red + m * RW + 8 * i + 2 * t);
+    r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
+  }
 }
 
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
@@ -380,26 +388,9 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
 #endif
   consumer_sync();
   float* red = reinterpret_cast<float*>(c.smem);
-  {
-    const int m = warp % 4 * 16 + lane / 4, n0 = wt * kGemmRows + 2 * (lane % 4);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      float2* r = reinterpret_cast<float2*>(red + (kp * 64 + m) * RW + n0 + 8 * i);
-      r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
-    }
-  }
+  wg_put_acc<RW>(red + kp * 64 * RW + wt * kGemmRows, acc, warp % 4 * 16 + lane / 4, lane % 4);
   consumer_sync();
-  const int rows = hi - lo;
-  for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
-    const int m = i / rows, n = i % rows;
-    float v = 0.f, v2 = 0.f;
-#pragma unroll
-    for (int w = 0; w < WK; ++w) {
-      v += red[(w * 64 + m) * RW + n];
-      if constexpr (NW == 2) v2 += red[(w * 64 + m) * RW + kGemmRows + n];
-    }
-    store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
-  }
+  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI>(op, lo, hi, red, s);
   return seq;
 }
 

@@ -228,6 +228,25 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
   }
 }
 
+// gemm_store_sums stores a GEMM task's outputs [lo, hi) × M rows of x: each
+// the sum of its WK partials in a fixed order (red[w][m][n], PR rows of RW
+// floats a partial; a pair's second weight's sum at n + kGemmRows, its
+// epilogue's pair input), so results do not depend on timing.
+template <int WK, bool PAIR, int RW, int PR, int M, bool RESID, typename EPI, int N>
+__device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, const float* red, const Slots<N>& s) {
+  const int rows = hi - lo;
+  for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
+    const int m = i / rows, n = i % rows;
+    float v = 0.f, v2 = 0.f;
+#pragma unroll
+    for (int w = 0; w < WK; ++w) {
+      v += red[(w * PR + m) * RW + n];
+      if constexpr (PAIR) v2 += red[(w * PR + m) * RW + kGemmRows + n];
+    }
+    store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
+  }
+}
+
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int SHARED, int N>
 __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(sizeof(T) == 2, "GEMM streams take 2-byte weights");
@@ -386,16 +405,7 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
     }
   }
   consumer_sync();
-  for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
-    const int m = i / rows, n = i % rows;
-    float v = 0.f, v2 = 0.f;
-#pragma unroll
-    for (int w = 0; w < WK; ++w) {
-      v += red[(w * M + m) * RW + n];
-      if constexpr (NW == 2) v2 += red[(w * M + m) * RW + kGemmRows + n];
-    }
-    store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
-  }
+  gemm_store_sums<WK, kIsPair<EPI>, RW, M, M, RESID, EPI>(op, lo, hi, red, s);
   return seq;
 }
 
