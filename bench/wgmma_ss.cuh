@@ -194,9 +194,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
   SsX<M> xr[XD];
   ss_stage_first<M, kLo, XD, HALVES>(xr, x, fast, xs, s);
   float acc[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
-  wg_fence_acc(acc);
+  wg_zero_acc(acc);
   auto sub_block = [&](const int h, SsX<M>& next) {
     const int kb = h / SUBS;
     if (h % SUBS == 0) {
@@ -297,8 +295,8 @@ __host__ __device__ constexpr int wgmma_ss64_scratch_bytes(bool lo) {
 // wg_put_acc writes this thread's m64n64 accumulators (acc[4i + {0, 1, 2,
 // 3}]: tokens m, m, m + 8, m + 8 × columns 8i + 2t, + 1, 8i + 2t, + 1) into
 // rows of RW floats at red, a float2 each (RW padded: no bank conflicts).
-// (mpk::linear_wgmma writes its own the same way; to be folded into one once
-// a GPU run can check the megakernel's.)
+// (mpk::linear_wgmma writes its own with the address reassociated: folding
+// this in changed its SASS, so it waits for a GPU run to check it.)
 template <int RW>
 __device__ __forceinline__ void wg_put_acc(float* red, const float (&acc)[32], int m, int t) {
 #pragma unroll
@@ -333,9 +331,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
   SsX<M> xr[XD];
   ss_stage_first<M, kLo, XD, HALVES>(xr, x, fast, xs, s);
   float acc[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
-  wg_fence_acc(acc);
+  wg_zero_acc(acc);
   auto sub_block = [&](const int h, SsX<M>& next) {
     const int q = h % 2;  // the sub-block's column quarter of its group's pages
     if (q == 0) {

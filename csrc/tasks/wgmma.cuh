@@ -57,6 +57,14 @@ __device__ __forceinline__ void wg_fence_acc(float (&acc)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
+// wg_zero_acc zeroes the accumulators before a task's first wgmma_fence
+// (pinned there: else ptxas C7515 serialises the wgmmas).
+template <int R>
+__device__ __forceinline__ void wg_zero_acc(float (&acc)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = 0.f;
+  wg_fence_acc(acc);
+}
 // Generic-proxy stores to shared memory become visible to wgmma's reads.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
@@ -135,9 +143,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
   consumer_sync();
   mark_staged();
   float acc[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = 0.f;
-  wg_fence_acc(acc);
+  wg_zero_acc(acc);
 #pragma unroll 1
   for (int kb = 0; kb < KB; ++kb) {
     if (kb + 1 < KB) stage_gemm_x<T, float, kWgPitch, M>(x, kb + 1, buffer(kb + 1), copy, rows4, s);
@@ -188,17 +194,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
     r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
   }
   consumer_sync();
-  const int rows = hi - lo;
-  for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
-    const int mm = i / rows, n = i % rows;
-    float v = 0.f, v2 = 0.f;
-#pragma unroll
-    for (int w = 0; w < WK; ++w) {
-      v += red[(w * 64 + mm) * RW + n];
-      if constexpr (NW == 2) v2 += red[(w * 64 + mm) * RW + kGemmRows + n];
-    }
-    store_out<RESID, EPI>(op, mm, lo + n, v, s, nullptr, v2);
-  }
+  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI>(op, lo, hi, red, s);
   return seq;
 }
 
