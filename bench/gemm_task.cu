@@ -31,7 +31,8 @@
 // columns, 64-byte swizzled) instead; -DWGMMA=2 / 3 the experimental bodies
 // of bench/wgmma_ss.cuh (pages 64-byte swizzled, 64 rows x 128 columns for
 // 3; probes MPK_PROBE_SS_NO_MMA, _NO_XLOAD, _NO_FENCE, _NO_SYNC,
-// _NO_XSTORE, _NO_EPI, _WAIT_ALL with -DMPK_TRACE, not all in every body).
+// _NO_XSTORE, _NO_EPI, _WAIT_ALL with -DMPK_TRACE, not all in every body;
+// for WGMMA=1 MPK_PROBE_GEMM_NO_X, _GEMM_NO_SYNC, _WG_NO_MMA, _WG_NO_EPI).
 // Trace builds also print a task's phases (x staged, dots done, its end,
 // thread 0's page stalls) from the first launch. -DSTREAM_ONLY:
 // the consumers only wait for each page and release it (the loader's rate
@@ -58,7 +59,8 @@
 
 #if defined(MPK_PROBE_GEMM_NO_X) || defined(MPK_PROBE_GEMM_NO_SYNC) || defined(MPK_PROBE_SS_NO_XLOAD) || \
     defined(MPK_PROBE_SS_NO_MMA) || defined(STREAM_ONLY) || defined(MPK_PROBE_SS_NO_FENCE) || \
-    defined(MPK_PROBE_SS_NO_SYNC) || defined(MPK_PROBE_SS_NO_XSTORE) || defined(MPK_PROBE_SS_NO_EPI)
+    defined(MPK_PROBE_SS_NO_SYNC) || defined(MPK_PROBE_SS_NO_XSTORE) || defined(MPK_PROBE_SS_NO_EPI) || \
+    defined(MPK_PROBE_WG_NO_MMA) || defined(MPK_PROBE_WG_NO_EPI)
 constexpr bool kProbe = true;  // wrong results by design: not checked
 #else
 constexpr bool kProbe = false;

@@ -25,12 +25,16 @@ namespace mpk_gen {
 
 using Ring = mpk::Ring<kRingSlots>;
 constexpr int kScratchOffset = mpk::ring_bars_bytes<kRingSlots>() + kRingPages * mpk::kPageBytes;
-// The ring's pages start 1,024-byte aligned (the pattern of a wgmma
-// stream's 64-byte-swizzled pages, which the tensor map's copy and wgmma
+// With wgmma streams the ring's pages start 1,024-byte aligned (the pattern
+// of their 64-byte-swizzled pages, which the tensor map's copy and wgmma
 // both take from the address): the worker skips up to kRingAlign bytes
-// (codegen's ringBarsBytes counts them).
-constexpr int kRingAlign = 1024;
-constexpr int kDynamicSharedBytes = kRingAlign + kScratchOffset + kSharedBytes;
+// (codegen's ringBarsBytes counts them). Other modules keep the ring at the
+// start of shared memory, where every address is a constant.
+#ifndef MPK_RING_ALIGN_ALL
+#define MPK_RING_ALIGN_ALL 0  // 1: align every module's ring (an A/B knob)
+#endif
+constexpr int kRingAlign = kWgmmaStreams || MPK_RING_ALIGN_ALL ? 1024 : 1;
+constexpr int kDynamicSharedBytes = (kRingAlign > 1 ? kRingAlign : 0) + kScratchOffset + kSharedBytes;
 // Pages in flight per worker: enough for HBM, few enough that the other L2
 // traffic (activations, counters) does not queue behind them (bench/NOTES.md);
 // MPK_QUIET_PAGES outside the consumers' dots (runtime/runtime.cuh).

@@ -228,13 +228,55 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
   }
 }
 
+// MPK_GEMM_STORE_REGS=0 stores a GEMM task's outputs through store_out
+// element by element, as before (an A/B knob).
+#ifndef MPK_GEMM_STORE_REGS
+#define MPK_GEMM_STORE_REGS 1
+#endif
+
+// RowOf is a task's columns [lo, ...) of a row-major 2-D float-kind array,
+// read or written at (m, n): its base (offset and lo folded in), row stride
+// and dtype held in registers, so the stores do not reload them from the
+// descriptor and the slot table (a local-memory load) at every element.
+struct RowOf {
+  char* p;
+  int32_t stride, dt;
+  __device__ __forceinline__ float ld(int m, int n) const { return ld_float(p, dt, m * stride + n); }
+  __device__ __forceinline__ void st(int m, int n, float v) const { st_float(p, dt, m * stride + n, v); }
+};
+template <int N>
+__device__ __forceinline__ RowOf row_of(const View& v, int lo, const Slots<N>& s) {
+  return RowOf{base(s, v) + (v.offset + lo) * dtype_size(v.dtype), (int32_t)v.stride[0], v.dtype};
+}
+// rows_fit: (m, n) of M rows indexes a view in 32 bits.
+__device__ __forceinline__ bool rows_fit(const View& v, int M) { return v.stride[0] * M < (int64_t)1 << 31; }
+
 // gemm_store_sums stores a GEMM task's outputs [lo, hi) × M rows of x: each
 // the sum of its WK partials in a fixed order (red[w][m][n], PR rows of RW
 // floats a partial; a pair's second weight's sum at n + kGemmRows, its
-// epilogue's pair input), so results do not depend on timing.
+// epilogue's pair input), so results do not depend on timing. Where store_out
+// takes its fast path (row-major float outputs and inputs), the outputs,
+// residual and epilogue inputs are read from registers (RowOf): element by
+// element through the descriptor the stores of a 64-row task took 2-5 us
+// (bench/gemm_task.cu's phases; bench/NOTES.md thirty-fourth session).
 template <int WK, bool PAIR, int RW, int PR, int M, bool RESID, typename EPI, int N>
 __device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, const float* red, const Slots<N>& s) {
   const int rows = hi - lo;
+  constexpr bool kEpi = !std::is_same<EPI, NoEpi>::value;
+  constexpr int NI = kEpi ? kMaxEpiInputs : 1;  // the epilogue's inputs, or the residual
+  const int n_in = kEpi ? op.num_in - op.epi_first : RESID;
+  bool fast = MPK_GEMM_STORE_REGS && (kEpi ? epi_fast(op) : float_row2(op.out) && (!RESID || float_row2(op.in[2]))) &&
+              rows_fit(op.out, M);
+  RowOf in[NI];
+#pragma unroll
+  for (int j = 0; j < NI; ++j) {
+    if (kEpi && j + 1 == PairOf<EPI>::J) continue;  // a pair's second product: no memory
+    const View& v = op.in[kEpi ? min(op.epi_first + j, op.num_in - 1) : 2];
+    in[j] = row_of(v, lo, s);
+    fast = fast && (j >= n_in || rows_fit(v, M));
+  }
+  const RowOf out = row_of(op.out, lo, s);
+  const int32_t epi_dt = op.epi_dtype;
   for (int i = threadIdx.x; i < rows * M; i += MPK_THREADS) {
     const int m = i / rows, n = i % rows;
     float v = 0.f, v2 = 0.f;
@@ -243,7 +285,22 @@ __device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, co
       v += red[(w * PR + m) * RW + n];
       if constexpr (PAIR) v2 += red[(w * PR + m) * RW + kGemmRows + n];
     }
-    store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
+    if (!fast) {
+      store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);
+      continue;
+    }
+    // store_out's fast path, with the views in registers.
+    if constexpr (kEpi) {
+      int64_t oi[2] = {m, lo + n};
+      double extra[kMaxEpiInputs];
+#pragma unroll
+      for (int j = 0; j < kMaxEpiInputs; ++j) extra[j] = j < n_in && j + 1 != PairOf<EPI>::J ? in[j].ld(m, n) : 0.0;
+      set_pair<EPI>(extra, v2);
+      out.st(m, n, (float)eval_epi(EPI{}, round_float(epi_dt, v), extra, oi));
+    } else {
+      if (RESID) v = round_float(out.dt, v) + in[0].ld(m, n);
+      out.st(m, n, v);
+    }
   }
 }
 

@@ -146,6 +146,11 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
   wg_zero_acc(acc);
 #pragma unroll 1
   for (int kb = 0; kb < KB; ++kb) {
+#if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_X)
+    // Probe (not for use; results wrong): every block reuses block 0's x,
+    // so a timing shows what staging x costs.
+    if (false)
+#endif
     if (kb + 1 < KB) stage_gemm_x<T, float, kWgPitch, M>(x, kb + 1, buffer(kb + 1), copy, rows4, s);
     cp_async_commit();
     // The pages this warpgroup does not read are released now (every warp
@@ -154,7 +159,11 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
     for (int p = 0; p < PAGES; ++p)
       if (p != mine) ring.release(seq + p);
     wait_page(ring, seq + mine, c.abort);
+#if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_X)
+    const uint32_t wp = smem_u32(ring.page(seq + mine)), xb = smem_u32(buffer(0)) + ch * kWgPageCols * 4;
+#else
     const uint32_t wp = smem_u32(ring.page(seq + mine)), xb = smem_u32(buffer(kb)) + ch * kWgPageCols * 4;
+#endif
     // Two k16 steps a group; two groups' A registers, so one group's loads
     // and splits run while the one before multiplies.
     uint32_t a[2][2][2][4];  // [set][step][hi, lo][4]
@@ -169,8 +178,15 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
       for (int st = 0; st < 2; ++st) {
         const int step = step0 + 2 * gi + st;
         const uint64_t b = wg_sw64_desc(wp + step / 2 * kWgBlockBytes + 32 * (step % 2));
-        wgmma_rs_64(acc, a[set][st][0], b);
-        if constexpr (kLo) wgmma_rs_64(acc, a[set][st][1], b);
+#if defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_MMA)
+        // Probe (not for use; results wrong): the A loads and splits without
+        // the wgmmas.
+        if (false)
+#endif
+        {
+          wgmma_rs_64(acc, a[set][st][0], b);
+          if constexpr (kLo) wgmma_rs_64(acc, a[set][st][1], b);
+        }
       }
       wgmma_commit();
     }
@@ -179,10 +195,18 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
     ring.release(seq + mine);
     seq += PAGES;
     if (copy) cp_async_wait_pending<0>();  // block kb + 1 landed
+#if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_SYNC)
+    if (false)  // probe (results wrong): no barrier between blocks
+#endif
     consumer_sync();
   }
   wg_fence_acc(acc);
   mark_dots();
+#if defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_EPI)
+  // Probe (not for use; results wrong): no partials, sums or stores (the
+  // wgmmas are volatile: they stay).
+  return seq;
+#endif
   // acc[4i + {0, 1, 2, 3}]: tokens (m, m, m + 8, m + 8) × the page's rows
   // (8i + 2t, + 1, 8i + 2t, + 1); the partials go to red[kp][token][n], n
   // past kGemmRows for a pair's second weight (x's blocks are no longer
