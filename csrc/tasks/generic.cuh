@@ -146,8 +146,53 @@ __device__ __forceinline__ void st_float(char* p, int32_t dt, int64_t i, float v
 // inline loads issued together (ld_float, the last input repeated past
 // num_in): out of line one after another, a K-split's sum of 4 slices and a
 // residual (a 64-token chunk, 64 x 2,048) took 11 us a task on the H100.
+// elementwise_rows4 is elementwise for a 2-D op whose views are rows of
+// floats in groups of 4 (last dim contiguous, offsets, row strides and the
+// task's columns multiples of 4, bases 16-byte aligned; decompose cuts such
+// an op's columns in 4s): each thread loads its group of every input at
+// once, 16 bytes a load, so a task of two groups a thread takes one round
+// trip, not two (a 64-token chunk's K-split sum and residual, 64 x 2,048,
+// took 12 us a task element by element). false: not such an op.
+#ifndef MPK_ELEMENTWISE_ROWS4
+#define MPK_ELEMENTWISE_ROWS4 1  // 0: element by element, as before (an A/B knob)
+#endif
+template <typename E, int N>
+__device__ __forceinline__ bool elementwise_rows4(const Op& op, int lo, int hi, const Slots<N>& s) {
+  const View& o = op.out;
+  if (!MPK_ELEMENTWISE_ROWS4 || o.rank != 2 || op.num_in == 0 || op.split_dim > 1) return false;
+  const int64_t r0 = op.split_dim == 0 ? lo : 0, c0 = op.split_dim == 1 ? lo : 0;
+  const int64_t rows = op.split_dim == 0 ? hi - lo : o.shape[0], cols = op.split_dim == 1 ? hi - lo : o.shape[1];
+  auto rows4 = [&](const View& v) {
+    return v.rank == 2 && float_kind(v.dtype) && v.stride[1] == 1 && v.offset % 4 == 0 && v.stride[0] % 4 == 0 &&
+           reinterpret_cast<uintptr_t>(base(s, v)) % 16 == 0;
+  };
+  bool ok = cols % 4 == 0 && c0 % 4 == 0 && rows4(o);
+  for (int i = 0; i < op.num_in; ++i) ok = ok && rows4(op.in[i]);
+  if (!ok) return false;
+  const int64_t groups = rows * (cols / 4);
+  for (int64_t g = threadIdx.x; g < groups; g += MPK_THREADS) {
+    const int64_t m = r0 + g / (cols / 4), c = c0 + g % (cols / 4) * 4;
+    float4 f[MPK_MAX_INPUTS];
+#pragma unroll
+    for (int i = 0; i < MPK_MAX_INPUTS; ++i) {  // the last input repeated past num_in, as in elementwise
+      const View& v = op.in[min(i, op.num_in - 1)];
+      f[i] = ld_float4(base(s, v), v.dtype, v.offset + m * v.stride[0] + c);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      double in[MPK_MAX_INPUTS];
+#pragma unroll
+      for (int i = 0; i < MPK_MAX_INPUTS; ++i) in[i] = e == 0 ? f[i].x : e == 1 ? f[i].y : e == 2 ? f[i].z : f[i].w;
+      const int64_t idx[2] = {m, c + e};
+      st_float(base(s, o), o.dtype, o.offset + m * o.stride[0] + c + e, (float)E::eval(in, idx));
+    }
+  }
+  return true;
+}
+
 template <typename E, int N>
 __device__ void elementwise(const Op& op, int lo, int hi, const Slots<N>& s) {
+  if (elementwise_rows4<E>(op, lo, hi, s)) return;
   bool floats = op.num_in > 0 && float_kind(op.out.dtype);
   for (int i = 0; i < op.num_in; ++i) floats = floats && float_kind(op.in[i].dtype);
   for_each_index(op.out.shape, op.out.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
@@ -254,6 +299,32 @@ __device__ __forceinline__ int64_t read_index(const char* p, const View& v, cons
 // 64-token chunk's KV-head task: 8 of them, 16 us; a 512-token one's 64).
 constexpr int kBatch = 4;
 
+// Readers of an index tensor's elements for kv_write's and rope's batches:
+// an int64 index (HF's cache_position) inline, so a batch's index loads go
+// out together; load_elem is a call, and each call waited for its own load
+// (a 64-token chunk's V write: 8 round trips a thread, 17.5 us a task).
+struct Int64Index {
+  const long long* p;
+  __device__ __forceinline__ int64_t operator()(int64_t i) const { return __ldcg(p + i); }
+};
+struct AnyIndex {
+  const char* p;
+  int32_t dt;
+  __device__ __forceinline__ int64_t operator()(int64_t i) const { return (int64_t)load_elem(p, dt, i); }
+};
+struct NoIndex {  // no index tensor (rope without a cache)
+  __device__ __forceinline__ int64_t operator()(int64_t) const { return 0; }
+};
+// with_index calls f with the reader for index view v.
+#ifndef MPK_INLINE_INDEX
+#define MPK_INLINE_INDEX 1  // 0: every index through load_elem, as before (an A/B knob)
+#endif
+template <typename F>
+__device__ __forceinline__ void with_index(const char* p, const View& v, F f) {
+  if (MPK_INLINE_INDEX && v.dtype == DT_INT64) f(Int64Index{reinterpret_cast<const long long*>(p)});
+  else f(AnyIndex{p, v.dtype});
+}
+
 // RoPE rows normally land at their own index of op.out; with FLAG_CACHE
 // (a RoPE fused with the KV-cache write after it) op.out is the cache and
 // row idx lands at position in[num_in - 1][idx[dim]] along dim. rope_shape
@@ -308,6 +379,44 @@ __device__ void gather(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   });
 }
 
+// kv_write_rows is kv_write over rows of floats (the source's and the
+// cache's last dim contiguous), row by row; a tile cut along the last dim
+// takes columns [lo, hi) of every row. ix reads the positions.
+template <typename IX, int N>
+__device__ __forceinline__ void kv_write_rows(const Op& op, int lo, int hi, const Slots<N>& s, IX ix) {
+  const View& ids = op.in[0];
+  const View& src = op.in[1];
+  const int d = op.dim;
+  const int r = src.rank - 1;
+  const bool cut_last = op.split_dim == r;
+  const int split = cut_last ? -1 : op.split_dim;
+  const int64_t j0 = cut_last ? lo : 0, D = cut_last ? (int64_t)(hi - lo) : src.shape[r];
+  const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi), total = rows * D, size = op.out.shape[d];
+  for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
+    // kBatch values and their positions loaded (clamped, not branched), then stored.
+    float v[kBatch];
+    int64_t raw[kBatch], at[kBatch];  // at: the element's offset in the cache at position 0
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      int64_t idx[MPK_MAX_RANK], row, col;
+      divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), D, row, col);
+      row_index(idx, row, src.shape, src.rank, split, lo, hi);
+      const int64_t j = j0 + col;
+      v[b] = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
+      raw[b] = ix(offset_of(ids, idx + d));
+      idx[d] = 0;
+      at[b] = offset_of(op.out, idx) + j;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (t0 + (int64_t)b * MPK_THREADS >= total) break;
+      const int64_t pos = checked_index(raw[b], size);
+      if (pos < 0) continue;  // an out-of-range position writes nothing
+      st_float(base(s, op.out), op.out.dtype, at[b] + pos * op.out.stride[d], v[b]);
+    }
+  }
+}
+
 // kv_write is index_copy in place: out.select(dim, index[i]) = src.select(dim, i).
 // The tile iterates over the source rows.
 template <int N>
@@ -317,34 +426,7 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
   const int d = op.dim;
   const int r = src.rank - 1;
   if (d < r && float_row(src) && float_row(op.out)) {
-    // Row by row; a tile cut along the last dim takes columns [lo, hi) of every row.
-    const bool cut_last = op.split_dim == r;
-    const int split = cut_last ? -1 : op.split_dim;
-    const int64_t j0 = cut_last ? lo : 0, D = cut_last ? (int64_t)(hi - lo) : src.shape[r];
-    const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi), total = rows * D, size = op.out.shape[d];
-    for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
-      // kBatch values and their positions loaded (clamped, not branched), then stored.
-      float v[kBatch];
-      int64_t raw[kBatch], at[kBatch];  // at: the element's offset in the cache at position 0
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        int64_t idx[MPK_MAX_RANK], row, col;
-        divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), D, row, col);
-        row_index(idx, row, src.shape, src.rank, split, lo, hi);
-        const int64_t j = j0 + col;
-        v[b] = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
-        raw[b] = (int64_t)load_elem(base(s, ids), ids.dtype, offset_of(ids, idx + d));
-        idx[d] = 0;
-        at[b] = offset_of(op.out, idx) + j;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (t0 + (int64_t)b * MPK_THREADS >= total) break;
-        const int64_t pos = checked_index(raw[b], size);
-        if (pos < 0) continue;  // an out-of-range position writes nothing
-        st_float(base(s, op.out), op.out.dtype, at[b] + pos * op.out.stride[d], v[b]);
-      }
-    }
+    with_index(base(s, ids), ids, [&](auto ix) { kv_write_rows(op, lo, hi, s, ix); });
     return;
   }
   for_each_index(src.shape, src.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
@@ -494,6 +576,54 @@ __device__ __noinline__ void rope_any(const Op& op, int lo, int hi, const Slots<
   });
 }
 
+// rope_rows is rope over rows of floats (no tile cut along the last dim);
+// ix reads the cache positions (NoIndex: no cache).
+template <typename IX, int N>
+__device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Slots<N>& s, IX ix) {
+  const View& x = op.in[0];
+  const int r = op.out.rank - 1;
+  const int64_t h = x.shape[r] / 2;
+  const int32_t dt = op.out.dtype;
+  const int64_t* shape = rope_shape(op);
+  // A thread takes the pair (j, j+h) of a row: six loads issued together.
+  const View &c = op.in[1], &sn = op.in[2];
+  const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi), total = rows * h;
+  const bool cache = op.flags & FLAG_CACHE;
+  const View& pv = op.in[op.num_in - 1];  // the cache positions (with FLAG_CACHE)
+  for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
+    // kBatch pairs' six loads and cache positions issued (clamped, not
+    // branched), then rotated and stored.
+    float2 r[kBatch];
+    int64_t raw[kBatch], at[kBatch];  // at: the pair's offset (in the cache: at position 0)
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      int64_t idx[MPK_MAX_RANK], row, j;
+      divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), h, row, j);
+      row_index(idx, row, shape, op.out.rank, op.split_dim, lo, hi);
+      const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
+      const float x1 = ld_float(base(s, x), x.dtype, xo), x2 = ld_float(base(s, x), x.dtype, xo + h);
+      const float c1 = ld_float(base(s, c), c.dtype, co), c2 = ld_float(base(s, c), c.dtype, co + h);
+      const float s1 = ld_float(base(s, sn), sn.dtype, so), s2 = ld_float(base(s, sn), sn.dtype, so + h);
+      r[b] = rotate_pair(x1, x2, c1, s1, c2, s2, dt);
+      raw[b] = cache ? ix(offset_of(pv, idx + op.dim)) : 0;
+      if (cache) idx[op.dim] = 0;
+      at[b] = offset_of(op.out, idx) + j;
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (t0 + (int64_t)b * MPK_THREADS >= total) break;
+      int64_t oo = at[b];
+      if (cache) {
+        const int64_t pos = checked_index(raw[b], op.out.shape[op.dim]);
+        if (pos < 0) continue;  // a cache position out of range: nothing is written
+        oo += pos * op.out.stride[op.dim];
+      }
+      st_float(base(s, op.out), dt, oo, r[b].x);
+      st_float(base(s, op.out), dt, oo + h, r[b].y);
+    }
+  }
+}
+
 // rope: out = x·cos + rotate_half(x)·sin along the last dim, rounding each
 // product to the output dtype as eager does.
 template <int N>
@@ -504,46 +634,12 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   }
   const View& x = op.in[0];
   const int r = op.out.rank - 1;
-  const int64_t h = x.shape[r] / 2;
-  const int32_t dt = op.out.dtype;
-  const int64_t* shape = rope_shape(op);
   if (float_row(x) && float_row(op.in[1]) && float_row(op.in[2]) && float_row(op.out) && op.split_dim != r) {
-    // A thread takes the pair (j, j+h) of a row: six loads issued together.
-    const View &c = op.in[1], &sn = op.in[2];
-    const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi), total = rows * h;
-    const bool cache = op.flags & FLAG_CACHE;
-    const View& pv = op.in[op.num_in - 1];  // the cache positions (with FLAG_CACHE)
-    for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
-      // kBatch pairs' six loads and cache positions issued (clamped, not
-      // branched), then rotated and stored.
-      float2 r[kBatch];
-      int64_t raw[kBatch], at[kBatch];  // at: the pair's offset (in the cache: at position 0)
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        int64_t idx[MPK_MAX_RANK], row, j;
-        divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), h, row, j);
-        row_index(idx, row, shape, op.out.rank, op.split_dim, lo, hi);
-        const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
-        const float x1 = ld_float(base(s, x), x.dtype, xo), x2 = ld_float(base(s, x), x.dtype, xo + h);
-        const float c1 = ld_float(base(s, c), c.dtype, co), c2 = ld_float(base(s, c), c.dtype, co + h);
-        const float s1 = ld_float(base(s, sn), sn.dtype, so), s2 = ld_float(base(s, sn), sn.dtype, so + h);
-        r[b] = rotate_pair(x1, x2, c1, s1, c2, s2, dt);
-        raw[b] = cache ? (int64_t)load_elem(base(s, pv), pv.dtype, offset_of(pv, idx + op.dim)) : 0;
-        if (cache) idx[op.dim] = 0;
-        at[b] = offset_of(op.out, idx) + j;
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (t0 + (int64_t)b * MPK_THREADS >= total) break;
-        int64_t oo = at[b];
-        if (cache) {
-          const int64_t pos = checked_index(raw[b], op.out.shape[op.dim]);
-          if (pos < 0) continue;  // a cache position out of range: nothing is written
-          oo += pos * op.out.stride[op.dim];
-        }
-        st_float(base(s, op.out), dt, oo, r[b].x);
-        st_float(base(s, op.out), dt, oo + h, r[b].y);
-      }
+    if (!(op.flags & FLAG_CACHE)) {
+      rope_rows(op, lo, hi, s, NoIndex{});
+    } else {
+      const View& pv = op.in[op.num_in - 1];  // the cache positions
+      with_index(base(s, pv), pv, [&](auto ix) { rope_rows(op, lo, hi, s, ix); });
     }
     return;
   }

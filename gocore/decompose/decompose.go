@@ -362,7 +362,11 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 			return split(out, 0, 1, 1)
 		}
 		d := largestDim(out, exactDims(out))
-		return split(out, d, small(d), 1)
+		unit := int64(1)
+		if d == len(out)-1 && out[d]%4 == 0 {
+			unit = 4 // whole groups of 4 columns a task: the CUDA elementwise's 16-byte loads (elementwise_rows4)
+		}
+		return split(out, d, small(d), unit)
 	}
 }
 
