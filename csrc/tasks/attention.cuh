@@ -1306,6 +1306,14 @@ __device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int ro
   return max(0, min(e - j_lo, n));
 }
 
+// MPK_ROWS_MASK_AHEAD=1 (off; compiled, not yet run on a GPU): a tile's
+// mask adds load while the tile before is multiplied, not after its barrier
+// (a round trip a tile: a 64-token chunk's task takes 3-4 tiles).
+#ifndef MPK_ROWS_MASK_AHEAD
+#define MPK_ROWS_MASK_AHEAD 0
+#endif
+constexpr bool kMaskAhead = MPK_ROWS_MASK_AHEAD;
+
 // attention_rows_mma is attention_rows on the tensor cores (m16n8k16, fp32
 // accumulators): the task's (at most 16) rows are an m-tile, a warp takes
 // one of the G heads, one part of its output columns (rows_mma_parts) and
@@ -1382,6 +1390,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   // The first tile's K and V copies are in flight while its mask's adds
   // load; each later tile's while the one before is multiplied.
   kv_tile_async<T, D, KP>(ks, vs, kb, vb, k, v, 0, min(C, n_task), aligned);
+  float ahead[2] = {0.f, 0.f};  // kMaskAhead: the next tile's mask adds (a thread's two)
   for (int c0 = 0, buf = 0; c0 < n_task; c0 += C, buf ^= 1) {
     const int nc = min(C, n_task - c0), ncg = (nc + 15) / 16 * 16;
     const int tile = buf * CT * KP;  // this tile's buffer
@@ -1393,7 +1402,8 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     }
     // The tile's mask adds. At D 64 two loads of a thread are in flight at
     // once (a mask shared by the heads: one round trip; a loop storing each
-    // before the next load took one a load); at D 128 that spilled.
+    // before the next load took one a load); at D 128 that spilled. With
+    // kMaskAhead they were loaded during the tile before (below).
     if constexpr (!std::is_void<MT>::value) {
       if constexpr (D <= 64) {
         const int total = hm * 16 * nc;
@@ -1401,6 +1411,11 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
           const int row = i / nc % 16;
           return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + i % nc, i / (16 * nc) * mask_hs) : -INFINITY;
         };
+        if (kMaskAhead && c0 > 0 && total <= 2 * MPK_THREADS) {
+          const int i = threadIdx.x, i2 = i + MPK_THREADS;
+          if (i < total) mt[(i / (16 * nc) * 16 + i / nc % 16) * C + i % nc] = ahead[0];
+          if (i2 < total) mt[(i2 / (16 * nc) * 16 + i2 / nc % 16) * C + i2 % nc] = ahead[1];
+        } else
         for (int i = threadIdx.x; i < total; i += 2 * MPK_THREADS) {
           const int i2 = i + MPK_THREADS;
           const float a = add_at(i), b = i2 < total ? add_at(i2) : 0.f;
@@ -1421,6 +1436,20 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     if (c0 + C < n_task)
       kv_tile_async<T, D, KP>(ks + (CT * KP - tile), vs + (CT * KP - tile), kb, vb, k, v, c0 + C,
                               min(C, n_task - c0 - C), aligned);
+    // The next tile's mask adds load while this one is multiplied; they go
+    // to mt after the barrier that ends it.
+    if constexpr (kMaskAhead && !std::is_void<MT>::value && D <= 64) {
+      const int c1 = c0 + C, nn = min(C, n_task - c1), total = hm * 16 * nn;
+      if (c1 < n_task && total <= 2 * MPK_THREADS) {
+        auto add_next = [&](int i) {
+          const int row = i / nn % 16;
+          return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c1 + i % nn, i / (16 * nn) * mask_hs) : -INFINITY;
+        };
+        const int i = threadIdx.x, i2 = i + MPK_THREADS;
+        ahead[0] = i < total ? add_next(i) : 0.f;
+        ahead[1] = i2 < total ? add_next(i2) : 0.f;
+      }
+    }
     // The groups of 16 positions this warp takes: every WP-th across tiles.
     for (int pb = ((sub - (c0 / 16) % WP) % WP + WP) % WP * 16; pb < nc; pb += WP * 16) {
       float sc[2][4] = {};
