@@ -174,6 +174,39 @@ func TestTiles(t *testing.T) {
 	}
 }
 
+// TestElementwiseTilesInGroupsOfFour: an elementwise op cut along a last
+// dim of a multiple of 4 (a prompt chunk's K-split sum, 64 x 2,048 over 132
+// workers) gets tiles of whole groups of 4 columns, which the CUDA task
+// loads 16 bytes at a time (elementwise_rows4); another last dim is cut
+// anywhere.
+func TestElementwiseTilesInGroupsOfFour(t *testing.T) {
+	for _, c := range []struct {
+		cols  int64
+		tasks int
+		unit  int64
+	}{{2048, 132, 4}, {2046, 132, 1}} {
+		b := &opBuilder{g: &ir.Graph{}}
+		op := b.op(ir.Elementwise, b.buf("o", 64, c.cols), b.buf("x", 64, c.cols), b.buf("y", 64, c.cols))
+		bs := tiles(op, 132, func(*ir.Buffer) bool { return false })
+		if len(bs) != c.tasks {
+			t.Errorf("%d columns: %d tiles, want %d", c.cols, len(bs), c.tasks)
+		}
+		odd := false
+		for i, bx := range bs {
+			if bx.Lo[0] != 0 || bx.Hi[0] != 64 {
+				t.Fatalf("%d columns: tile %d cuts the rows: %v", c.cols, i, bx)
+			}
+			if i > 0 && bx.Lo[1] != bs[i-1].Hi[1] || i == 0 && bx.Lo[1] != 0 || i == len(bs)-1 && bx.Hi[1] != c.cols {
+				t.Fatalf("%d columns: tiles do not cover the columns once: %v", c.cols, bs)
+			}
+			odd = odd || bx.Lo[1]%4 != 0 || bx.Hi[1]%4 != 0
+		}
+		if odd != (c.unit == 1) {
+			t.Errorf("%d columns: a tile bound off a multiple of 4 = %v, want %v", c.cols, odd, c.unit == 1)
+		}
+	}
+}
+
 // TestTaskCountsScaleWithWorkers: no op gets more tasks than workers, and a
 // large op gets more tasks with more workers.
 func TestTaskCountsScaleWithWorkers(t *testing.T) {
