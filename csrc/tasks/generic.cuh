@@ -141,11 +141,6 @@ __device__ __forceinline__ void st_float(char* p, int32_t dt, int64_t i, float v
   else reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
 }
 
-// elementwise evaluates E (a generated functor) at every index of the tile.
-// When every input is of a float kind, an element's inputs are read with
-// inline loads issued together (ld_float, the last input repeated past
-// num_in): out of line one after another, a K-split's sum of 4 slices and a
-// residual (a 64-token chunk, 64 x 2,048) took 11 us a task on the H100.
 // elementwise_rows4 is elementwise for a 2-D op whose views are rows of
 // floats in groups of 4 (last dim contiguous, offsets, row strides and the
 // task's columns multiples of 4, bases 16-byte aligned; decompose cuts such
@@ -190,6 +185,11 @@ __device__ __forceinline__ bool elementwise_rows4(const Op& op, int lo, int hi, 
   return true;
 }
 
+// elementwise evaluates E (a generated functor) at every index of the tile.
+// When every input is of a float kind, an element's inputs are read with
+// inline loads issued together (ld_float, the last input repeated past
+// num_in): out of line one after another, a K-split's sum of 4 slices and a
+// residual (a 64-token chunk, 64 x 2,048) took 11 us a task on the H100.
 template <typename E, int N>
 __device__ void elementwise(const Op& op, int lo, int hi, const Slots<N>& s) {
   if (elementwise_rows4<E>(op, lo, hi, s)) return;
@@ -581,7 +581,7 @@ __device__ __noinline__ void rope_any(const Op& op, int lo, int hi, const Slots<
 #ifndef MPK_ROPE_LOADS_FIRST
 #define MPK_ROPE_LOADS_FIRST 0  // 1: a batch's rotations after all its loads (compiled, not yet run on a GPU)
 #endif
-constexpr bool kLoadsFirst = MPK_ROPE_LOADS_FIRST;
+constexpr bool kRopeLoadsFirst = MPK_ROPE_LOADS_FIRST;
 template <typename IX, int N>
 __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Slots<N>& s, IX ix) {
   const View& x = op.in[0];
@@ -598,7 +598,7 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
     // kBatch pairs' six loads and cache positions issued (clamped, not
     // branched), then rotated and stored. The rotation waits for its loads
     // and rounds by dtype with branches, past which the next pair's loads do
-    // not move: with kLoadsFirst it follows every load of the batch.
+    // not move: with kRopeLoadsFirst it follows every load of the batch.
     float2 r[kBatch];
     float v[kBatch][6];               // x1, x2, c1, c2, s1, s2
     int64_t raw[kBatch], at[kBatch];  // at: the pair's offset (in the cache: at position 0)
@@ -611,7 +611,7 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
       v[b][0] = ld_float(base(s, x), x.dtype, xo), v[b][1] = ld_float(base(s, x), x.dtype, xo + h);
       v[b][2] = ld_float(base(s, c), c.dtype, co), v[b][3] = ld_float(base(s, c), c.dtype, co + h);
       v[b][4] = ld_float(base(s, sn), sn.dtype, so), v[b][5] = ld_float(base(s, sn), sn.dtype, so + h);
-      if (!kLoadsFirst) r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
+      if (!kRopeLoadsFirst) r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
       raw[b] = cache ? ix(offset_of(pv, idx + op.dim)) : 0;
       if (cache) idx[op.dim] = 0;
       at[b] = offset_of(op.out, idx) + j;
@@ -619,7 +619,7 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (t0 + (int64_t)b * MPK_THREADS >= total) break;
-      if (kLoadsFirst) r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
+      if (kRopeLoadsFirst) r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
       int64_t oo = at[b];
       if (cache) {
         const int64_t pos = checked_index(raw[b], op.out.shape[op.dim]);
