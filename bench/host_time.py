@@ -25,6 +25,10 @@ percentiles). Rows (--variants mpk gives the first two):
                   filter skip_guard_on_all_nn_modules_unsafe (variant
                   mpk-guard-filter; not run by default)
   inductor-ro     torch.compile(mode="reduce-overhead"): the whole call
+  dynamo only     torch.compile with a backend that runs nothing after its
+                  first call (bench/dynamo_floor.py's replay_backend): the
+                  floor under any backend's whole call (variant dynamo-only;
+                  not run by default)
 
 Issue 11's targets on the H100 (qwen3-8b): mpk own <= 30 us, the whole
 torch.compile call <= 150 us, the whole mpk.load call <= 50 us."""
@@ -46,10 +50,11 @@ from mpk import check, compiled
 from mpk.models import cache_kw
 
 from decode import RESULTS
+from dynamo_floor import replay_backend
 
 TARGETS_US = {"mpk own": 30.0, "mpk": 150.0, "mpk.load": 50.0}
 VARIANTS = ("mpk", "mpk.load", "inductor-ro")  # mpk times its own callable too
-CHOICES = VARIANTS + ("mpk-guard-filter",)
+CHOICES = VARIANTS + ("mpk-guard-filter", "dynamo-only")
 
 
 def sleep_cycles_per_ms() -> float:
@@ -148,6 +153,10 @@ def variant_calls(name: str, model, cache, tok, workdir: Path) -> list[tuple[str
                                     "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe})
         cm(**kw)
         return [("mpk, no module guards", lambda: cm(**kw))]
+    if name == "dynamo-only":
+        cm = torch.compile(model, backend=replay_backend, fullgraph=True, dynamic=False)
+        cm(**kw)
+        return [("dynamo only", lambda: cm(**kw))]
     if name == "inductor-ro":
         cm = torch.compile(model, mode="reduce-overhead", fullgraph=True, dynamic=False)
         for _ in range(3):  # cudagraph trees record after warm-up calls
