@@ -350,8 +350,8 @@ int main() {
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const double copy = copy_bandwidth();  // as bench/decode.py's floor and gemm_pages.cu: bytes over the copy rate
-  printf("%s, ring %d pages, HI_ONLY %d, WARP_MTILES %d, SLICE_UNROLL %d, BLOCKED_PAGES %d, probe %d; %d SMs, copy %.0f GB/s\n",
-         WGMMA == 3 ? "wgmma-ss64" : WGMMA == 2 ? "wgmma-ss" : WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES, MPK_GEMM_SLICE_UNROLL,
+  printf("%s, ring %d pages, HI_ONLY %d, WARP_MTILES %d, BLOCKED_PAGES %d, probe %d; %d SMs, copy %.0f GB/s\n",
+         WGMMA == 3 ? "wgmma-ss64" : WGMMA == 2 ? "wgmma-ss" : WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES,
          MPK_GEMM_BLOCKED_PAGES, (int)kProbe, sms, copy / 1e9);
   run<2048, 64, true>("gate+up", 8192, 4, sms, copy);
   run<2048, 64, false>("down/4", 2048, 32, sms, copy);

@@ -143,21 +143,6 @@ def test_cuda_gemm_two_mtiles(core_lib, fresh_dynamo, monkeypatch, model, batch,
     assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
 
 
-@pytest.mark.parametrize("model,batch,prefill,workers", [
-    ("wide-llama", 1, 64, 16), ("wide-llama", 1, 48, 16), ("wide-llama", 48, 1, 16), ("long-mlp-llama", 32, 1, 16)])
-def test_cuda_gemm_slice_unroll(core_lib, fresh_dynamo, monkeypatch, model, batch, prefill, workers):
-    """MPK_GEMM_SLICE_UNROLL=2 (an A/B knob; 1 by default) on the GPU: a GEMM
-    warp's loop body takes two slices of 32 columns: a 64- and a 48-token
-    chunk (a pair on 16 workers; 48: an m-tile past x's rows), decode batches
-    of 48 and 32, with the bf16 rule."""
-    monkeypatch.setenv("MPK_NVCC_EXTRA", "-DMPK_GEMM_SLICE_UNROLL=2")  # part of the build cache's key
-    lines = []
-    res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2, seed=0,
-                          workers=workers, log=lines.append, mask=prefill > 1, options={"wgmma": False})
-    assert res.ok, "\n".join(lines)
-    assert "mpk::linear_gemm<" in res.compiled.sources["module.cu"]
-
-
 @pytest.mark.parametrize("extra,options", [("-DMPK_TMA_PAGES=0", {"wgmma": False}),
                                            ("-DMPK_GEMM_BLOCKED_PAGES=0", {"wgmma": False})])
 def test_cuda_gemm_page_fills(core_lib, fresh_dynamo, monkeypatch, extra, options):

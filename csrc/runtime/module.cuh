@@ -29,11 +29,10 @@ constexpr int kScratchOffset = mpk::ring_bars_bytes<kRingSlots>() + kRingPages *
 // of their 64-byte-swizzled pages, which the tensor map's copy and wgmma
 // both take from the address): the worker skips up to kRingAlign bytes
 // (codegen's ringBarsBytes counts them). Other modules keep the ring at the
-// start of shared memory, where every address is a constant.
-#ifndef MPK_RING_ALIGN_ALL
-#define MPK_RING_ALIGN_ALL 0  // 1: align every module's ring (an A/B knob)
-#endif
-constexpr int kRingAlign = kWgmmaStreams || MPK_RING_ALIGN_ALL ? 1024 : 1;
+// start of shared memory, where every address is a constant (aligned at run
+// time, every decode step was 4-5% slower: bench/NOTES.md thirty-fourth
+// session).
+constexpr int kRingAlign = kWgmmaStreams ? 1024 : 1;
 constexpr int kDynamicSharedBytes = (kRingAlign > 1 ? kRingAlign : 0) + kScratchOffset + kSharedBytes;
 // Pages in flight per worker: enough for HBM, few enough that the other L2
 // traffic (activations, counters) does not queue behind them (bench/NOTES.md);
@@ -64,16 +63,9 @@ __device__ TraceRecord trace_records[kNumTasks];
 // while the consumers multiply pages: kInFlightPages of full ones' bytes (a
 // page of whole rows holds less where a row does not divide it: qwen3's down
 // projections, K = 3,072 to 12,288, fill 12 KB of 16).
-// MPK_GEMM_INFLIGHT_PAGES (an A/B knob, bench/NOTES.md thirtieth session;
-// 0: as every stream) is a GEMM stream's (col_major) instead: a block of its
-// K takes two pages (a pair's four), so at two in flight the loader is about
-// a block ahead of the pages' landing; whether that bounds a GEMM task is
-// not known (its traced page waits are short).
-#ifndef MPK_GEMM_INFLIGHT_PAGES
-#define MPK_GEMM_INFLIGHT_PAGES 0
-#endif
+// A GEMM stream takes the same (five in flight measured no faster for a
+// 64-token chunk, bench/NOTES.md thirtieth session).
 __device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
-  if (MPK_GEMM_INFLIGHT_PAGES > 0 && sd.col_major) return MPK_GEMM_INFLIGHT_PAGES;
   const int64_t page = sd.tile_rows > 0 ? (int64_t)sd.tile_rows * sd.page_bytes : sd.page_bytes;
   if (!MPK_INFLIGHT_BYTES || page <= 0 || page >= mpk::kPageBytes) return kInFlightPages;
   return (uint32_t)((kInFlightPages * mpk::kPageBytes + page - 1) / page);
@@ -193,18 +185,14 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
 // signal_tasks is the signaller's loop (one lane): once the consumers have
 // finished the j-th task of worker w's queue (*done > j), its event gets the
 // release add. Its poll of shared memory shares a scheduler with consumer
-// warps; MPK_SIGNAL_SLEEP_NS > 0 pauses that long between polls (an A/B
-// knob, off: bench/NOTES.md, eighteenth session).
-#ifndef MPK_SIGNAL_SLEEP_NS
-#define MPK_SIGNAL_SLEEP_NS 0
-#endif
+// warps; a pause between polls measured neutral (bench/NOTES.md, eighteenth
+// session).
 __device__ __noinline__ void signal_tasks(const mpk::State& st, int w, const uint32_t* done) {
   const int q0 = queue_start[w];
   for (int q = q0; q < queue_start[w + 1]; ++q) {
     const int e = tasks[queue[q]].trigger;
     if (e < 0) continue;
     for (uint32_t polls = 0; mpk::ld_acquire_cta(done) <= (uint32_t)(q - q0); ++polls) {
-      if (MPK_SIGNAL_SLEEP_NS > 0) __nanosleep(MPK_SIGNAL_SLEEP_NS);
       if ((polls & 1023) == 1023 && mpk::aborting(st.abort)) return;
     }
     mpk::red_release(st.counters + e, 1);

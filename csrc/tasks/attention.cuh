@@ -816,12 +816,9 @@ __device__ __forceinline__ void to_lane_columns(const float (&av)[UG][VRows16<T,
 // its queries are rotated as they are staged (put_fresh), and the position
 // the step writes is hidden in the loop and its new row folded in after it
 // (fresh_fold), so no task reads the cache row the step's writes store.
-// MPK_FRESH_GUESS=0 (an A/B knob, bench/NOTES.md twenty-second session):
-// a fresh-row unit's queries are loaded once its unit is known, not with
-// the extent's load (fewer spills, one more round trip).
-#ifndef MPK_FRESH_GUESS
-#define MPK_FRESH_GUESS 1
-#endif
+// A fresh-row unit's queries load with the extent's load, like any unit's
+// (loading them once the unit is known spilled less but took one more round
+// trip, and was no faster: bench/NOTES.md twenty-second session).
 
 // NoKVPages: attention_decode reads every K and V row from the cache.
 struct NoKVPages {
@@ -955,8 +952,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       const View& e = op.in[4];
       ext0 = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + all.b_lo * e.stride[0]);
     }
-    // (a fresh-row unit's early queries: MPK_FRESH_GUESS, above)
-    if (warp / cp < units && warp / cp < all.n && (!FR || MPK_FRESH_GUESS)) {
+    if (warp / cp < units && warp / cp < all.n) {
       guess = all.unit(warp / cp, splits, UG);
       if constexpr (FR) load_fresh_q<FT, QT, D, UG>(fr, op, s, guess.b, guess.h0, lane);
       else load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);

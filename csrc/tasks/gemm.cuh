@@ -90,17 +90,6 @@ __host__ __device__ constexpr int gemm_warps_m(int M) {
 }
 __host__ __device__ constexpr int gemm_warps_k(int M, int NW = 1) { return kConsumerWarps / (2 * NW * gemm_warps_m(M)); }
 
-// MPK_GEMM_SLICE_UNROLL (1 by default; 2 an A/B knob): the slices of 32
-// columns a warp's loop body takes. With one m-tile a warp (16
-// accumulators), two slices' loads and splits fit the register budget
-// beside them, so the second's shared-memory loads and splits can issue
-// while the first's mmas run (one slice: a warp waits for each slice's
-// loads, then its splits, then its mmas' operands).
-#ifndef MPK_GEMM_SLICE_UNROLL
-#define MPK_GEMM_SLICE_UNROLL 1
-#endif
-constexpr int kGemmSliceUnroll = MPK_GEMM_SLICE_UNROLL;  // (a pragma's argument is not macro-expanded)
-
 // MPK_GEMM_X_DEPTH (an A/B knob, bench/NOTES.md thirtieth session): up to
 // this many blocks of x staged at once where the module's shared memory
 // (SHARED, what codegen reserved for its largest task) holds them, so
@@ -378,9 +367,10 @@ __device__ uint32_t linear_gemm(const Op& op, int lo, int hi, const Slots<N>& s,
       if (p == mine) {
         wait_page(ring, seq, c.abort);
         const uint32_t wp = smem_u32(ring.page(seq));
-        // A slice of 32 columns at a time (MPK_GEMM_SLICE_UNROLL at once),
-        // few registers live beside the accumulators (more spilled).
-#pragma unroll kGemmSliceUnroll
+        // A slice of 32 columns at a time: few registers live beside the
+        // accumulators (two slices a loop body measured no faster,
+        // bench/NOTES.md thirty-third session).
+#pragma unroll 1
         for (int j = 0; j < KW / 32; ++j) {
           const int col = wk * KW + j * 32 + 8 * t;
           if constexpr (LO) {

@@ -180,16 +180,12 @@ __device__ __forceinline__ void stage_x(NormPro, const Op& op, int64_t m, X xs, 
 // up to fp32 reassociation, so only where x and the prologue's result are
 // fp32 (no rounding in between: lower/widen.go). Namespace-scope shared
 // memory: a task that reuses the staged x (q, k, v) reuses the partials too.
-// MPK_NORM_DEFER=0 stages the normalised x as before (an A/B knob).
-#ifndef MPK_NORM_DEFER
-#define MPK_NORM_DEFER 1
-#endif
 constexpr int kMaxDeferRows = 2;  // x in registers: one or two rows (stream.regPlan)
 __shared__ float s_norm_part[kMaxDeferRows][kConsumerWarps];
 
 template <int K, int M, int N>
 __device__ __forceinline__ bool norm_deferred(const Op& op, const Slots<N>& s) {
-  if constexpr (!MPK_NORM_DEFER || M > kMaxDeferRows) return false;
+  if constexpr (M > kMaxDeferRows) return false;
   const View &x = op.in[0], &w = op.in[op.pro_first];
   return x.dtype == DT_FLOAT32 && op.pro_dtype == DT_FLOAT32 && float_row2(x) &&
          (!(op.flags & FLAG_WEIGHT) || float_row2(w));
