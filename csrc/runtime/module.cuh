@@ -127,7 +127,7 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     const char* src = static_cast<const char*>(slots.p[sd.slot]) + sd.offset;
     if (sd.tile_rows == 0) {
       int64_t bytes = sd.bytes;
-      if (MPK_KV_LIVE && sd.kv_j0 >= 0) {  // a kv chunk's rows below the extent, once a task has read it
+      if (sd.kv_j0 >= 0) {  // a kv chunk's rows below the extent, once a task has read it
         int32_t extent = -1;
         if (!poll_until(queue[q], [&] { return (extent = *(volatile int32_t*)&mpk::s_kv_extent) >= 0; })) return;
         bytes = min(bytes, max((int64_t)0, (int64_t)extent - sd.kv_j0) * sd.row_bytes);

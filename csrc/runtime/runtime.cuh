@@ -253,16 +253,13 @@ __device__ __forceinline__ void set_dots_phase(uint32_t on) {
   if (kQuietStream && threadIdx.x == 0) *(volatile uint32_t*)&s_dots = on;
 }
 
-// MPK_KV_LIVE (1 by default; 0 is the A/B, bench/NOTES.md twenty-eighth
-// session): the loader streams a kv_pages chunk's rows below the mask's
-// extent only (Stream.kv_j0 >= 0: codegen found one extent for every
+// The live length: the loader streams a kv_pages chunk's rows below the
+// mask's extent only (Stream.kv_j0 >= 0: codegen found one extent for every
 // kv_pages attention), so 512 live tokens in a cache of 4,096 stream what a
-// cache of 528 does. It learns the extent from the worker's first kv_pages
-// task, which reads it after its event and hands it over in s_kv_extent (-1
-// until then); the task cuts its pages by the same arithmetic.
-#ifndef MPK_KV_LIVE
-#define MPK_KV_LIVE 1
-#endif
+// cache of 528 does (bench/NOTES.md twenty-eighth session). It learns the
+// extent from the worker's first kv_pages task, which reads it after its
+// event and hands it over in s_kv_extent (-1 until then); the task cuts its
+// pages by the same arithmetic.
 __shared__ int32_t s_kv_extent;
 
 // index_error records the first out-of-range index of the launch (the op,

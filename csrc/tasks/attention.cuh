@@ -1150,9 +1150,9 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
 // UG - 1 are [lo1, lo1 + UG·SPLITS) of that numbering (DecodeUnits). Then
 // every consumer warp releases the pages, each once landed (a slot
 // released with a copy in flight could be refilled under it). Returns the
-// consumers' new place in the ring. LIVE (codegen's kvLiveExtent) with
-// MPK_KV_LIVE: the loader streams the chunk's rows below the mask's extent
-// only, which the task reads (in[4]) and hands to it (s_kv_extent).
+// consumers' new place in the ring. LIVE (codegen's kvLiveExtent): the
+// loader streams the chunk's rows below the mask's extent only, which the
+// task reads (in[4]) and hands to it (s_kv_extent).
 template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, class FT, int P,
           bool LIVE, int N>
 __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
@@ -1161,7 +1161,7 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
   constexpr int splits = SH::SPLITS, S = SH::S, chunk = (S + splits - 1) / splits;
   const int sp = lo % splits, h0 = lo / splits * UG, j0 = min(sp * chunk, S);
   int rows = min(chunk, S - j0);
-  if constexpr (LIVE && MPK_KV_LIVE) {
+  if constexpr (LIVE) {
     const View& e = op.in[4];
     const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset);
     if (threadIdx.x == 0) *(volatile int32_t*)&s_kv_extent = extent;

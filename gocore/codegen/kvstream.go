@@ -98,7 +98,7 @@ func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split i
 }
 
 // kvLiveExtent reports whether the loader may cut every kv stream to the
-// live length (MPK_KV_LIVE): each kv_pages attention reads its mask's
+// live length (runtime.cuh's s_kv_extent): each kv_pages attention reads its mask's
 // extent (ir.Attrs.HasExtent: In[4], one batch row) and all read the same
 // one, so a worker's first kv_pages task can hand its value to the loader
 // (mpk::s_kv_extent) and every chunk's rows past it are never read.
