@@ -1310,6 +1310,17 @@ __device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int ro
 #endif
 constexpr bool kMaskAhead = MPK_ROWS_MASK_AHEAD;
 
+// MPK_ROWS_KV_EARLY=1 (off; compiled, not yet run on a GPU): tile 0's K and
+// V copies (aligned rows) and, where they are a thread's two, its mask adds
+// go out with the rows' extents and queries: one round trip at a task's
+// start instead of two. They cover the chunk's first tile whatever the
+// rows' extents turn out to be; rows of the last group past the extents
+// are zeroed once the copies have landed.
+#ifndef MPK_ROWS_KV_EARLY
+#define MPK_ROWS_KV_EARLY 0
+#endif
+constexpr bool kKVEarly = MPK_ROWS_KV_EARLY;
+
 // attention_rows_mma is attention_rows on the tensor cores (m16n8k16, fp32
 // accumulators): the task's (at most 16) rows are an m-tile, a warp takes
 // one of the G heads, one part of its output columns (rows_mma_parts) and
@@ -1345,6 +1356,15 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   // before the next load took one a load: ~5 us a task), then the queries
   // pre-scaled and split; rows past the task's are zeros that see nothing.
   constexpr int QE = (G * 16 * D + MPK_THREADS - 1) / MPK_THREADS;  // query elements a thread
+  // kKVEarly: tile 0's n0 positions copied first (their mask adds below).
+  const int n0 = min(C, n);
+  bool kv_early = false, mask_early = false;
+  if constexpr (kKVEarly) {
+    const T* kb0 = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
+    const T* vb0 = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
+    kv_early = n0 > 0 && rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16);
+    if (kv_early) kv_tile_async<T, D, KP>(ks, vs, kb0, vb0, k, v, 0, n0, true);
+  }
   const int my_seen = threadIdx.x < rows && threadIdx.x < 16 ? rows_seen(op, s, r0 + threadIdx.x, j_lo, n) : 0;
   float qx[QE];
 #pragma unroll
@@ -1354,6 +1374,24 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
                 ? ld_typed(reinterpret_cast<const QT*>(base(s, q)) + q.offset + (r0 + row) * q.stride[0] +
                            (h0 + uu) * q.stride[1] + d * q.stride[3])
                 : 0.f;
+  }
+  // kKVEarly: tile 0's mask adds (a thread's two, for its n0 >= nc
+  // positions a row) load after the queries' loads are out, straight into
+  // mt: a spill store of a value held across the barrier would wait for its
+  // load before the queries' loads went out.
+  if constexpr (kKVEarly && !std::is_void<MT>::value) {
+    const int total = (mask_hs != 0 ? G : 1) * 16 * n0;
+    mask_early = kv_early && total <= 2 * MPK_THREADS;
+    if (mask_early) {
+      auto add0 = [&](int i) {
+        const int row = i / n0 % 16;
+        return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + i % n0, i / (16 * n0) * mask_hs) : -INFINITY;
+      };
+      const int i = threadIdx.x, i2 = i + MPK_THREADS;
+      const float a = i < total ? add0(i) : 0.f, b = i2 < total ? add0(i2) : 0.f;
+      if (i < total) mt[(i / (16 * n0) * 16 + i / n0 % 16) * C + i % n0] = a;
+      if (i2 < total) mt[(i2 / (16 * n0) * 16 + i2 / n0 % 16) * C + i2 % n0] = b;
+    }
   }
   if (threadIdx.x < 16) seen[threadIdx.x] = my_seen;
 #pragma unroll
@@ -1372,7 +1410,10 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   // No row sees the chunk (it lies past every row's extent, as most of a
   // long cache's chunks do for a prompt): no partials to write (the merge
   // reads none). Every thread read the same seen[] after the barrier.
-  if (n_task == 0) return;
+  if (n_task == 0) {
+    if (kv_early) cp_async_wait_all();  // the copies land before the next task's barrier
+    return;
+  }
   const int nr[2] = {seen[g], seen[g + 8]};
   const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
   const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
@@ -1385,49 +1426,61 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   const T* qlu = ql + u * 16 * QP;
   // The first tile's K and V copies are in flight while its mask's adds
   // load; each later tile's while the one before is multiplied.
-  kv_tile_async<T, D, KP>(ks, vs, kb, vb, k, v, 0, min(C, n_task), aligned);
+  if (!kv_early) kv_tile_async<T, D, KP>(ks, vs, kb, vb, k, v, 0, min(C, n_task), aligned);
   float ahead[2] = {0.f, 0.f};  // kMaskAhead: the next tile's mask adds (a thread's two)
   for (int c0 = 0, buf = 0; c0 < n_task; c0 += C, buf ^= 1) {
     const int nc = min(C, n_task - c0), ncg = (nc + 15) / 16 * 16;
     const int tile = buf * CT * KP;  // this tile's buffer
-    // The last group's rows past the chunk: zeros (a finite V for P = 0).
-    for (int i = threadIdx.x; i < (ncg - nc) * D; i += MPK_THREADS) {
-      const int j = nc + i / D, c = i % D;
-      ks[tile + j * KP + c] = from_float<T>(0.f);
-      vs[tile + j * KP + c] = from_float<T>(0.f);
-    }
+    // The last group's rows past the chunk: zeros (a finite V for P = 0);
+    // where tile 0's early copies cover them, once they have landed.
+    const bool zero_late = kv_early && c0 == 0 && n0 > nc;
+    auto zero_rows = [&] {
+      for (int i = threadIdx.x; i < (ncg - nc) * D; i += MPK_THREADS) {
+        const int j = nc + i / D, c = i % D;
+        ks[tile + j * KP + c] = from_float<T>(0.f);
+        vs[tile + j * KP + c] = from_float<T>(0.f);
+      }
+    };
+    if (!zero_late) zero_rows();
     // The tile's mask adds. At D 64 two loads of a thread are in flight at
     // once (a mask shared by the heads: one round trip; a loop storing each
     // before the next load took one a load); at D 128 that spilled. With
-    // kMaskAhead they were loaded during the tile before (below).
+    // kMaskAhead they were loaded during the tile before (below), with
+    // kKVEarly tile 0's with the queries.
     if constexpr (!std::is_void<MT>::value) {
-      if constexpr (D <= 64) {
-        const int total = hm * 16 * nc;
-        auto add_at = [&](int i) {
-          const int row = i / nc % 16;
-          return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + i % nc, i / (16 * nc) * mask_hs) : -INFINITY;
-        };
-        if (kMaskAhead && c0 > 0 && total <= 2 * MPK_THREADS) {
-          const int i = threadIdx.x, i2 = i + MPK_THREADS;
-          if (i < total) mt[(i / (16 * nc) * 16 + i / nc % 16) * C + i % nc] = ahead[0];
-          if (i2 < total) mt[(i2 / (16 * nc) * 16 + i2 / nc % 16) * C + i2 % nc] = ahead[1];
-        } else
-        for (int i = threadIdx.x; i < total; i += 2 * MPK_THREADS) {
-          const int i2 = i + MPK_THREADS;
-          const float a = add_at(i), b = i2 < total ? add_at(i2) : 0.f;
-          mt[(i / (16 * nc) * 16 + i / nc % 16) * C + i % nc] = a;
-          if (i2 < total) mt[(i2 / (16 * nc) * 16 + i2 / nc % 16) * C + i2 % nc] = b;
-        }
-      } else {
-        for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
-          const int uu = i / (16 * nc), row = i / nc % 16, jj = i % nc;
-          mt[(uu * 16 + row) * C + jj] =
-              row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + jj, uu * mask_hs) : -INFINITY;
+      if (!(mask_early && c0 == 0)) {
+        if constexpr (D <= 64) {
+          const int total = hm * 16 * nc;
+          auto add_at = [&](int i) {
+            const int row = i / nc % 16;
+            return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + i % nc, i / (16 * nc) * mask_hs) : -INFINITY;
+          };
+          if (kMaskAhead && c0 > 0 && total <= 2 * MPK_THREADS) {
+            const int i = threadIdx.x, i2 = i + MPK_THREADS;
+            if (i < total) mt[(i / (16 * nc) * 16 + i / nc % 16) * C + i % nc] = ahead[0];
+            if (i2 < total) mt[(i2 / (16 * nc) * 16 + i2 / nc % 16) * C + i2 % nc] = ahead[1];
+          } else
+          for (int i = threadIdx.x; i < total; i += 2 * MPK_THREADS) {
+            const int i2 = i + MPK_THREADS;
+            const float a = add_at(i), b = i2 < total ? add_at(i2) : 0.f;
+            mt[(i / (16 * nc) * 16 + i / nc % 16) * C + i % nc] = a;
+            if (i2 < total) mt[(i2 / (16 * nc) * 16 + i2 / nc % 16) * C + i2 % nc] = b;
+          }
+        } else {
+          for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
+            const int uu = i / (16 * nc), row = i / nc % 16, jj = i % nc;
+            mt[(uu * 16 + row) * C + jj] =
+                row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + jj, uu * mask_hs) : -INFINITY;
+          }
         }
       }
     }
     cp_async_wait_all();
     consumer_sync();
+    if (zero_late) {  // every copy has landed: now the zeros
+      zero_rows();
+      consumer_sync();
+    }
     // The other buffer was last read before the barrier that ended the tile before.
     if (c0 + C < n_task)
       kv_tile_async<T, D, KP>(ks + (CT * KP - tile), vs + (CT * KP - tile), kb, vb, k, v, c0 + C,
