@@ -1356,10 +1356,18 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   // before the next load took one a load: ~5 us a task), then the queries
   // pre-scaled and split; rows past the task's are zeros that see nothing.
   constexpr int QE = (G * 16 * D + MPK_THREADS - 1) / MPK_THREADS;  // query elements a thread
+  const int hm = mask_hs != 0 ? G : 1;  // heads of staged mask adds
+  // A tile's mask adds as flat units i over [hm][16 rows][nn positions]
+  // from position c of the chunk: the add, and its place in mt.
+  auto tile_add = [&](int i, int c, int nn) {
+    const int row = i / nn % 16;
+    return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c + i % nn, i / (16 * nn) * mask_hs) : -INFINITY;
+  };
+  auto tile_slot = [&](int i, int nn) -> float& { return mt[(i / (16 * nn) * 16 + i / nn % 16) * C + i % nn]; };
   // kKVEarly: tile 0's n0 positions copied first (their mask adds below).
   const int n0 = min(C, n);
   bool kv_early = false, mask_early = false;
-  if constexpr (kKVEarly) {
+  if constexpr (kKVEarly) {  // (kb, vb and aligned below: computed here once for all, the default's SASS changed)
     const T* kb0 = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
     const T* vb0 = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
     kv_early = n0 > 0 && rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16);
@@ -1380,17 +1388,13 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   // mt: a spill store of a value held across the barrier would wait for its
   // load before the queries' loads went out.
   if constexpr (kKVEarly && !std::is_void<MT>::value) {
-    const int total = (mask_hs != 0 ? G : 1) * 16 * n0;
+    const int total = hm * 16 * n0;
     mask_early = kv_early && total <= 2 * MPK_THREADS;
     if (mask_early) {
-      auto add0 = [&](int i) {
-        const int row = i / n0 % 16;
-        return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + i % n0, i / (16 * n0) * mask_hs) : -INFINITY;
-      };
       const int i = threadIdx.x, i2 = i + MPK_THREADS;
-      const float a = i < total ? add0(i) : 0.f, b = i2 < total ? add0(i2) : 0.f;
-      if (i < total) mt[(i / (16 * n0) * 16 + i / n0 % 16) * C + i % n0] = a;
-      if (i2 < total) mt[(i2 / (16 * n0) * 16 + i2 / n0 % 16) * C + i2 % n0] = b;
+      const float a = i < total ? tile_add(i, 0, n0) : 0.f, b = i2 < total ? tile_add(i2, 0, n0) : 0.f;
+      if (i < total) tile_slot(i, n0) = a;
+      if (i2 < total) tile_slot(i2, n0) = b;
     }
   }
   if (threadIdx.x < 16) seen[threadIdx.x] = my_seen;
@@ -1418,7 +1422,6 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
   const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
   const bool aligned = rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16);
-  const int hm = mask_hs != 0 ? G : 1;  // heads of staged mask adds
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, acc[NT][4];
 #pragma unroll
   for (int i = 0; i < NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -1451,20 +1454,16 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
       if (!(mask_early && c0 == 0)) {
         if constexpr (D <= 64) {
           const int total = hm * 16 * nc;
-          auto add_at = [&](int i) {
-            const int row = i / nc % 16;
-            return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + i % nc, i / (16 * nc) * mask_hs) : -INFINITY;
-          };
           if (kMaskAhead && c0 > 0 && total <= 2 * MPK_THREADS) {
             const int i = threadIdx.x, i2 = i + MPK_THREADS;
-            if (i < total) mt[(i / (16 * nc) * 16 + i / nc % 16) * C + i % nc] = ahead[0];
-            if (i2 < total) mt[(i2 / (16 * nc) * 16 + i2 / nc % 16) * C + i2 % nc] = ahead[1];
+            if (i < total) tile_slot(i, nc) = ahead[0];
+            if (i2 < total) tile_slot(i2, nc) = ahead[1];
           } else
           for (int i = threadIdx.x; i < total; i += 2 * MPK_THREADS) {
             const int i2 = i + MPK_THREADS;
-            const float a = add_at(i), b = i2 < total ? add_at(i2) : 0.f;
-            mt[(i / (16 * nc) * 16 + i / nc % 16) * C + i % nc] = a;
-            if (i2 < total) mt[(i2 / (16 * nc) * 16 + i2 / nc % 16) * C + i2 % nc] = b;
+            const float a = tile_add(i, c0, nc), b = i2 < total ? tile_add(i2, c0, nc) : 0.f;
+            tile_slot(i, nc) = a;
+            if (i2 < total) tile_slot(i2, nc) = b;
           }
         } else {
           for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
@@ -1490,13 +1489,9 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     if constexpr (kMaskAhead && !std::is_void<MT>::value && D <= 64) {
       const int c1 = c0 + C, nn = min(C, n_task - c1), total = hm * 16 * nn;
       if (c1 < n_task && total <= 2 * MPK_THREADS) {
-        auto add_next = [&](int i) {
-          const int row = i / nn % 16;
-          return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c1 + i % nn, i / (16 * nn) * mask_hs) : -INFINITY;
-        };
         const int i = threadIdx.x, i2 = i + MPK_THREADS;
-        ahead[0] = i < total ? add_next(i) : 0.f;
-        ahead[1] = i2 < total ? add_next(i2) : 0.f;
+        ahead[0] = i < total ? tile_add(i, c1, nn) : 0.f;
+        ahead[1] = i2 < total ? tile_add(i2, c1, nn) : 0.f;
       }
     }
     // The groups of 16 positions this warp takes: every WP-th across tiles.
