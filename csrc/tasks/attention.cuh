@@ -1367,7 +1367,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   // kKVEarly: tile 0's n0 positions copied first (their mask adds below).
   const int n0 = min(C, n);
   bool kv_early = false, mask_early = false;
-  if constexpr (kKVEarly) {  // (kb, vb and aligned below: computed here once for all, the default's SASS changed)
+  if constexpr (kKVEarly) {  // (kb, vb and aligned again below: hoisted here for both, they changed the default SASS)
     const T* kb0 = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
     const T* vb0 = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
     kv_early = n0 > 0 && rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16);
