@@ -1302,25 +1302,6 @@ __device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int ro
   return max(0, min(e - j_lo, n));
 }
 
-// MPK_ROWS_MASK_AHEAD=1 (off; compiled, not yet run on a GPU): a tile's
-// mask adds load while the tile before is multiplied, not after its barrier
-// (a round trip a tile: a 64-token chunk's task takes 3-4 tiles).
-#ifndef MPK_ROWS_MASK_AHEAD
-#define MPK_ROWS_MASK_AHEAD 0
-#endif
-constexpr bool kMaskAhead = MPK_ROWS_MASK_AHEAD;
-
-// MPK_ROWS_KV_EARLY=1 (off; compiled, not yet run on a GPU): tile 0's K and
-// V copies (aligned rows) and, where they are a thread's two, its mask adds
-// go out with the rows' extents and queries: one round trip at a task's
-// start instead of two. They cover the chunk's first tile whatever the
-// rows' extents turn out to be; rows of the last group past the extents
-// are zeroed once the copies have landed.
-#ifndef MPK_ROWS_KV_EARLY
-#define MPK_ROWS_KV_EARLY 0
-#endif
-constexpr bool kKVEarly = MPK_ROWS_KV_EARLY;
-
 // attention_rows_mma is attention_rows on the tensor cores (m16n8k16, fp32
 // accumulators): the task's (at most 16) rows are an m-tile, a warp takes
 // one of the G heads, one part of its output columns (rows_mma_parts) and
@@ -1364,15 +1345,6 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c + i % nn, i / (16 * nn) * mask_hs) : -INFINITY;
   };
   auto tile_slot = [&](int i, int nn) -> float& { return mt[(i / (16 * nn) * 16 + i / nn % 16) * C + i % nn]; };
-  // kKVEarly: tile 0's n0 positions copied first (their mask adds below).
-  const int n0 = min(C, n);
-  bool kv_early = false, mask_early = false;
-  if constexpr (kKVEarly) {  // (kb, vb and aligned again below: hoisted here for both, they changed the default SASS)
-    const T* kb0 = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
-    const T* vb0 = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
-    kv_early = n0 > 0 && rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16);
-    if (kv_early) kv_tile_async<T, D, KP>(ks, vs, kb0, vb0, k, v, 0, n0, true);
-  }
   const int my_seen = threadIdx.x < rows && threadIdx.x < 16 ? rows_seen(op, s, r0 + threadIdx.x, j_lo, n) : 0;
   float qx[QE];
 #pragma unroll
@@ -1382,20 +1354,6 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
                 ? ld_typed(reinterpret_cast<const QT*>(base(s, q)) + q.offset + (r0 + row) * q.stride[0] +
                            (h0 + uu) * q.stride[1] + d * q.stride[3])
                 : 0.f;
-  }
-  // kKVEarly: tile 0's mask adds (a thread's two, for its n0 >= nc
-  // positions a row) load after the queries' loads are out, straight into
-  // mt: a spill store of a value held across the barrier would wait for its
-  // load before the queries' loads went out.
-  if constexpr (kKVEarly && !std::is_void<MT>::value) {
-    const int total = hm * 16 * n0;
-    mask_early = kv_early && total <= 2 * MPK_THREADS;
-    if (mask_early) {
-      const int i = threadIdx.x, i2 = i + MPK_THREADS;
-      const float a = i < total ? tile_add(i, 0, n0) : 0.f, b = i2 < total ? tile_add(i2, 0, n0) : 0.f;
-      if (i < total) tile_slot(i, n0) = a;
-      if (i2 < total) tile_slot(i2, n0) = b;
-    }
   }
   if (threadIdx.x < 16) seen[threadIdx.x] = my_seen;
 #pragma unroll
@@ -1414,10 +1372,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   // No row sees the chunk (it lies past every row's extent, as most of a
   // long cache's chunks do for a prompt): no partials to write (the merge
   // reads none). Every thread read the same seen[] after the barrier.
-  if (n_task == 0) {
-    if (kv_early) cp_async_wait_all();  // the copies land before the next task's barrier
-    return;
-  }
+  if (n_task == 0) return;
   const int nr[2] = {seen[g], seen[g + 8]};
   const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
   const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
@@ -1429,71 +1384,44 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   const T* qlu = ql + u * 16 * QP;
   // The first tile's K and V copies are in flight while its mask's adds
   // load; each later tile's while the one before is multiplied.
-  if (!kv_early) kv_tile_async<T, D, KP>(ks, vs, kb, vb, k, v, 0, min(C, n_task), aligned);
-  float ahead[2] = {0.f, 0.f};  // kMaskAhead: the next tile's mask adds (a thread's two)
+  kv_tile_async<T, D, KP>(ks, vs, kb, vb, k, v, 0, min(C, n_task), aligned);
   for (int c0 = 0, buf = 0; c0 < n_task; c0 += C, buf ^= 1) {
     const int nc = min(C, n_task - c0), ncg = (nc + 15) / 16 * 16;
     const int tile = buf * CT * KP;  // this tile's buffer
-    // The last group's rows past the chunk: zeros (a finite V for P = 0);
-    // where tile 0's early copies cover them, once they have landed.
-    const bool zero_late = kv_early && c0 == 0 && n0 > nc;
-    auto zero_rows = [&] {
-      for (int i = threadIdx.x; i < (ncg - nc) * D; i += MPK_THREADS) {
-        const int j = nc + i / D, c = i % D;
-        ks[tile + j * KP + c] = from_float<T>(0.f);
-        vs[tile + j * KP + c] = from_float<T>(0.f);
-      }
-    };
-    if (!zero_late) zero_rows();
+    // The last group's rows past the chunk: zeros (a finite V for P = 0).
+    for (int i = threadIdx.x; i < (ncg - nc) * D; i += MPK_THREADS) {
+      const int j = nc + i / D, c = i % D;
+      ks[tile + j * KP + c] = from_float<T>(0.f);
+      vs[tile + j * KP + c] = from_float<T>(0.f);
+    }
     // The tile's mask adds. At D 64 two loads of a thread are in flight at
     // once (a mask shared by the heads: one round trip; a loop storing each
-    // before the next load took one a load); at D 128 that spilled. With
-    // kMaskAhead they were loaded during the tile before (below), with
-    // kKVEarly tile 0's with the queries.
+    // before the next load took one a load); at D 128 that spilled. (Loading
+    // them a tile ahead, or tile 0's with the queries, was no faster on the
+    // H100: bench/NOTES.md, thirty-sixth session.)
     if constexpr (!std::is_void<MT>::value) {
-      if (!(mask_early && c0 == 0)) {
-        if constexpr (D <= 64) {
-          const int total = hm * 16 * nc;
-          if (kMaskAhead && c0 > 0 && total <= 2 * MPK_THREADS) {
-            const int i = threadIdx.x, i2 = i + MPK_THREADS;
-            if (i < total) tile_slot(i, nc) = ahead[0];
-            if (i2 < total) tile_slot(i2, nc) = ahead[1];
-          } else
-          for (int i = threadIdx.x; i < total; i += 2 * MPK_THREADS) {
-            const int i2 = i + MPK_THREADS;
-            const float a = tile_add(i, c0, nc), b = i2 < total ? tile_add(i2, c0, nc) : 0.f;
-            tile_slot(i, nc) = a;
-            if (i2 < total) tile_slot(i2, nc) = b;
-          }
-        } else {
-          for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
-            const int uu = i / (16 * nc), row = i / nc % 16, jj = i % nc;
-            mt[(uu * 16 + row) * C + jj] =
-                row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + jj, uu * mask_hs) : -INFINITY;
-          }
+      if constexpr (D <= 64) {
+        const int total = hm * 16 * nc;
+        for (int i = threadIdx.x; i < total; i += 2 * MPK_THREADS) {
+          const int i2 = i + MPK_THREADS;
+          const float a = tile_add(i, c0, nc), b = i2 < total ? tile_add(i2, c0, nc) : 0.f;
+          tile_slot(i, nc) = a;
+          if (i2 < total) tile_slot(i2, nc) = b;
+        }
+      } else {
+        for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
+          const int uu = i / (16 * nc), row = i / nc % 16, jj = i % nc;
+          mt[(uu * 16 + row) * C + jj] =
+              row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + jj, uu * mask_hs) : -INFINITY;
         }
       }
     }
     cp_async_wait_all();
     consumer_sync();
-    if (zero_late) {  // every copy has landed: now the zeros
-      zero_rows();
-      consumer_sync();
-    }
     // The other buffer was last read before the barrier that ended the tile before.
     if (c0 + C < n_task)
       kv_tile_async<T, D, KP>(ks + (CT * KP - tile), vs + (CT * KP - tile), kb, vb, k, v, c0 + C,
                               min(C, n_task - c0 - C), aligned);
-    // The next tile's mask adds load while this one is multiplied; they go
-    // to mt after the barrier that ends it.
-    if constexpr (kMaskAhead && !std::is_void<MT>::value && D <= 64) {
-      const int c1 = c0 + C, nn = min(C, n_task - c1), total = hm * 16 * nn;
-      if (c1 < n_task && total <= 2 * MPK_THREADS) {
-        const int i = threadIdx.x, i2 = i + MPK_THREADS;
-        ahead[0] = i < total ? tile_add(i, c1, nn) : 0.f;
-        ahead[1] = i2 < total ? tile_add(i2, c1, nn) : 0.f;
-      }
-    }
     // The groups of 16 positions this warp takes: every WP-th across tiles.
     for (int pb = ((sub - (c0 / 16) % WP) % WP + WP) % WP * 16; pb < nc; pb += WP * 16) {
       float sc[2][4] = {};

@@ -578,10 +578,6 @@ __device__ __noinline__ void rope_any(const Op& op, int lo, int hi, const Slots<
 
 // rope_rows is rope over rows of floats (no tile cut along the last dim);
 // ix reads the cache positions (NoIndex: no cache).
-#ifndef MPK_ROPE_LOADS_FIRST
-#define MPK_ROPE_LOADS_FIRST 0  // 1: a batch's rotations after all its loads (compiled, not yet run on a GPU)
-#endif
-constexpr bool kRopeLoadsFirst = MPK_ROPE_LOADS_FIRST;
 template <typename IX, int N>
 __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Slots<N>& s, IX ix) {
   const View& x = op.in[0];
@@ -596,9 +592,9 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
   const View& pv = op.in[op.num_in - 1];  // the cache positions (with FLAG_CACHE)
   for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
     // kBatch pairs' six loads and cache positions issued (clamped, not
-    // branched), then rotated and stored. The rotation waits for its loads
-    // and rounds by dtype with branches, past which the next pair's loads do
-    // not move: with kRopeLoadsFirst it follows every load of the batch.
+    // branched), then rotated and stored. (Rotating only after every load of
+    // the batch was no faster on the H100: bench/NOTES.md, thirty-sixth
+    // session.)
     float2 r[kBatch];
     float v[kBatch][6];               // x1, x2, c1, c2, s1, s2
     int64_t raw[kBatch], at[kBatch];  // at: the pair's offset (in the cache: at position 0)
@@ -611,7 +607,7 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
       v[b][0] = ld_float(base(s, x), x.dtype, xo), v[b][1] = ld_float(base(s, x), x.dtype, xo + h);
       v[b][2] = ld_float(base(s, c), c.dtype, co), v[b][3] = ld_float(base(s, c), c.dtype, co + h);
       v[b][4] = ld_float(base(s, sn), sn.dtype, so), v[b][5] = ld_float(base(s, sn), sn.dtype, so + h);
-      if (!kRopeLoadsFirst) r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
+      r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
       raw[b] = cache ? ix(offset_of(pv, idx + op.dim)) : 0;
       if (cache) idx[op.dim] = 0;
       at[b] = offset_of(op.out, idx) + j;
@@ -619,7 +615,6 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       if (t0 + (int64_t)b * MPK_THREADS >= total) break;
-      if (kRopeLoadsFirst) r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
       int64_t oo = at[b];
       if (cache) {
         const int64_t pos = checked_index(raw[b], op.out.shape[op.dim]);
