@@ -836,7 +836,9 @@ __host__ __device__ constexpr int kv_units() {
 // kvStream): the rows [j0, j0 + rows) of KV head kvh at batch row b,
 // streamed by the loader as weights are (the K rows in pages seq ..., then
 // the V rows), RPP whole rows a page. The units of that chunk, UNITS of
-// one head, read them from shared memory instead of the cache.
+// one head, read them from shared memory instead of the cache. live: the
+// loader cuts the chunk to the rows below the mask's extent (codegen's
+// kvLiveExtent), which cut() applies once the extent is read.
 template <typename T, int D, int P, int UNITS>
 struct KVPages {
   static constexpr bool kOn = true;
@@ -847,6 +849,10 @@ struct KVPages {
   uint32_t seq;
   int b, kvh, j0, rows;
   const int32_t* abort;
+  bool live;
+  __device__ __forceinline__ void cut(int extent) {
+    if (live) rows = min(rows, max(0, extent - j0));
+  }
   __device__ __forceinline__ int pages() const { return rows > 0 ? (rows + RPP - 1) / RPP : 0; }  // of K, and of V
   // The shared-memory address of row j's element d of K or V (V: after K's
   // pages); rows outside the chunk read its nearest (their scores are hidden).
@@ -894,11 +900,13 @@ __device__ __forceinline__ V kv_load(const KVP& kv, bool paged, int j, int d, bo
 // SH is the op's shape as constants (DecodeShape): the unit and chunk
 // arithmetic ahead of a task's first load is then multiplies and shifts,
 // not a chain of integer divisions.
-// With KVP a KVPages, the unit it names reads K and V from the ring.
+// With KVP a KVPages, the unit it names reads K and V from the ring; a live
+// one is cut to the mask's extent, which goes to the loader (s_kv_extent).
+// Returns the extent it read (its first batch row's; -1: none read).
 template <typename T, typename QT, typename MT, int D, int R, bool ROWS, bool FAST, int UG, class SH, class FT,
           class KVP = NoKVPages, int N>
-__device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem,
-                                              const KVP kv = KVP{}) {
+__device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const Slots<N>& s, char* smem,
+                                             KVP kv = KVP{}) {
   static_assert(!KVP::kOn || (FAST && !ROWS), "kv_pages: one batch row's vector loads");
   constexpr bool FR = !std::is_void<FT>::value;
   constexpr int PER = (D + 31) / 32;       // output columns per lane (lanes past D idle)
@@ -957,6 +965,12 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
       if constexpr (FR) load_fresh_q<FT, QT, D, UG>(fr, op, s, guess.b, guess.h0, lane);
       else load_queries_regs<QT, D, UG>(qv, op, s, guess.b, guess.h0, lane);
     }
+  }
+  // A live kv chunk's extent, read above with the queries (not a round
+  // trip before them): the loader waits for it to stream the chunk.
+  if constexpr (KVP::kOn) {
+    kv.cut(ext0);
+    if (kv.live && threadIdx.x == 0) *(volatile int32_t*)&s_kv_extent = ext0;
   }
   const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, ext0);
   // Every warp takes part in every round (the merge's barriers).
@@ -1138,6 +1152,7 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
     if (cp > 1) consumer_sync();  // part is reused by the next round
   }
   if constexpr (ROWS) consumer_sync();  // row_live is read until the last round
+  return ext0;
 }
 
 // attention_kv_pages is a kv_pages attention task (codegen's kvStream): one
@@ -1152,7 +1167,11 @@ __device__ __noinline__ void attention_decode(const Op& op, int lo, int hi, cons
 // released with a copy in flight could be refilled under it). Returns the
 // consumers' new place in the ring. LIVE (codegen's kvLiveExtent): the
 // loader streams the chunk's rows below the mask's extent only, which the
-// task reads (in[4]) and hands to it (s_kv_extent).
+// task reads (in[4]) and hands to it (s_kv_extent): on the fast path
+// attention_decode reads it with the queries (reading it first, one round
+// trip before them, was 0.4% slower on llama-3.2-1b and 0.6% on qwen3-8b at
+// 4,096 cached on the H100: bench/NOTES.md, thirty-sixth session), else
+// first.
 template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, class FT, int P,
           bool LIVE, int N>
 __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
@@ -1160,18 +1179,18 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
                 "kv_pages: a fresh-row decode attention of one batch row, one split a group, with vector loads");
   constexpr int splits = SH::SPLITS, S = SH::S, chunk = (S + splits - 1) / splits;
   const int sp = lo % splits, h0 = lo / splits * UG, j0 = min(sp * chunk, S);
-  int rows = min(chunk, S - j0);
-  if constexpr (LIVE) {
-    const View& e = op.in[4];
-    const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset);
-    if (threadIdx.x == 0) *(volatile int32_t*)&s_kv_extent = extent;
-    rows = min(rows, max(0, extent - j0));
-  }
-  const KVPages<T, D, P, UG> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, rows, c.abort};
+  KVPages<T, D, P, UG> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, min(chunk, S - j0), c.abort, LIVE};
   const int lo1 = h0 * splits + sp, hi1 = lo1 + UG * splits;
   const bool fast = decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]));
   constexpr int rpp = KVPages<T, D, P, UG>::RPP;
-  if constexpr (2 * ((chunk + rpp - 1) / rpp) > P) {
+  constexpr bool small_ring = 2 * ((chunk + rpp - 1) / rpp) > P;
+  if (LIVE && (small_ring || !fast)) {
+    const View& e = op.in[4];
+    const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset);
+    if (threadIdx.x == 0) *(volatile int32_t*)&s_kv_extent = extent;
+    kv.cut(extent);
+  }
+  if constexpr (small_ring) {
     // A ring too small for the chunk's K and V at once (codegen's
     // kvStream.fits): the loader streamed nothing, the units read the cache.
     if (fast)
@@ -1181,7 +1200,7 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
     return c.seq;
   } else {
     if (fast)
-      attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);
+      kv.cut(attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv));
     else
       attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
     const int n = 2 * kv.pages();
