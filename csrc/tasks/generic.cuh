@@ -282,9 +282,9 @@ __device__ __forceinline__ void divmod(int64_t t, int64_t n, int64_t& row, int64
 // keep each element's row index in registers (row_index_regs,
 // offset_regs). row_index and offset_of walk an index array in local
 // memory, and the ncu profile of a 64-token chunk (thirty-sixth session)
-// had ~118 local accesses a warp in a V-write task, nearly all of them
-// round trips to L2 under the weight stream: the chunk's V write took 16 us
-// a task, its K RoPE + write 14, its q RoPE 11.
+// had ~118 local accesses a warp in a V-write task, each an L2 round trip
+// under the weight stream where the small L1 misses: the chunk's V write
+// took 16 us a task, its K RoPE + write 14, its q RoPE 11.
 #ifndef MPK_ROW_REGS
 #define MPK_ROW_REGS 0
 #endif
