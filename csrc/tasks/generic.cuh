@@ -291,7 +291,8 @@ __device__ __forceinline__ void divmod(int64_t t, int64_t n, int64_t& row, int64
 
 // row_index_regs is row_index for a tile of rank R known at compile time,
 // the index in registers (below 2^31 rows: the callers fall back to
-// row_index above).
+// row_index above). Its loop is row_index's, unrolled; one helper for both
+// changed row_index's code at every call site, so each keeps its own.
 template <int R>
 __device__ __forceinline__ void row_index_regs(int64_t (&idx)[R], int64_t row, const int64_t* shape, int split, int lo,
                                                int hi) {
