@@ -16,8 +16,12 @@ the device's, e.g. `pip install 'nvidia-cuda-nvcc==13.0.*' 'nvidia-nvvm==13.0.*'
 
 Task variants are `__noinline__` functions (`mpk_gen::variantN`), so --by
 function splits the samples by task body; --by line by (file, line, the line
-it is inlined at). Each row: the share of all warp samples, then its top
-stall reasons as shares of all samples."""
+it is inlined at), --function NAME keeps one function's instructions. Each
+row: the share of all warp samples, its top stall reasons as shares of all
+samples, and the local-memory loads and stores it executed (warp
+instructions: spills and indexed arrays; each a round trip to L2 where L1
+misses, as a 64-token chunk's V write showed in the thirty-sixth session; a
+spin loop's reloads count once a poll)."""
 
 from __future__ import annotations
 
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("sass", help="nvdisasm -c -gi of the same module built with the device's nvcc")
     p.add_argument("--by", choices=("function", "line"), default="function")
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--function", help="only this function's instructions (a short name: variant8, attention_decode)")
     a = p.parse_args(argv)
     opener = gzip.open if a.csv.endswith(".gz") else open
     rows = list(csv.reader(opener(a.csv, "rt")))
@@ -92,18 +97,22 @@ def main(argv: list[str] | None = None) -> int:
               f"{mismatched} opcodes differ (build module.cu with the device's nvcc, nvvm and crt)", file=sys.stderr)
         return 1
     col = {h: i for i, h in enumerate(hdr)}
-    samples = col["Warp Stall Sampling (All Samples)"]
+    samples, executed = col["Warp Stall Sampling (All Samples)"], col["Instructions Executed"]
     reasons = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]
     total = sum(int(r[samples] or 0) for r in data) or 1
-    by, why = collections.Counter(), collections.defaultdict(collections.Counter)
-    for (_, fn, line), r in zip(local, data):
+    by, why, lmem = collections.Counter(), collections.defaultdict(collections.Counter), collections.Counter()
+    for (text, fn, line), r in zip(local, data):
+        if a.function and fn != a.function:
+            continue
         key = fn if a.by == "function" else line
         by[key] += int(r[samples] or 0)
         for h in reasons:
             why[key][h[6:]] += int(r[col[h]] or 0)
+        if opcode(text).split(".")[0] in ("LDL", "STL"):
+            lmem[key] += int(r[executed] or 0)
     for key, n in by.most_common(a.top):
         top = ", ".join(f"{k}={v / total:.1%}" for k, v in why[key].most_common(4) if v)
-        print(f"{n / total:6.1%}  {key:40s}  {top}")
+        print(f"{n / total:6.1%}  {key:40s}  {top}" + (f"  local={lmem[key]:,}" if lmem[key] else ""))
     return 0
 
 
