@@ -277,59 +277,6 @@ __device__ __forceinline__ void divmod(int64_t t, int64_t n, int64_t& row, int64
   }
 }
 
-// MPK_ROW_REGS=1 (off; compiled, not yet run on a GPU): kv_write's and
-// RoPE's batches over rank-4 tiles (HF's [batch, heads, positions, dim])
-// keep each element's row index in registers (row_index_regs,
-// offset_regs). row_index and offset_of walk an index array in local
-// memory, and the ncu profile of a 64-token chunk (thirty-sixth session)
-// had ~118 local accesses a warp in a V-write task, each an L2 round trip
-// under the weight stream where the small L1 misses: the chunk's V write
-// took 16 us a task, its K RoPE + write 14, its q RoPE 11.
-#ifndef MPK_ROW_REGS
-#define MPK_ROW_REGS 0
-#endif
-
-// row_index_regs is row_index for a tile of rank R known at compile time,
-// the index in registers (below 2^31 rows: the callers fall back to
-// row_index above). Its loop is row_index's, unrolled; one helper for both
-// changed row_index's code at every call site, so each keeps its own.
-template <int R>
-__device__ __forceinline__ void row_index_regs(int64_t (&idx)[R], int64_t row, const int64_t* shape, int split, int lo,
-                                               int hi) {
-  idx[R - 1] = 0;
-  uint32_t r = (uint32_t)row;
-#pragma unroll
-  for (int d = R - 2; d >= 0; --d) {
-    const int64_t ext = d == split ? (int64_t)(hi - lo) : shape[d];
-    const uint32_t e = ext > 0xffffffffll ? 0xffffffffu : (uint32_t)ext;
-    idx[d] = (e == 1 ? 0 : r % e) + (d == split ? lo : 0);
-    r = e == 1 ? r : r / e;
-  }
-}
-
-// offset_regs is offset_of a rank-R view at an index in registers
-// (offset_in: either, by REGS); index_at(idx, d) is idx[d] for a run-time d,
-// by selects rather than an indexed (local) array.
-template <int R>
-__device__ __forceinline__ int64_t offset_regs(const View& v, const int64_t (&idx)[R]) {
-  int64_t off = v.offset;
-#pragma unroll
-  for (int d = 0; d < R; ++d) off += idx[d] * v.stride[d];
-  return off;
-}
-template <bool REGS, int R>
-__device__ __forceinline__ int64_t offset_in(const View& v, const int64_t (&idx)[R]) {
-  if constexpr (REGS) return offset_regs(v, idx);
-  else return offset_of(v, idx);
-}
-template <int R>
-__device__ __forceinline__ int64_t index_at(const int64_t (&idx)[R], int d) {
-  int64_t x = 0;
-#pragma unroll
-  for (int k = 0; k < R; ++k) x = k == d ? idx[k] : x;
-  return x;
-}
-
 // checked_index wraps a loaded index element negative as torch does; out of
 // range it reports the error (the launch aborts) and returns -1, which every
 // caller takes as "write nothing". read_index loads it first.
@@ -435,8 +382,7 @@ __device__ void gather(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
 // kv_write_rows is kv_write over rows of floats (the source's and the
 // cache's last dim contiguous), row by row; a tile cut along the last dim
 // takes columns [lo, hi) of every row. ix reads the positions.
-// REGS: a rank-4 tile's index in registers (MPK_ROW_REGS).
-template <bool REGS, typename IX, int N>
+template <typename IX, int N>
 __device__ __forceinline__ void kv_write_rows(const Op& op, int lo, int hi, const Slots<N>& s, IX ix) {
   const View& ids = op.in[0];
   const View& src = op.in[1];
@@ -446,30 +392,20 @@ __device__ __forceinline__ void kv_write_rows(const Op& op, int lo, int hi, cons
   const int split = cut_last ? -1 : op.split_dim;
   const int64_t j0 = cut_last ? lo : 0, D = cut_last ? (int64_t)(hi - lo) : src.shape[r];
   const int64_t rows = rows_of(src.shape, src.rank, split, lo, hi), total = rows * D, size = op.out.shape[d];
-  if constexpr (REGS)
-    if (total > 0x7fffffffll) return kv_write_rows<false>(op, lo, hi, s, ix);
   for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
     // kBatch values and their positions loaded (clamped, not branched), then stored.
     float v[kBatch];
     int64_t raw[kBatch], at[kBatch];  // at: the element's offset in the cache at position 0
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      int64_t idx[REGS ? 4 : MPK_MAX_RANK], row, col;
+      int64_t idx[MPK_MAX_RANK], row, col;
       divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), D, row, col);
-      if constexpr (REGS) row_index_regs(idx, row, src.shape, split, lo, hi);
-      else row_index(idx, row, src.shape, src.rank, split, lo, hi);
+      row_index(idx, row, src.shape, src.rank, split, lo, hi);
       const int64_t j = j0 + col;
-      if constexpr (REGS) {
-        const int64_t p = index_at(idx, d);
-        v[b] = ld_float(base(s, src), src.dtype, offset_regs(src, idx) + j);
-        raw[b] = ix(ids.offset + (ids.rank > 0 ? p * ids.stride[0] : 0));
-        at[b] = offset_regs(op.out, idx) - p * op.out.stride[d] + j;
-      } else {
-        v[b] = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
-        raw[b] = ix(offset_of(ids, idx + d));
-        idx[d] = 0;
-        at[b] = offset_of(op.out, idx) + j;
-      }
+      v[b] = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
+      raw[b] = ix(offset_of(ids, idx + d));
+      idx[d] = 0;
+      at[b] = offset_of(op.out, idx) + j;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -490,15 +426,7 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
   const int d = op.dim;
   const int r = src.rank - 1;
   if (d < r && float_row(src) && float_row(op.out)) {
-    with_index(base(s, ids), ids, [&](auto ix) {
-#if MPK_ROW_REGS  // (at 0 not even instantiated: the default's code stays as it was)
-      if (src.rank == 4 && op.out.rank == 4 && ids.rank <= 1) {
-        kv_write_rows<true>(op, lo, hi, s, ix);
-        return;
-      }
-#endif
-      kv_write_rows<false>(op, lo, hi, s, ix);
-    });
+    with_index(base(s, ids), ids, [&](auto ix) { kv_write_rows(op, lo, hi, s, ix); });
     return;
   }
   for_each_index(src.shape, src.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
@@ -649,9 +577,8 @@ __device__ __noinline__ void rope_any(const Op& op, int lo, int hi, const Slots<
 }
 
 // rope_rows is rope over rows of floats (no tile cut along the last dim);
-// ix reads the cache positions (NoIndex: no cache). REGS: a rank-4 tile's
-// index in registers (MPK_ROW_REGS).
-template <bool REGS, typename IX, int N>
+// ix reads the cache positions (NoIndex: no cache).
+template <typename IX, int N>
 __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Slots<N>& s, IX ix) {
   const View& x = op.in[0];
   const int r = op.out.rank - 1;
@@ -661,8 +588,6 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
   // A thread takes the pair (j, j+h) of a row: six loads issued together.
   const View &c = op.in[1], &sn = op.in[2];
   const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi), total = rows * h;
-  if constexpr (REGS)
-    if (total > 0x7fffffffll) return rope_rows<false>(op, lo, hi, s, ix);
   const bool cache = op.flags & FLAG_CACHE;
   const View& pv = op.in[op.num_in - 1];  // the cache positions (with FLAG_CACHE)
   for (int64_t t0 = threadIdx.x; t0 < total; t0 += (int64_t)kBatch * MPK_THREADS) {
@@ -675,24 +600,17 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
     int64_t raw[kBatch], at[kBatch];  // at: the pair's offset (in the cache: at position 0)
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      int64_t idx[REGS ? 4 : MPK_MAX_RANK], row, j;
+      int64_t idx[MPK_MAX_RANK], row, j;
       divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), h, row, j);
-      if constexpr (REGS) row_index_regs(idx, row, shape, op.split_dim, lo, hi);
-      else row_index(idx, row, shape, op.out.rank, op.split_dim, lo, hi);
-      const int64_t xo = offset_in<REGS>(x, idx) + j, co = offset_in<REGS>(c, idx) + j, so = offset_in<REGS>(sn, idx) + j;
+      row_index(idx, row, shape, op.out.rank, op.split_dim, lo, hi);
+      const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
       v[b][0] = ld_float(base(s, x), x.dtype, xo), v[b][1] = ld_float(base(s, x), x.dtype, xo + h);
       v[b][2] = ld_float(base(s, c), c.dtype, co), v[b][3] = ld_float(base(s, c), c.dtype, co + h);
       v[b][4] = ld_float(base(s, sn), sn.dtype, so), v[b][5] = ld_float(base(s, sn), sn.dtype, so + h);
       r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
-      if constexpr (REGS) {
-        const int64_t p = cache ? index_at(idx, op.dim) : 0;
-        raw[b] = cache ? ix(pv.offset + (pv.rank > 0 ? p * pv.stride[0] : 0)) : 0;
-        at[b] = offset_regs(op.out, idx) - p * op.out.stride[op.dim] + j;
-      } else {
-        raw[b] = cache ? ix(offset_of(pv, idx + op.dim)) : 0;
-        if (cache) idx[op.dim] = 0;
-        at[b] = offset_of(op.out, idx) + j;
-      }
+      raw[b] = cache ? ix(offset_of(pv, idx + op.dim)) : 0;
+      if (cache) idx[op.dim] = 0;
+      at[b] = offset_of(op.out, idx) + j;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -720,20 +638,11 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const View& x = op.in[0];
   const int r = op.out.rank - 1;
   if (float_row(x) && float_row(op.in[1]) && float_row(op.in[2]) && float_row(op.out) && op.split_dim != r) {
-#if MPK_ROW_REGS  // (at 0 not even instantiated: the default's code stays as it was)
-    const View& p = op.in[op.num_in - 1];  // the cache positions (with FLAG_CACHE)
-    if (op.out.rank == 4 && x.rank == 4 && op.in[1].rank == 4 && op.in[2].rank == 4 &&
-        (!(op.flags & FLAG_CACHE) || p.rank <= 1)) {
-      if (!(op.flags & FLAG_CACHE)) rope_rows<true>(op, lo, hi, s, NoIndex{});
-      else with_index(base(s, p), p, [&](auto ix) { rope_rows<true>(op, lo, hi, s, ix); });
-      return;
-    }
-#endif
     if (!(op.flags & FLAG_CACHE)) {
-      rope_rows<false>(op, lo, hi, s, NoIndex{});
+      rope_rows(op, lo, hi, s, NoIndex{});
     } else {
       const View& pv = op.in[op.num_in - 1];  // the cache positions
-      with_index(base(s, pv), pv, [&](auto ix) { rope_rows<false>(op, lo, hi, s, ix); });
+      with_index(base(s, pv), pv, [&](auto ix) { rope_rows(op, lo, hi, s, ix); });
     }
     return;
   }
