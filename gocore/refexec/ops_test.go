@@ -629,3 +629,59 @@ func TestAttentionSkipsChunksPastExtent(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionLiveChunks: with live chunks (ir.Attrs.LiveChunks) a decode
+// attention's split s covers ir.LiveChunkPositions at its mask's extent
+// (3 splits over 5 live positions of 8: [0, 2), [2, 4), [4, 5)); splits
+// past the live ones keep their stale partials, and a merge with Chunk
+// ir.LiveChunk reads only the live ones.
+func TestAttentionLiveChunks(t *testing.T) {
+	const S, splits = 8, 3
+	for _, extent := range []int64{0, 1, 2, 5, 7, 8} {
+		r := newRig()
+		q := r.tensor("q", ir.F32, sh(1, 1, 1, 1), 1)
+		k := r.tensor("k", ir.F32, sh(1, 1, S, 1), 1, 1, 1, 1, 1, 1, 1, 1)
+		v := r.tensor("v", ir.F32, sh(1, 1, S, 1), 1, 2, 3, 4, 5, 6, 7, 8)
+		maskVals := make([]float64, S)
+		for j := range maskVals {
+			if int64(j) >= extent {
+				maskVals[j] = math.Inf(-1)
+			}
+		}
+		m := r.tensor("m", ir.F32, sh(1, 1, 1, S), maskVals...)
+		e := r.tensor("e", ir.I32, sh(1), float64(extent))
+		stale := make([]float64, splits*3)
+		for i := range stale {
+			stale[i] = 7
+		}
+		out := r.tensor("p", ir.F32, sh(1, splits, 1, 1, 3), stale...)
+		op := &ir.Op{Kind: ir.Attention, In: []ir.View{q, k, v, m, e}, Out: out,
+			Attr: ir.Attrs{Scale: 1, Groups: 1, Splits: splits, HasMask: true, HasExtent: true, Interleave: splits,
+				LiveChunks: true}}
+		if err := r.run(op, nil); err != nil {
+			t.Fatal(err)
+		}
+		got := r.read(out)
+		for s := int64(0); s < splits; s++ {
+			row := got[3*s : 3*s+3]
+			lo, hi := ir.LiveChunkPositions(extent, splits, s)
+			if s >= ir.LiveSplits(extent, splits) {
+				expect(t, fmt.Sprintf("extent %d, split %d (past it)", extent, s), row, []float64{7, 7, 7}, 0)
+				continue
+			}
+			acc := float64((lo + 1 + hi) * (hi - lo) / 2) // v[j] = j+1 over [lo, hi)
+			expect(t, fmt.Sprintf("extent %d, split %d: [%d, %d)", extent, s, lo, hi), row, []float64{1, float64(hi - lo), acc}, 1e-9)
+		}
+		merged := r.tensor("o", ir.F32, sh(1, 1, 1, 1))
+		mop := &ir.Op{Kind: ir.AttnMerge, In: []ir.View{out, e}, Out: merged,
+			Attr: ir.Attrs{HasExtent: true, Chunk: ir.LiveChunk, Interleave: splits}}
+		if err := r.run(mop, nil); err != nil {
+			t.Fatal(err)
+		}
+		want := 0.0 // the mean of v over the live positions (equal scores); 0 with none
+		if extent > 0 {
+			want = float64(extent+1) / 2
+		}
+		expect(t, fmt.Sprintf("extent %d: merged", extent), r.read(merged), []float64{want}, 1e-6)
+	}
+}
