@@ -64,13 +64,11 @@ struct Stream {
   int64_t bytes;  // the task's weights; 0: the task streams nothing
   int32_t tile_rows;  // 0: pages of contiguous bytes; else tile pages of this many rows' segments
   int32_t row_span;  // tile pages: bytes of each row the task reads (K of them), row_bytes apart
-  int64_t row_bytes;  // tile pages: bytes from one weight row to the next; kv_j0 or kv_split >= 0: a K (or V) row's bytes
+  int64_t row_bytes;  // tile pages: bytes from one weight row to the next; kv_j0 >= 0: a K (or V) row's bytes
   int32_t col_major;  // tile pages: 1: each block of columns' row groups, block after block (gemm); 0: each row group's blocks
   int32_t pair_slot;  // a paired linear's second weight: its pointer slot; -1: none
   int64_t pair_offset;  // bytes from that slot's base to the task's first row (bytes of them, after the first weight's; gemm: a block's after its)
   int32_t kv_j0;  // a kv_pages chunk cut to the live length (runtime.cuh s_kv_extent): its first position; -1: whole
-  int32_t kv_split;  // a kv_pages chunk cut from the live extent (ir.LiveChunks, runtime.cuh live_chunk): its split; -1: none
-  int32_t kv_splits;  // that attention's splits
   int32_t tmap;  // tile pages: the tensor map (kTmaps, State.tmaps) one copy of whose box fills a page; -1: row copies
   int32_t pair_tmap;  // the same for the paired linear's second weight
   int32_t tmap_row;  // the task's first row in its tensor maps

@@ -126,22 +126,16 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     full = in_flight_pages(sd);
     const char* src = static_cast<const char*>(slots.p[sd.slot]) + sd.offset;
     if (sd.tile_rows == 0) {
-      int64_t bytes = sd.bytes, skip = 0;
-      if (sd.kv_j0 >= 0 || sd.kv_split >= 0) {  // a kv chunk's rows below the extent, once a task has read it
+      int64_t bytes = sd.bytes;
+      if (sd.kv_j0 >= 0) {  // a kv chunk's rows below the extent, once a task has read it
         int32_t extent = -1;
         if (!poll_until(queue[q], [&] { return (extent = *(volatile int32_t*)&mpk::s_kv_extent) >= 0; })) return;
-        if (sd.kv_split >= 0) {  // the chunk cut from the extent (the head's rows from its first)
-          const int2 c = mpk::live_chunk(extent, sd.kv_splits, sd.kv_split);
-          skip = (int64_t)c.x * sd.row_bytes, bytes = min(bytes, (int64_t)(c.y - c.x) * sd.row_bytes);
-        } else {
-          bytes = min(bytes, max((int64_t)0, (int64_t)extent - sd.kv_j0) * sd.row_bytes);
-        }
+        bytes = min(bytes, max((int64_t)0, (int64_t)extent - sd.kv_j0) * sd.row_bytes);
       }
       // A paired Linear's second weight (pair_slot >= 0), or a kv chunk's V:
       // the same rows' bytes, pages of their own after the first's.
-      src += skip;
       for (int part = 0; part < (sd.pair_slot >= 0 ? 2 : 1); ++part) {
-        if (part == 1) src = static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset + skip;
+        if (part == 1) src = static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset;
         for (int64_t off = 0; off < bytes; off += sd.page_bytes, ++seq) {
           if (!acquire(queue[q])) return;
           ring.fill(seq, src + off, (uint32_t)min((int64_t)sd.page_bytes, bytes - off), policy);

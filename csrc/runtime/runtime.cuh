@@ -254,26 +254,13 @@ __device__ __forceinline__ void set_dots_phase(uint32_t on) {
 }
 
 // The live length: the loader streams a kv_pages chunk's rows below the
-// mask's extent only (Stream.kv_j0 >= 0, or kv_split >= 0 for a chunk cut
-// from it: codegen found one extent for every kv_pages attention), so 512 live tokens in a cache of 4,096 stream what a
+// mask's extent only (Stream.kv_j0 >= 0: codegen found one extent for every
+// kv_pages attention), so 512 live tokens in a cache of 4,096 stream what a
 // cache of 528 does (bench/NOTES.md twenty-eighth session). It learns the
 // extent from the worker's first kv_pages task, which reads it after its
 // event and hands it over in s_kv_extent (-1 until then); the task cuts its
 // pages by the same arithmetic.
 __shared__ int32_t s_kv_extent;
-
-// live_chunk is chunk c's positions [x, y) of an attention whose chunks
-// split the live extent (ir.LiveChunkPositions, the same arithmetic): [0,
-// extent) in chunks of ⌈(extent − 1) / splits⌉, the last taking what
-// remains; live_splits is how many of them hold a position.
-__device__ __forceinline__ int live_chunk_len(int extent, int splits) { return max(1, (extent - 1 + splits - 1) / splits); }
-__device__ __forceinline__ int2 live_chunk(int extent, int splits, int c) {
-  const int lo = min(c * live_chunk_len(extent, splits), extent);
-  return make_int2(lo, c == splits - 1 ? extent : min(lo + live_chunk_len(extent, splits), extent));
-}
-__device__ __forceinline__ int live_splits(int extent, int splits) {
-  return extent <= 0 ? 0 : min(splits, (extent + live_chunk_len(extent, splits) - 1) / live_chunk_len(extent, splits));
-}
 
 // index_error records the first out-of-range index of the launch (the op,
 // the index as read, the size it indexes) and raises the abort flag: the

@@ -522,8 +522,7 @@ struct DecodeUnits {
   SplitGroups<R> g;
   int b_lo, b_hi, lo, hi, sp0, heads, live0 = 0, n = 0;
   const int* row_live;
-  // H: the op's query heads; chunk < 0: chunks cut from the extent
-  // (live_chunk). ext0 >= 0 (one row): row b_lo's extent, given
+  // H: the op's query heads. ext0 >= 0 (one row): row b_lo's extent, given
   // by the caller (the cache's length: every split live, the usual step's
   // units, known before the extent is).
   template <int N>
@@ -539,7 +538,6 @@ struct DecodeUnits {
     const int grp = g.group(sp0);
     auto live_of = [&](int b) {
       const int nlive = !(op.flags & FLAG_EXTENT) ? splits
-                        : ext0 >= 0 && chunk < 0   ? live_splits(ext0, splits)
                         : ext0 >= 0                ? min(splits, (ext0 + chunk - 1) / chunk)
                                                    : splits_below_extent(op.in[4], b, chunk, splits, s);
       return max(0, min(min(hi - lo, splits), g.live_in(grp, nlive) - (sp0 - g.start(grp))));
@@ -852,14 +850,8 @@ struct KVPages {
   int b, kvh, j0, rows;
   const int32_t* abort;
   bool live;
-  int split = -1, splits = 0;  // split >= 0: the chunk is cut from the extent (live_chunk), as the loader cuts it
   __device__ __forceinline__ void cut(int extent) {
-    if (split >= 0) {
-      const int2 c = live_chunk(extent, splits, split);
-      j0 = c.x, rows = c.y - c.x;
-    } else if (live) {
-      rows = min(rows, max(0, extent - j0));
-    }
+    if (live) rows = min(rows, max(0, extent - j0));
   }
   __device__ __forceinline__ int pages() const { return rows > 0 ? (rows + RPP - 1) / RPP : 0; }  // of K, and of V
   // The shared-memory address of row j's element d of K or V (V: after K's
@@ -931,25 +923,18 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
   using V16 = VRows16<T, D, UG>;
   constexpr bool kV16 = FAST && V16::ok;
   const View &k = op.in[1], &v = op.in[2], &p = op.out;
-  constexpr int S = SH::S, G = SH::G, splits = SH::SPLITS, chunk = SH::CHUNK;
-  static_assert(!SH::LIVE || !ROWS, "live chunks: one batch row");
+  constexpr int S = SH::S, G = SH::G, splits = SH::SPLITS, chunk = (S + splits - 1) / splits;
   // A causal mask aligns its one query with position 0 (as SDPA's is_causal).
   const int S_live = op.flags & FLAG_CAUSAL ? min(S, 1) : S;
   constexpr int warps = MPK_THREADS / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // Row strides in elements: a cache row is far below 2^31 elements from the next.
   const int ks = (int)k.stride[2], vs = (int)v.stride[2];
-  // A kv_pages task whose one unit takes every warp (attention_kv_pages'
-  // wide chunks): its warps' queries and new V row are the same, which each
-  // warp writes alike (the same values), so one copy of them, not a warp's
-  // each (codegen's decodeScratch: a warp's each is 32 KB at D = 128).
-  constexpr bool kOneUnit = KVP::kOn && kv_units<KVP>() == 1;
-  constexpr int qcopies = kOneUnit ? 1 : MPK_THREADS / 32;
-  float* qs = reinterpret_cast<float*>(smem) + (kOneUnit ? 0 : warp * UG * D);  // this warp's queries [UG][D], pre-scaled
-  float* part = reinterpret_cast<float*>(smem) + qcopies * UG * D;  // [warps][UG][D + 2]: states to merge
+  float* qs = reinterpret_cast<float*>(smem) + warp * UG * D;        // this warp's queries [UG][D], pre-scaled
+  float* part = reinterpret_cast<float*>(smem) + warps * UG * D;     // [warps][UG][D + 2]: states to merge
   int* row_live = reinterpret_cast<int*>(part + warps * UG * (D + 2));  // ROWS: [rows], each row's live splits a group
-  // FR: this warp's new V row [D], after row_live's B rows (codegen's decodeScratch)
-  float* vfresh = reinterpret_cast<float*>(row_live) + (op.in[0].shape[0] + 3) / 4 * 4 + (kOneUnit ? 0 : warp * D);
+  // FR: this warp's new V row [D], after row_live's B rows (codegen's freshBytes)
+  float* vfresh = reinterpret_cast<float*>(row_live) + (op.in[0].shape[0] + 3) / 4 * 4 + warp * D;
   // Warps a unit and units a round; a paged task's units all in one round
   // (a long cache's chunk: each warp takes several 32-row blocks).
   constexpr int cp0 = warps < (chunk + 31) / 32 ? warps : (chunk + 31) / 32;
@@ -970,7 +955,7 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
   DecodeUnit guess{-1, -1, -1};
   int ext0 = -1;
   if constexpr (!ROWS) {
-    const DecodeUnits<R, false> all(op, lo, hi, splits, SH::LIVE ? -1 : chunk, UG, SH::H, nullptr, s, S);
+    const DecodeUnits<R, false> all(op, lo, hi, splits, chunk, UG, SH::H, nullptr, s, S);
     if (op.flags & FLAG_EXTENT) {
       const View& e = op.in[4];
       ext0 = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + all.b_lo * e.stride[0]);
@@ -987,21 +972,13 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
     kv.cut(ext0);
     if (kv.live && threadIdx.x == 0) *(volatile int32_t*)&s_kv_extent = ext0;
   }
-  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, SH::LIVE ? -1 : chunk, UG, SH::H, row_live, s, ext0);
+  const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, ext0);
   // Every warp takes part in every round (the merge's barriers).
   for (int i0 = 0; i0 < du.n; i0 += units) {
     const bool active = warp / cp < units && i0 + warp / cp < du.n;
     const DecodeUnit un = du.unit(i0 + warp / cp, splits, UG);
     const int b = un.b, sp = un.sp, h0 = un.h0, kvh = h0 / G;
-    int j_lo = min(du.g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
-    if constexpr (SH::LIVE) {  // the chunk cut from the extent (FLAG_EXTENT: read above)
-      const int2 c = live_chunk(ext0, splits, du.g.chunk(sp));
-      j_lo = min(c.x, S_live), j_hi = min(c.y, S_live);
-    }
-    // FR: the new row, when it ends the chunk, is not read from the cache at
-    // all (fresh_fold adds it): 4,096 cached rows and the new one in 16
-    // chunks then take two rounds of 128 a task, not a third for one row.
-    const int j_end = FR && pos == j_hi - 1 ? pos : j_hi;
+    const int j_lo = min(du.g.chunk(sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
     float m[UG], l[UG], acc[UG][PER];
     clear_softmax(m, l, acc);
     float av[UG][V16::VEC] = {};  // kV16: the lane's columns of its row group
@@ -1036,13 +1013,13 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       // rows are D elements apart, and the same column of 8 of them would
       // fall in one bank group.
       const int rot = KVP::kOn && paged ? lane : 0;
-      for (int jg = j_lo + 32 * sub; jg < j_end; jg += 32 * cp) {
+      for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
         const int j = jg + lane;
         float sc[UG];
         bool live = false;
 #pragma unroll
         for (int u = 0; u < UG; ++u) {
-          sc[u] = j >= j_end || (FR && j == pos) ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : sc[0];
+          sc[u] = j >= j_hi || (FR && j == pos) ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : sc[0];
           live = live || sc[u] != -INFINITY;
         }
         // q·k of each head for this lane's position: its K row read whatever
@@ -1155,7 +1132,7 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
     }
     if (i0 == 0) mark_dots_trace();  // trace builds: the first round's K and V done
     if constexpr (kV16)
-      if (active) to_lane_columns<T, D, UG>(av, acc, kOneUnit ? part + warp * UG * (D + 2) : qs, lane);
+      if (active) to_lane_columns<T, D, UG>(av, acc, qs, lane);
     if constexpr (FR)
       if (active) fresh_fold<UG, PER>(m, l, acc, xf, vfresh, lane);
     if (cp > 1) {  // the unit's warps merge into its first
@@ -1183,7 +1160,7 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
 // loader streamed into the ring while the task waited for its queries. Its
 // heads run as UG units of one head side by side, a warp's chain a head's
 // (one warp doing all UG heads' dots and softmaxes took 1.3x the time of
-// a head's chain on llama-3.2-1b), unless the chunk is wide (below): with one split a group (R = SPLITS,
+// a head's chain on llama-3.2-1b): with one split a group (R = SPLITS,
 // codegen's kvStreamOf) the one-head units of split sp for heads h .. h +
 // UG - 1 are [lo1, lo1 + UG·SPLITS) of that numbering (DecodeUnits). Then
 // every consumer warp releases the pages, each once landed (a slot
@@ -1200,21 +1177,13 @@ template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, 
 __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(!ROWS && !std::is_void<FT>::value && decode_fast_dims<T, D>() && R == SH::SPLITS,
                 "kv_pages: a fresh-row decode attention of one batch row, one split a group, with vector loads");
-  constexpr int splits = SH::SPLITS, S = SH::S, chunk = SH::CHUNK;
-  // Wide: a chunk of more 32-row groups than a head's warps take in one
-  // round (a long cache's) runs as one unit of UG heads on every warp, a
-  // warp's groups for all UG heads at once (each K and V row read once for
-  // them): one round at ~1.3x a head's, not two or three (kvStream.wide).
-  constexpr bool wide = (chunk + 31) / 32 > MPK_THREADS / 32 / UG;
-  const int sp = lo % splits, h0 = lo / splits * UG, j0 = SH::LIVE ? 0 : min(sp * chunk, S);
-  KVPages<T, D, P, wide ? 1 : UG> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, min(chunk, S - j0), c.abort, LIVE};
-  if constexpr (SH::LIVE) kv.split = sp, kv.splits = splits;  // cut from the extent (cut), as the loader does
+  constexpr int splits = SH::SPLITS, S = SH::S, chunk = (S + splits - 1) / splits;
+  const int sp = lo % splits, h0 = lo / splits * UG, j0 = min(sp * chunk, S);
+  KVPages<T, D, P, UG> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, min(chunk, S - j0), c.abort, LIVE};
   const int lo1 = h0 * splits + sp, hi1 = lo1 + UG * splits;
   const bool fast = decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]));
-  constexpr int rpp = decltype(kv)::RPP;
-  // The loader streams nothing for a ring too small for the chunk's K and V
-  // at once, nor for live chunks it cannot cut (no one extent: !LIVE).
-  constexpr bool small_ring = 2 * ((chunk + rpp - 1) / rpp) > P || (SH::LIVE && !LIVE);
+  constexpr int rpp = KVPages<T, D, P, UG>::RPP;
+  constexpr bool small_ring = 2 * ((chunk + rpp - 1) / rpp) > P;
   if (LIVE && (small_ring || !fast)) {
     const View& e = op.in[4];
     const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset);
@@ -1230,9 +1199,7 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
       attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
     return c.seq;
   } else {
-    if (fast && wide)
-      kv.cut(attention_decode<T, QT, MT, D, R, false, true, UG, SH, FT>(op, lo, hi, s, c.smem, kv));
-    else if (fast)
+    if (fast)
       kv.cut(attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv));
     else
       attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
@@ -1697,14 +1664,10 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
 
 // DecodeShape is a split-KV attention's shape as constants, emitted by
 // codegen from the op: H query heads, SPLITS KV chunks, S cache positions,
-// G query heads a KV head; LIVE: its chunks split the mask's extent
-// (ir.LiveChunks, live_chunk), not the cache. CHUNK is the most positions
-// a chunk holds.
-template <int H_, int SPLITS_, int S_, int G_, bool LIVE_>
+// G query heads a KV head.
+template <int H_, int SPLITS_, int S_, int G_>
 struct DecodeShape {
   static constexpr int H = H_, SPLITS = SPLITS_, S = S_, G = G_;
-  static constexpr bool LIVE = LIVE_;
-  static constexpr int CHUNK = !LIVE ? (S + SPLITS - 1) / SPLITS : S > 1 ? (S - 1 + SPLITS - 1) / SPLITS + 1 : 2;
 };
 
 // attention_partial: per KV chunk, the block's warps share the KV heads; with
@@ -1856,7 +1819,7 @@ __device__ void attn_merge(const Op& op, int lo, int hi, const Slots<N>& s, char
 // contiguous partials [B, Splits, H, 1, D+2] split-KV attention writes: the
 // task's heads [lo, hi) of every batch row (or, split along the rows, a
 // long prompt chunk's: every head of rows [lo, hi)), a warp per (row, head)
-// pair, so 16 pairs cost one round trip (merge_pairs). CHUNK != 0: in[1] is
+// pair, so 16 pairs cost one round trip (merge_pairs). CHUNK > 0: in[1] is
 // the mask's extent per row, and the splits from it on (unwritten) are not
 // read.
 template <int D, int H, int CHUNK, int R, int SPLITS, int N>

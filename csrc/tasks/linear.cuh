@@ -248,9 +248,8 @@ __device__ __forceinline__ void stage_x(ExprPro<E>, const Op& op, int64_t m, X x
 // holds split t's max and sum, the lanes own the heads' columns, and a batch
 // of splits' outputs is loaded with the maxima (H and D as constants: one
 // base register and immediate offsets), so a batch costs one round trip.
-// CHUNK != 0: in[pro_first] is the mask's extent per row, and the splits
-// from ⌈extent / CHUNK⌉ (CHUNK < 0: live_splits) on (no live position) are
-// not read; the extent is
+// CHUNK > 0: in[pro_first] is the mask's extent per row, and the splits
+// from ⌈extent / CHUNK⌉ on (no live position) are not read; the extent is
 // loaded with the first batch, so the bound costs no round trip.
 template <int D, int H, int CHUNK, int R, int SPLITS>
 struct MergePro {};
@@ -287,21 +286,20 @@ struct SplitGroups {
 };
 
 // splits_below_extent: how many of a split-KV attention's splits (chunks of
-// `chunk` positions; negative: cut from the extent, live_chunk) start below
-// row `row`'s mask extent (the int32 view e, from mask_extent); the splits
-// from there on hold no visible position. The attention computes and the
-// merge reads only these.
+// `chunk` positions) start below row `row`'s mask extent (the int32 view e,
+// from mask_extent); the splits from there on hold no visible position. The
+// attention computes and the merge reads only these.
 template <int N>
 __device__ __forceinline__ int splits_below_extent(const View& e, int64_t row, int chunk, int splits, const Slots<N>& s) {
   const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + row * e.stride[0]);
-  return chunk < 0 ? live_splits(extent, splits) : min(splits, (extent + chunk - 1) / chunk);
+  return min(splits, (extent + chunk - 1) / chunk);
 }
 
 // merge_pairs merges the split-KV partials p (contiguous [B, Splits, H, 1,
 // D+2]) of (batch row, head) pairs: the warps take pairs warp, warp + W, ...,
 // HP a warp, pair i being at(i) (an int2: row, head) for i < npairs. ext,
-// with CHUNK != 0, is the mask's extent per row: the splits from
-// ⌈extent / CHUNK⌉ (CHUNK < 0: live_splits) on hold nothing and are not read. store(i, d, v) gets
+// with CHUNK > 0, is the mask's extent per row: the splits from
+// ⌈extent / CHUNK⌉ on hold nothing and are not read. store(i, d, v) gets
 // element d of pair i's merged row.
 template <int D, int H, int CHUNK, int R, int HP, int SPLITS, int N, typename At, typename Store>
 __device__ __forceinline__ void merge_pairs(const View& p, const View& ext, int npairs, At at, Store store,
@@ -346,7 +344,7 @@ __device__ __forceinline__ void merge_pairs(const View& p, const View& ext, int 
         for (int e = 0; e < PER; ++e) a[i][t][e] = t < n && lane + 32 * e < D ? __ldcg(pt + lane + 32 * e) : 0.f;
       }
     }
-    if constexpr (CHUNK != 0) {
+    if constexpr (CHUNK > 0) {
       if (s0 == 0) {  // after the first batch's loads are out
         bound = 0;
 #pragma unroll

@@ -256,19 +256,6 @@ func linearOnGPU(op *ir.Op) bool {
 	return wok && xok
 }
 
-// decodeScratch is mpk::attention_decode's shared memory for units of ug
-// query heads of head dim D and a batch of rows: qcopies copies of the
-// queries [ug][D] (a warp's each, or one that every warp of one unit
-// shares), each warp's softmax states [ug][D + 2], each row's live splits
-// (rounded up to 4 with fresh rows), and with fresh rows qcopies new V rows.
-func decodeScratch(ug, rows, D, qcopies int, fresh bool) int {
-	vrows := 0
-	if fresh {
-		rows, vrows = (rows+3)/4*4, qcopies*D*4
-	}
-	return qcopies*ug*D*4 + (Threads/32)*ug*(D+2)*4 + 4*rows + vrows
-}
-
 // streamEntry is a row of the loader's table (mpk::Stream, streamFields'
 // order).
 type streamEntry struct {
@@ -277,17 +264,16 @@ type streamEntry struct {
 	tileRows, rowSpan, rowBytes int64
 	colMajor                    int64
 	pairSlot, pairOffset        int64
-	kvJ0, kvSplit, kvSplits     int64
+	kvJ0                        int64
 	tmap, pairTmap, tmapRow     int64
 }
 
 // noStream is the entry of a task that streams nothing.
-var noStream = streamEntry{pairSlot: -1, kvJ0: -1, kvSplit: -1, tmap: -1, pairTmap: -1}
+var noStream = streamEntry{pairSlot: -1, kvJ0: -1, tmap: -1, pairTmap: -1}
 
 func (e streamEntry) String() string {
-	return fmt.Sprintf("  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", e.slot, e.pageBytes, e.offset, e.bytes,
-		e.tileRows, e.rowSpan, e.rowBytes, e.colMajor, e.pairSlot, e.pairOffset, e.kvJ0, e.kvSplit, e.kvSplits, e.tmap,
-		e.pairTmap, e.tmapRow)
+	return fmt.Sprintf("  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", e.slot, e.pageBytes, e.offset, e.bytes,
+		e.tileRows, e.rowSpan, e.rowBytes, e.colMajor, e.pairSlot, e.pairOffset, e.kvJ0, e.tmap, e.pairTmap, e.tmapRow)
 }
 
 // writeStreams emits the loader's table: for every task, the weight bytes
@@ -591,9 +577,9 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 					cType[op.In[fresh.First+2].DType()], cType[op.In[fresh.First+3].DType()], wT, fresh.QDType, fresh.Norm,
 					fresh.NormDType)
 			}
-			args := fmt.Sprintf("%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d, %v>, %s", T, cType[op.In[0].DType()],
+			args := fmt.Sprintf("%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s", T, cType[op.In[0].DType()],
 				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(), op.In[0].Shape[1],
-				op.Out.Shape[1], op.In[1].Shape[2], G, op.Attr.LiveChunks, ft)
+				op.Out.Shape[1], op.In[1].Shape[2], G, ft)
 			code = fmt.Sprintf("mpk::attention_partial<%s>(op, lo, hi, s, c.smem)", args)
 			if ks, ok := kvStreamOf(op); ok {
 				// kv_pages: the task's K and V chunk comes through the ring.
@@ -604,13 +590,14 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		// Per-warp softmax states (decode: each warp's queries and states, and
 		// each batch row's live splits; fresh rows: then each warp's new V
 		// row, after the rows' counts rounded up to 4).
-		decodeBytes := decodeScratch(int(op.HeadsPerUnit()), int(op.In[0].Shape[0]), int(D), Threads/32, op.Attr.Fresh != nil)
-		if ks, ok := gen.kvs[op]; ok { // attention_kv_pages runs its unit's heads as units of one
-			decodeBytes = decodeScratch(1, 1, int(D), Threads/32, true)
-			if ks.wide() { // or, a wide chunk's, as one unit on every warp: its queries and new V row once
-				decodeBytes = max(decodeBytes, decodeScratch(int(ks.UG), 1, int(D), 1, true))
-			}
+		ug, rows, vrows := int(op.HeadsPerUnit()), int(op.In[0].Shape[0]), 0
+		if _, ok := gen.kvs[op]; ok { // attention_kv_pages runs its unit's heads as units of one
+			ug = 1
 		}
+		if op.Attr.Fresh != nil {
+			rows, vrows = (rows+3)/4*4, (Threads/32)*int(D)*4
+		}
+		decodeBytes := (Threads/32)*ug*(2*int(D)+2)*4 + 4*rows + vrows
 		gen.smem = max(gen.smem, (Threads/32)*int(G)*(int(D)+2)*4, decodeBytes)
 		if op.Attr.SharedKV {
 			k, v := op.In[1], op.In[2]

@@ -18,8 +18,7 @@ import (
 // before any event; the loader's copy of the written row is never used.
 type kvStream struct {
 	D, S, G, UG, Splits int64
-	Chunk, RowsPerPage  int64 // Chunk: a chunk's rows (Live: the most it may hold)
-	Live                bool  // chunks cut from the live extent (ir.Attrs.LiveChunks)
+	Chunk, RowsPerPage  int64
 }
 
 // kvStreamOf reports whether op's tasks stream their K and V: a fresh-row
@@ -51,9 +50,6 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	ks := kvStream{D: D, S: k.Shape[2], G: max(1, op.Attr.Groups), UG: op.HeadsPerUnit(), Splits: op.Attr.Splits,
 		RowsPerPage: stream.KVRowsPerPage(D)}
 	ks.Chunk = ir.SplitChunk(ks.S, ks.Splits)
-	if ks.Live = op.Attr.LiveChunks; ks.Live { // the longest chunk any extent gives
-		ks.Chunk = ir.LiveChunkRows(ks.S, ks.Splits)
-	}
 	if ks.RowsPerPage < 1 || ks.pagesPerPart(ks.Chunk) > stream.MaxKVPagesPerPart {
 		return kvStream{}, false
 	}
@@ -66,37 +62,24 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 // same arithmetic, reads the chunk from the cache.
 func (ks kvStream) fits(ringPages int) bool { return 2*ks.pagesPerPart(ks.Chunk) <= int64(ringPages) }
 
-// wide reports whether a task's chunk holds more 32-row groups than a
-// head's warps take in one round, so that mpk::attention_kv_pages runs it as
-// one unit of UG heads on every warp (a warp's groups for all the heads)
-// rather than UG one-head units of Threads/32/UG warps each.
-func (ks kvStream) wide() bool { return (ks.Chunk+31)/32 > int64(Threads/32)/ks.UG }
-
 // pagesPerPart is how many pages rows of K (or of V) take.
 func (ks kvStream) pagesPerPart(rows int64) int64 { return stream.KVPagesPerPart(ks.D, rows) }
 
 // first is the task's unit (one split a group: split sp covers chunk sp, as
-// mpk::attention_kv_pages reads it): its KV head, its split and the
-// positions [j0, j0 + rows) of its chunk (rows 0: past the cache, nothing
-// streams; Live: the head's first position and the most rows, the loader
-// cutting the chunk once it has the extent).
-func (ks kvStream) first(lo int64) (kvh, sp, j0, rows int64) {
+// mpk::attention_kv_pages reads it): its KV head and the positions
+// [j0, j0 + rows) of its chunk (rows 0: past the cache, nothing streams).
+func (ks kvStream) first(lo int64) (kvh, j0, rows int64) {
 	sp, h0 := lo%ks.Splits, lo/ks.Splits*ks.UG
-	if ks.Live {
-		return h0 / ks.G, sp, 0, ks.Chunk
-	}
 	j0 = min(sp*ks.Chunk, ks.S)
-	return h0 / ks.G, sp, j0, min(ks.Chunk, ks.S-j0)
+	return h0 / ks.G, j0, min(ks.Chunk, ks.S-j0)
 }
 
 // kvStreamOf is the loader's table entry of task t of op: the first unit's K
 // rows, then (a pair's second part) its V rows, in pages of whole rows.
 func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split int) streamEntry {
 	lo, _ := taskRange(op, t.Box, split)
-	kvh, sp, j0, rows := ks.first(lo)
-	// Live chunks stream only where the loader learns the extent (kKVLive;
-	// mpk::attention_kv_pages then reads the cache, by the same test).
-	if rows <= 0 || !ks.fits(gen.ringPages) || ks.Live && !gen.kvLive {
+	kvh, j0, rows := ks.first(lo)
+	if rows <= 0 || !ks.fits(gen.ringPages) {
 		return noStream
 	}
 	at := func(x ir.View) int64 {
@@ -111,9 +94,6 @@ func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split i
 	e := noStream
 	e.slot, e.pageBytes, e.offset, e.bytes, e.rowBytes = int64(gen.l.slot[k.Buf]), ks.RowsPerPage*ks.D*2, at(k), rows*ks.D*2, rowBytes
 	e.pairSlot, e.pairOffset, e.kvJ0 = int64(gen.l.slot[v.Buf]), at(v), liveJ0
-	if ks.Live {
-		e.kvJ0, e.kvSplit, e.kvSplits, e.rowBytes = -1, sp, ks.Splits, ks.D*2
-	}
 	return e
 }
 

@@ -31,18 +31,9 @@ func TestKVStream(t *testing.T) {
 		t.Fatalf("kvStreamOf = %+v, %v; want chunks of 111 rows, 128 a page", ks, ok)
 	}
 	for _, c := range []struct{ lo, kvh, j0, rows int64 }{{0, 0, 0, 111}, {8, 1, 333, 111}, {39, 7, 444, 108}} {
-		if kvh, _, j0, rows := ks.first(c.lo); kvh != c.kvh || j0 != c.j0 || rows != c.rows {
+		if kvh, j0, rows := ks.first(c.lo); kvh != c.kvh || j0 != c.j0 || rows != c.rows {
 			t.Errorf("unit %d: KV head %d, rows [%d, +%d); want %d, [%d, +%d)", c.lo, kvh, j0, rows, c.kvh, c.j0, c.rows)
 		}
-	}
-	// Live chunks: any extent's, at most ⌈551/5⌉ + 1 = 112 rows, from the
-	// head's first row (the loader cuts the task's chunk from the extent).
-	live := kvOp(ir.BF16, 64)
-	live.Attr.LiveChunks = true
-	if ks, ok := kvStreamOf(live); !ok || !ks.Live || ks.Chunk != 112 {
-		t.Fatalf("live chunks: kvStreamOf = %+v, %v; want chunks of up to 112 rows", ks, ok)
-	} else if kvh, sp, j0, rows := ks.first(39); kvh != 7 || sp != 4 || j0 != 0 || rows != 112 {
-		t.Errorf("live chunks, unit 39: KV head %d, split %d, rows [%d, +%d); want 7, 4, [0, +112)", kvh, sp, j0, rows)
 	}
 	if ks, ok := kvStreamOf(kvOp(ir.BF16, 128)); !ok || ks.RowsPerPage != 64 || ks.pagesPerPart(ks.Chunk) != 2 {
 		t.Errorf("head dim 128: %+v, %v; want 64 rows a page, 2 pages a part", ks, ok)

@@ -223,7 +223,7 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	// slot, page bytes, offset, bytes, tile rows, row span, row bytes,
 	// column-major, pair slot, pair offset, kv j0, tensor map, the pair's,
 	// the task's first row in them
-	const F = 16
+	const F = 14
 	rows := table(t, src, "mpk::Stream streams")
 	const TF = 9 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units, swizzle
 	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
@@ -266,8 +266,8 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		if r[8] >= 0 {
 			paired++
 		}
-		if r[10] != -1 || r[11] != -1 {
-			t.Fatalf("%s: task %d (%s): a Linear's weights cut to a live length (%d, %d)", name, i, comp.Tasks.Name(i), r[10], r[11])
+		if r[10] != -1 {
+			t.Fatalf("%s: task %d (%s): a Linear's weights cut to a live length (%d)", name, i, comp.Tasks.Name(i), r[10])
 		}
 		if !bulk[r[0]] || r[8] >= 0 && !bulk[r[8]] {
 			t.Fatalf("%s: task %d (%s) streams inputs %d and %d; bulk inputs %v", name, i, comp.Tasks.Name(i), r[0], r[8],
@@ -276,11 +276,11 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 
 		// Tile and GEMM pages are boxes of a tensor map of the whole weight
 		// (the loader's one copy a page); pages of whole rows have none.
-		if (kind == "rows") != (r[13] == -1) || (r[14] >= 0) != (r[13] >= 0 && r[8] >= 0) {
-			t.Fatalf("%s: task %d (%s): tensor maps %d and %d for %s pages", name, i, comp.Tasks.Name(i), r[13], r[14], kind)
+		if (kind == "rows") != (r[11] == -1) || (r[12] >= 0) != (r[11] >= 0 && r[8] >= 0) {
+			t.Fatalf("%s: task %d (%s): tensor maps %d and %d for %s pages", name, i, comp.Tasks.Name(i), r[11], r[12], kind)
 		}
-		if r[13] >= 0 {
-			m := tmaps[TF*r[13] : TF*r[13]+TF]
+		if r[11] >= 0 {
+			m := tmaps[TF*r[11] : TF*r[11]+TF]
 			block, swizzle := 0, 0 // GEMM pages land in column blocks of 64 bytes, wgmma's 64-byte swizzled
 			if kind == "gemm" || kind == "wgmma" {
 				block = 64 / 8
@@ -290,9 +290,9 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 			}
 			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, block,
 				swizzle}
-			if !slices.Equal(m, want) || r[15] != int(task.Box.Lo[1]) {
+			if !slices.Equal(m, want) || r[13] != int(task.Box.Lo[1]) {
 				t.Fatalf("%s: task %d (%s): tensor map %v (first row %d), want %v (first row %d)", name, i, comp.Tasks.Name(i),
-					m, r[15], want, task.Box.Lo[1])
+					m, r[13], want, task.Box.Lo[1])
 			}
 		}
 
@@ -337,11 +337,9 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 // TestKVStreamTable: with kv_pages (small-llama: 2 KV heads of 2 query
 // heads; over 300 cached tokens 3 chunks of 107 positions, and on 6 workers
 // over a cache of 1,024 the long-cache layout's 3 chunks of 342, 3 pages
-// each), each attention task is one chunk of one unit, cut from the live
-// extent (ir.LiveChunks), and its loader row streams that chunk's K rows
-// then its V rows from the caches, in pages of 128 rows: the KV head's rows
-// from its first, as many as the longest live chunk holds, for the loader
-// to cut once it has the extent; both caches are bulk inputs. The CUDA task (attention_kv_pages)
+// each), each attention task is one chunk of one unit, and its loader row
+// streams that chunk's K rows then its V rows from the caches, in pages of
+// 128 rows; both caches are bulk inputs. The CUDA task (attention_kv_pages)
 // reads the pages by the same arithmetic, so a mismatch here would hang or
 // corrupt a launch.
 func TestKVStreamTable(t *testing.T) {
@@ -356,7 +354,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		t.Fatal(err)
 	}
 	src := comp.Result.CUDA["module.cu"]
-	const F = 16
+	const F = 14
 	rows := table(t, src, "mpk::Stream streams")
 	bulk := map[int]bool{}
 	for _, k := range comp.Result.BulkInputs {
@@ -370,20 +368,21 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		op, r := comp.Ops.Ops[task.Op], rows[F*i:F*i+F]
 		k, v, G, ug := op.In[1], op.In[2], op.Attr.Groups, op.HeadsPerUnit()
 		S, D, splits := k.Shape[2], k.Shape[3], op.Attr.Splits
-		if op.Attr.Fresh == nil || splits != 3 || op.Attr.Interleave != splits || ug != 2 || !op.Attr.LiveChunks {
-			t.Fatalf("attention op %d: fresh %v, %d splits, interleave %d, %d heads a unit, live chunks %v; want fresh rows, 3, 3, 2, true",
-				op.ID, op.Attr.Fresh != nil, splits, op.Attr.Interleave, ug, op.Attr.LiveChunks)
+		if op.Attr.Fresh == nil || splits != 3 || op.Attr.Interleave != splits || ug != 2 {
+			t.Fatalf("attention op %d: fresh %v, %d splits, interleave %d, %d heads a unit; want fresh rows, 3, 3, 2",
+				op.ID, op.Attr.Fresh != nil, splits, op.Attr.Interleave, ug)
 		}
 		// One chunk of one unit: box [B, splits, H, 1, D+2] over one split and ug heads.
 		sp, h0 := task.Box.Lo[1], task.Box.Lo[2]
 		if task.Box.Hi[1]-sp != 1 || task.Box.Hi[2]-h0 != ug {
 			t.Fatalf("task %d (%s): box %v-%v is not one chunk of one unit", i, comp.Tasks.Name(i), task.Box.Lo, task.Box.Hi)
 		}
-		kvh, j0, n := h0/G, int64(0), ir.LiveChunkRows(S, splits)
+		chunk := (S + splits - 1) / splits
+		kvh, j0 := h0/G, sp*chunk
+		n := min(chunk, S-j0)
 		at := func(x ir.View) int { return int((x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
-		// cut from the extent (every kv op reads one): a row's bytes, no first position, the split and the splits
-		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), -1,
-			int(sp), int(splits), -1, -1, 0}
+		// cut to the live length (every kv op reads one mask extent): the chunk's first position, a row's bytes
+		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), int(j0), -1, -1, 0}
 		if !slices.Equal(r, want) {
 			t.Fatalf("task %d (%s, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), kvh, j0, n, r, want)
 		}

@@ -396,9 +396,6 @@ func exactDims(out []int64) []int {
 // chunk's start to the highest one's end (a superset: the chunks between
 // belong to other tasks, whose reads it only repeats).
 func splitSpan(op *ir.Op, S, s0, s1 int64) (lo, hi int64) {
-	if op.Attr.LiveChunks { // chunks cut at run time: any of the positions
-		return 0, S
-	}
 	g := ir.SplitGroups{Splits: op.Attr.Splits, R: op.Attr.Interleave}
 	c0, c1 := g.Chunk(s0), g.Chunk(s0)
 	for s := s0 + 1; s < s1; s++ {
@@ -470,7 +467,7 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 			box := fullBox(x)
 			box.Lo[0], box.Hi[0] = b.Lo[0], b.Hi[0]
 			read(x, box)
-			if p.Chunk != 0 { // and the rows' mask extents
+			if p.Chunk > 0 { // and the rows' mask extents
 				read(op.In[p.First], tgraph.Box{Lo: b.Lo[:1], Hi: b.Hi[:1]})
 			}
 		} else if op.Attr.Pro != nil { // x is computed from the prologue's inputs

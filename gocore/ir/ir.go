@@ -226,14 +226,7 @@ type Attrs struct {
 	// (SplitGroups), a task per group and head, so a short live length
 	// spreads over every task.
 	Interleave int64
-	// LiveChunks, on a decode Attention with an extent, one batch row and one
-	// split a group (Interleave = Splits): its chunks split the live extent,
-	// not the capacity (LiveChunkPositions), so every task takes a share of
-	// the positions written so far, whatever the cache's capacity.
-	LiveChunks bool
-	// Chunk, on an AttnMerge with HasExtent: the positions a KV chunk covers,
-	// or LiveChunk (the attention's LiveChunks).
-	Chunk int64
+	Chunk      int64 // AttnMerge with HasExtent: the positions a KV chunk covers
 	// UnitHeads > 1, on a decode Attention: a unit (DecodeUnits) takes that
 	// many query heads, all of one KV head, which share each K and V load.
 	UnitHeads int64
@@ -307,11 +300,10 @@ type Prologue struct {
 	Eps       float64
 	HasWeight bool // RMSNorm: the second input is the weight
 	DType     DType
-	// Chunk != 0, on an AttnMerge prologue: In[First] is the extent [M]
+	// Chunk > 0, on an AttnMerge prologue: In[First] is the extent [M]
 	// (int32) of the attention's mask, and split s covers positions from
-	// s·Chunk (LiveChunk: LiveChunkPositions), so the splits from
-	// ⌈extent/Chunk⌉ (LiveSplits) on hold nothing and are not read: a long
-	// cache with few live positions merges few partials.
+	// s·Chunk, so the splits from ⌈extent/Chunk⌉ on hold nothing and are not
+	// read: a long cache with few live positions merges few partials.
 	Chunk int64
 	// Interleave: the attention's split groups (SplitGroups), so the merge
 	// finds the split that covers each live chunk.
@@ -430,43 +422,6 @@ func (op *Op) HeadsPerUnit() int64 { return max(1, op.Attr.UnitHeads) }
 // SplitChunk is how many of S KV positions each chunk of a split-KV
 // attention with splits chunks covers (the last may cover fewer).
 func SplitChunk(S, splits int64) int64 { return (S + splits - 1) / splits }
-
-// LiveChunk, as a merge's Chunk, says the attention's chunks split the
-// live extent (Attrs.LiveChunks).
-const LiveChunk = -1
-
-// LiveChunkPositions returns the KV positions [lo, hi) of chunk c of an
-// attention with live chunks (Attrs.LiveChunks) at extent E: [0, E) in
-// chunks of ⌈(E−1)/splits⌉, the last chunk taking what remains (at most one
-// more). Sized for E−1 because position E−1 is a decode step's new row,
-// which a fresh-row attention folds from registers: the rows its tasks read
-// from the cache split evenly (4,096 cached positions and 16 splits: 256
-// each, whole rounds of a task's warps, where ⌈4,097/16⌉ would take a
-// third round for one row). csrc's live_chunk is the same arithmetic.
-func LiveChunkPositions(E, splits, c int64) (lo, hi int64) {
-	n := liveChunkLen(E, splits)
-	lo = min(c*n, E)
-	if c == splits-1 {
-		return lo, E
-	}
-	return lo, min(lo+n, E)
-}
-
-// liveChunkLen is the length of every live chunk but the last one.
-func liveChunkLen(E, splits int64) int64 { return max(1, (E-1+splits-1)/splits) }
-
-// LiveSplits is how many chunks of an attention with live chunks hold a
-// position at extent E: the ones below it (csrc's live_splits).
-func LiveSplits(E, splits int64) int64 {
-	if E <= 0 {
-		return 0
-	}
-	return min(splits, (E+liveChunkLen(E, splits)-1)/liveChunkLen(E, splits))
-}
-
-// LiveChunkRows is the most positions a live chunk holds over a cache of S
-// positions (a task's K and V pages are sized for it).
-func LiveChunkRows(S, splits int64) int64 { return liveChunkLen(S, splits) + 1 }
 
 // SharedKVTile is the most K and V rows of a chunk that attention with
 // shared K and V (Attrs.SharedKV) holds in shared memory at once: a longer

@@ -199,37 +199,3 @@ func TestSplitGroups(t *testing.T) {
 		}
 	}
 }
-
-// TestLiveChunks: at every extent the live chunks cut [0, E) into
-// consecutive ranges, LiveSplits of them not empty (the first ones), none
-// longer than LiveChunkRows of the capacity; when E−1 positions fill whole
-// chunks, each of those is exactly that long and the last takes E−1.
-func TestLiveChunks(t *testing.T) {
-	for _, c := range []struct{ S, splits int64 }{{4136, 16}, {552, 5}, {64, 16}, {4096, 16}, {100, 1}, {7, 3}} {
-		for E := int64(0); E <= c.S; E++ {
-			at, live := int64(0), LiveSplits(E, c.splits)
-			for ch := int64(0); ch < c.splits; ch++ {
-				lo, hi := LiveChunkPositions(E, c.splits, ch)
-				if lo != at || hi < lo || hi > E {
-					t.Fatalf("%+v E %d: chunk %d is [%d, %d), want it from %d within [0, E)", c, E, ch, lo, hi, at)
-				}
-				if (hi > lo) != (ch < live) {
-					t.Fatalf("%+v E %d: chunk %d is [%d, %d) with %d live splits", c, E, ch, lo, hi, live)
-				}
-				if hi-lo > LiveChunkRows(c.S, c.splits) {
-					t.Fatalf("%+v E %d: chunk %d holds %d rows, more than %d", c, E, ch, hi-lo, LiveChunkRows(c.S, c.splits))
-				}
-				at = hi
-			}
-			if at != E {
-				t.Fatalf("%+v E %d: the chunks end at %d", c, E, at)
-			}
-		}
-	}
-	for ch := int64(0); ch < 16; ch++ { // 4,096 cached and the new row: 256 from the cache each
-		lo, hi := LiveChunkPositions(4097, 16, ch)
-		if lo != 256*ch || hi-lo != 256+min(1, ch/15) {
-			t.Errorf("extent 4,097: chunk %d is [%d, %d)", ch, lo, hi)
-		}
-	}
-}

@@ -16,11 +16,8 @@ import "mpk/gocore/ir"
 // interleaved (ir.SplitGroups) into a group per worker a head leaves, so the
 // live chunks spread over all its tasks rather than the first of each head's.
 // An attention is bounded only when every reader of its partials is such a
-// merge: the chunks it skips are never written. With liveChunks (kv_pages),
-// one batch row's attention of one split a group cuts its chunks from the
-// extent (ir.Attrs.LiveChunks): a cache of any capacity then spreads its
-// live positions over every task.
-func boundMergeByExtent(g *ir.Graph, workers int, liveChunks bool) {
+// merge: the chunks it skips are never written.
+func boundMergeByExtent(g *ir.Graph, workers int) {
 	u := analyze(g)
 	extentOf := map[*ir.Op]*ir.Op{} // attention → the extent of its mask
 	for _, a := range g.Ops {
@@ -51,9 +48,6 @@ func boundMergeByExtent(g *ir.Graph, workers int, liveChunks bool) {
 			a.Attr.Interleave = 1
 		}
 		chunk := ir.SplitChunk(S, a.Attr.Splits)
-		if liveChunks && a.In[0].Shape[0] == 1 && a.Attr.Interleave == a.Attr.Splits && !a.Attr.SharedKV {
-			a.Attr.LiveChunks, chunk = true, ir.LiveChunk
-		}
 		for _, r := range readers {
 			if r.Kind == ir.AttnMerge {
 				r.In = append(r.In, ext.Out)

@@ -99,7 +99,7 @@ func maskedMergeGraph(t *testing.T, B int64, splitWorkers int) (*builder, *ir.Op
 	a.Attr.HasMask = true
 	run(t, b.g, func(g *ir.Graph) { splitAttention(g, splitWorkers, false, false, false) })
 	run(t, b.g, fuseMergePrologue)
-	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 16, false) })
+	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 16) })
 	return b, lin, a
 }
 
@@ -141,7 +141,7 @@ func TestMergeBoundByTheMaskExtent(t *testing.T) {
 	b, lin = mergeGraph(false, 1)
 	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false) })
 	run(t, b.g, fuseMergePrologue)
-	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 4, false) })
+	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 4) })
 	if got := kinds(b.g); got != "attention linear:attn_merge+linear" || lin.Attr.Pro.Chunk != 0 || b.g.Ops[0].Attr.HasExtent {
 		t.Fatalf("ops %s, prologue %+v, attention %+v", got, lin.Attr.Pro, b.g.Ops[0].Attr)
 	}

@@ -25,7 +25,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 		fuseMergePrologue(g)
 		g.Renumber()
-		boundMergeByExtent(g, cfg.Workers, cfg.KVPages && cfg.FreshRows)
+		boundMergeByExtent(g, cfg.Workers)
 		g.Renumber()
 		shareRepeatedOps(g) // one extent for the layers' one mask
 		g.Renumber()

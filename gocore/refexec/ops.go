@@ -310,7 +310,7 @@ func (x *exec) linearInput(op *ir.Op, m int64, dst []float64) []float64 {
 	case ir.AttnMerge: // x[m, h·Dv+d] from the partials of batch row m (one query)
 		Dv, splits := in[0].Shape[4]-2, in[0].Shape[1]
 		chunks := splits // the chunks merged: all, or those below the extent
-		if pro.Chunk != 0 {
+		if pro.Chunk > 0 {
 			chunks = x.splitsBelowExtent(in[1], m, pro.Chunk, splits)
 		}
 		g := ir.SplitGroups{Splits: splits, R: pro.Interleave}
@@ -427,16 +427,11 @@ func (x *exec) score(op *ir.Op, qs, ks []float64, bi, h, i, j int64) float64 {
 	return s
 }
 
-// splitsBelowExtent is how many of splits chunks of chunk positions
-// (ir.LiveChunk: cut from the extent) start below row's mask extent (the
-// int32 view e, from MaskExtent), as the CUDA splits_below_extent: the
-// attention computes and the merge reads only these.
+// splitsBelowExtent is how many of splits chunks of chunk positions start
+// below row's mask extent (the int32 view e, from MaskExtent), as the CUDA
+// splits_below_extent: the attention computes and the merge reads only these.
 func (x *exec) splitsBelowExtent(e ir.View, row, chunk, splits int64) int64 {
-	E := int64(x.load(e, []int64{row}))
-	if chunk == ir.LiveChunk {
-		return ir.LiveSplits(E, splits)
-	}
-	return min(splits, (E+chunk-1)/chunk)
+	return min(splits, (int64(x.load(e, []int64{row}))+chunk-1)/chunk)
 }
 
 // maskAdd is what a mask element adds to a score: 0 or -inf for a bool
@@ -503,14 +498,9 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 				pos = p
 			} // else the cache write reports it
 		}
-		live, chunk := op.Attr.Splits, ir.SplitChunk(S, op.Attr.Splits) // chunks [0, live) hold visible positions
-		if op.Attr.LiveChunks {
-			chunk = ir.LiveChunk
-		}
-		E := S // the positions the chunks cut: the extent's with live chunks
+		live := op.Attr.Splits // chunks [0, live) hold visible positions
 		if op.Attr.HasExtent {
-			live = x.splitsBelowExtent(op.In[4], bi, chunk, live)
-			E = int64(x.load(op.In[4], []int64{bi}))
+			live = x.splitsBelowExtent(op.In[4], bi, ir.SplitChunk(S, op.Attr.Splits), live)
 		}
 		g := ir.SplitGroups{Splits: op.Attr.Splits, R: op.Attr.Interleave}
 		for s := b.Lo[1]; s < b.Hi[1]; s++ {
@@ -519,9 +509,6 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 				continue
 			}
 			lo, hi := ir.SplitPositions(S, op.Attr.Splits, c, c+1)
-			if op.Attr.LiveChunks {
-				lo, hi = ir.LiveChunkPositions(E, op.Attr.Splits, c)
-			}
 			for h := b.Lo[2]; h < b.Hi[2]; h++ {
 				kvh := h / op.Attr.Groups
 				var knew, vnew []float64
