@@ -722,6 +722,24 @@ __device__ __forceinline__ int fresh_position(const Op& op, const Slots<N>& s, i
   return i >= 0 && i < S ? (int)i : -1;
 }
 
+// fold_row adds one position to a unit's online softmax (m, l, acc:
+// columns lane·PER + e): x its queries' scores there (-inf: hidden, or not
+// this warp's; warp-uniform), vc(e) the lane's columns of its V row.
+template <int G, int PER, typename VC>
+__device__ __forceinline__ void fold_row(float (&m)[G], float (&l)[G], float (&acc)[G][PER], const float (&x)[G],
+                                         VC vc) {
+#pragma unroll
+  for (int u = 0; u < G; ++u) {
+    if (x[u] == -INFINITY) continue;  // warp-uniform
+    const float mnew = fmaxf(m[u], x[u]);
+    const float corr = m[u] == -INFINITY ? 0.f : __expf(m[u] - mnew), p = __expf(x[u] - mnew);
+    l[u] = l[u] * corr + p;
+#pragma unroll
+    for (int e = 0; e < PER; ++e) acc[u][e] = acc[u][e] * corr + p * vc(e);
+    m[u] = mnew;
+  }
+}
+
 // fresh_fold adds the row the step writes to a unit's online softmax (m,
 // l, acc: columns lane·PER + e), once its cache rows are done: xf its
 // queries' scores there (-inf: hidden, or not this warp's), the V row in vf
@@ -729,15 +747,36 @@ __device__ __forceinline__ int fresh_position(const Op& op, const Slots<N>& s, i
 template <int G, int PER>
 __device__ __forceinline__ void fresh_fold(float (&m)[G], float (&l)[G], float (&acc)[G][PER], const float (&xf)[G],
                                            const float* vf, int lane) {
+  fold_row<G, PER>(m, l, acc, xf, [&](int e) { return vf[lane * PER + e]; });
+}
+
+// MPK_DECODE_TAIL_ROWS (1; 0 an A/B knob): a chunk a few rows longer than
+// whole rounds of its warps (a long cache's: ⌈4,136 / 16⌉ = 259 positions
+// at 4 warps a head is 2 rounds of 128 and 3 rows) takes those rows one a
+// warp, the row's dot split over the lanes (tail_score), instead of a third
+// round of ~4.5 us for 3 rows. On the H100 at 4,096 cached (one run, two
+// pairs, bench/NOTES.md thirty-seventh session): qwen3-8b 6.707 / 6.705 ms
+// against 6.777 / 6.778, llama-3.2-1b 1.347 / 1.339 against 1.365 / 1.369.
+#ifndef MPK_DECODE_TAIL_ROWS
+#define MPK_DECODE_TAIL_ROWS 1
+#endif
+
+// tail_score is a warp's scores of its UG heads' queries qs [UG][D] (each
+// head's mask add in a: -inf hidden) against the K row kr, whose columns
+// lane·PER ... the lane holds: the dot summed over the lanes, every lane
+// getting it.
+template <typename T, int D, int UG, typename VR>
+__device__ __forceinline__ void tail_score(float (&x)[UG], const float (&a)[UG], const VR& kr, const float* qs,
+                                           int lane) {
+  constexpr int PER = D / 32;
+  const T* e = reinterpret_cast<const T*>(&kr);
 #pragma unroll
-  for (int u = 0; u < G; ++u) {
-    if (xf[u] == -INFINITY) continue;  // warp-uniform
-    const float mnew = fmaxf(m[u], xf[u]);
-    const float corr = m[u] == -INFINITY ? 0.f : __expf(m[u] - mnew), p = __expf(xf[u] - mnew);
-    l[u] = l[u] * corr + p;
+  for (int u = 0; u < UG; ++u) {
+    float d = 0.f;
 #pragma unroll
-    for (int e = 0; e < PER; ++e) acc[u][e] = acc[u][e] * corr + p * vf[lane * PER + e];
-    m[u] = mnew;
+    for (int c = 0; c < PER; ++c) d = fmaf(qs[u * D + lane * PER + c], to_float(e[c]), d);
+    d = warp_sum(d);
+    x[u] = a[u] == -INFINITY ? -INFINITY : a[u] + d;
   }
 }
 
@@ -941,6 +980,9 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
   constexpr int cpk = warps / kv_units<KVP>() > 0 ? warps / kv_units<KVP>() : 1;
   constexpr int cp = cp0 < cpk ? cp0 : cpk, units = warps / cp;
   const int sub = warp % cp;
+  // Rows past whole rounds one a warp (MPK_DECODE_TAIL_ROWS), for chunks of
+  // more than a round (FAST: D a multiple of 32, a lane's V columns one load).
+  constexpr bool kTail = MPK_DECODE_TAIL_ROWS && FAST && chunk > 32 * cp;
   // One batch row: the first round's unit as it is when every split is live
   // (the usual step), its queries read together with the mask's extent
   // rather than one round trip after it. The extent's load goes out first:
@@ -983,8 +1025,10 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
     clear_softmax(m, l, acc);
     float av[UG][V16::VEC] = {};  // kV16: the lane's columns of its row group
     float xf[UG];                 // FR: the queries' scores at pos, for fresh_fold (-inf: none here)
+    float xt[UG];                 // kTail: the scores of the warp's row past the rounds (-inf: none)
+    VRaw tail_v{};                // and its V columns lane·PER ...
 #pragma unroll
-    for (int u = 0; u < UG; ++u) xf[u] = -INFINITY;
+    for (int u = 0; u < UG; ++u) xf[u] = xt[u] = -INFINITY;
     if (active) {
       const T* krows = reinterpret_cast<const T*>(base(s, k)) + k.offset + b * k.stride[0] + kvh * k.stride[1];
       const T* vrows = reinterpret_cast<const T*>(base(s, v)) + v.offset + b * v.stride[0] + kvh * v.stride[1];
@@ -1013,7 +1057,28 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       // rows are D elements apart, and the same column of 8 of them would
       // fall in one bank group.
       const int rot = KVP::kOn && paged ? lane : 0;
-      for (int jg = j_lo + 32 * sub; jg < j_hi; jg += 32 * cp) {
+      // MPK_DECODE_TAIL_ROWS: the rows past the chunk's whole rounds, when
+      // they are no more than its warps, one a warp (tail_score), scored
+      // here while qs holds the queries and folded once the rounds' states
+      // are in lane columns.
+      int j_rounds = j_hi;
+      if constexpr (kTail) {
+        const int tail = j_hi - j_lo > 32 * cp ? (j_hi - j_lo) % (32 * cp) : 0;
+        if (tail > 0 && tail <= cp) {
+          j_rounds = j_hi - tail;
+          if (sub < tail) {
+            const int j = j_rounds + sub;
+            float a[UG];
+#pragma unroll
+            for (int u = 0; u < UG; ++u)
+              a[u] = FR && j == pos ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : a[0];
+            const VRaw kr = kv_load<VRaw>(kv, paged, j, lane * PER, false, krows + j * ks + lane * PER);
+            tail_v = kv_load<VRaw>(kv, paged, j, lane * PER, true, vrows + j * vs + lane * PER);
+            tail_score<T, D, UG>(xt, a, kr, qs, lane);
+          }
+        }
+      }
+      for (int jg = j_lo + 32 * sub; jg < j_rounds; jg += 32 * cp) {
         const int j = jg + lane;
         float sc[UG];
         bool live = false;
@@ -1133,6 +1198,11 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
     if (i0 == 0) mark_dots_trace();  // trace builds: the first round's K and V done
     if constexpr (kV16)
       if (active) to_lane_columns<T, D, UG>(av, acc, qs, lane);
+    if constexpr (kTail)
+      if (active) {
+        const T* e = reinterpret_cast<const T*>(&tail_v);
+        fold_row<UG, PER>(m, l, acc, xt, [&](int c) { return to_float(e[c]); });
+      }
     if constexpr (FR)
       if (active) fresh_fold<UG, PER>(m, l, acc, xf, vfresh, lane);
     if (cp > 1) {  // the unit's warps merge into its first
