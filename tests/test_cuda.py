@@ -34,14 +34,17 @@ def test_cuda_long_cache_mostly_empty(core_lib, fresh_dynamo):
     assert res.ok, "\n".join(lines)
 
 
-@pytest.mark.parametrize("cache_tokens", [700, 1000])
-def test_cuda_kv_pages_long_chunks(core_lib, fresh_dynamo, cache_tokens):
+@pytest.mark.parametrize("cache_tokens,capacity", [(700, 1024), (1000, 1024), (700, 774)])
+def test_cuda_kv_pages_long_chunks(core_lib, fresh_dynamo, cache_tokens, capacity):
     """kv_pages' long-cache layout: a cache of 1,024 on 6 workers takes 3
     chunks of 342 positions (3 ring pages of K and 3 of V a task), a unit of
     both of a KV head's query heads, each warp several 32-row blocks of the
-    chunk; at 700 live the last chunk is partly past the mask's extent."""
+    chunk; at 700 live the last chunk is partly past the mask's extent. A
+    cache of 774 takes chunks of 258: two rounds of a head's 8 warps and 2
+    rows, which two warps take one each (MPK_DECODE_TAIL_ROWS; the last
+    chunk's 2 past the mask's extent)."""
     lines = []
-    res = check.run_check(model="small-llama", target="cuda", cache_tokens=cache_tokens, capacity=1024, steps=4,
+    res = check.run_check(model="small-llama", target="cuda", cache_tokens=cache_tokens, capacity=capacity, steps=4,
                           seed=0, workers=6, log=lines.append, mask=True)
     assert res.ok, "\n".join(lines)
     assert res.summary["tasks_by_op"]["rope+attention"] == 6 * 2, res.summary["tasks_by_op"]
