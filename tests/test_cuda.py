@@ -40,9 +40,9 @@ def test_cuda_kv_pages_long_chunks(core_lib, fresh_dynamo, cache_tokens, capacit
     chunks of 342 positions (3 ring pages of K and 3 of V a task), a unit of
     both of a KV head's query heads, each warp several 32-row blocks of the
     chunk; at 700 live the last chunk is partly past the mask's extent. A
-    cache of 774 takes chunks of 258: two rounds of a head's 8 warps and 2
-    rows, which two warps take one each (MPK_DECODE_TAIL_ROWS; the last
-    chunk's 2 past the mask's extent)."""
+    cache of 774 takes chunks of 258: one round of a head's 8 warps (256
+    rows) and 2 rows, which two warps take one each (MPK_DECODE_TAIL_ROWS;
+    the last chunk's 2 past the mask's extent)."""
     lines = []
     res = check.run_check(model="small-llama", target="cuda", cache_tokens=cache_tokens, capacity=capacity, steps=4,
                           seed=0, workers=6, log=lines.append, mask=True)
