@@ -262,22 +262,6 @@ __device__ __forceinline__ void set_dots_phase(uint32_t on) {
 // pages by the same arithmetic.
 __shared__ int32_t s_kv_extent;
 
-// MPK_KV_ALTERNATE (1; 0 an A/B knob): a kv_pages chunk's K and V pages
-// alternate in the ring (K page i, then V page i: Stream.kv), so the pages a
-// round of the attention reads are a prefix of the chunk's, and with
-// MPK_KV_EARLY_RELEASE each warp releases them once its rounds are past
-// them: the loader refills those slots with the next tasks' weights (the o
-// projection's) while the attention's later rounds and merge still run. A
-// chunk of a long cache fills the ring (qwen3-8b at 4,096 cached: 10 pages
-// of 10), so before this the o projection's pages all streamed after it.
-#ifndef MPK_KV_ALTERNATE
-#define MPK_KV_ALTERNATE 1
-#endif
-#ifndef MPK_KV_EARLY_RELEASE
-#define MPK_KV_EARLY_RELEASE MPK_KV_ALTERNATE
-#endif
-static_assert(!MPK_KV_EARLY_RELEASE || MPK_KV_ALTERNATE, "early releases free a prefix of the chunk's pages");
-
 // index_error records the first out-of-range index of the launch (the op,
 // the index as read, the size it indexes) and raises the abort flag: the
 // launch finishes without the bad write and the host raises MpkRuntimeError.

@@ -871,26 +871,6 @@ __host__ __device__ constexpr int kv_units() {
   return 1;
 }
 
-// decode_unit_warps is how many warps attention_decode gives a unit of a
-// chunk of `chunk` positions when a task runs `units` units side by side:
-// one a 32 positions, up to the warps' share.
-__host__ __device__ constexpr int decode_unit_warps(int chunk, int units) {
-  constexpr int warps = MPK_THREADS / 32;
-  const int cp0 = warps < (chunk + 31) / 32 ? warps : (chunk + 31) / 32;
-  const int cpk = warps / units > 0 ? warps / units : 1;
-  return cp0 < cpk ? cp0 : cpk;
-}
-
-// kv_early_release: whether a kv_pages task's warps release its pages as
-// their rounds pass them (MPK_KV_EARLY_RELEASE), which pays where a unit
-// takes more than one round (a long cache); a one-round chunk releases
-// them at the task's end (releasing them before the merge spilled more).
-template <class KVP>
-__host__ __device__ constexpr bool kv_early_release(int chunk) {
-  if constexpr (KVP::kOn) return MPK_KV_EARLY_RELEASE && chunk > 32 * decode_unit_warps(chunk, KVP::kUnits);
-  return false;
-}
-
 // KVPages is a kv_pages task's K and V chunk in its worker's ring (codegen's
 // kvStream): the rows [j0, j0 + rows) of KV head kvh at batch row b,
 // streamed by the loader as weights are (the K rows in pages seq ..., then
@@ -913,30 +893,15 @@ struct KVPages {
     if (live) rows = min(rows, max(0, extent - j0));
   }
   __device__ __forceinline__ int pages() const { return rows > 0 ? (rows + RPP - 1) / RPP : 0; }  // of K, and of V
-  // The ring index (from seq) of K's page i, or V's (v).
-  __device__ __forceinline__ int page_at(int i, bool v) const {
-    return MPK_KV_ALTERNATE ? 2 * i + (v ? 1 : 0) : (v ? pages() : 0) + i;
-  }
-  // The shared-memory address of row j's element d of K or V; rows outside
-  // the chunk read its nearest (their scores are hidden).
+  // The shared-memory address of row j's element d of K or V (V: after K's
+  // pages); rows outside the chunk read its nearest (their scores are hidden).
   __device__ __forceinline__ uint32_t at(int j, int d, bool v) const {
     const int r = min(max(j - j0, 0), rows - 1);
-    return smem_u32(ring.page(seq + page_at(r / RPP, v))) + ((r % RPP) * D + d) * (int)sizeof(T);
+    return smem_u32(ring.page(seq + (v ? pages() : 0) + r / RPP)) + ((r % RPP) * D + d) * (int)sizeof(T);
   }
   // wait returns once every page has landed (each lane acquires it).
   __device__ __forceinline__ void wait() const {
     for (int i = 0; i < 2 * pages(); ++i) wait_page(ring, seq + i, abort);
-  }
-  // release_below releases, for the calling warp, its pages from `released`
-  // on that hold only rows below row j (K and V pages alternating: a
-  // prefix), each once landed; returns the new count released.
-  __device__ __forceinline__ int release_below(int released, int j) const {
-    const int n = j >= j0 + rows ? 2 * pages() : 2 * max(0, (j - j0) / RPP);
-    for (int i = released; i < n; ++i) {
-      wait_page(ring, seq + i, abort);
-      ring.release(seq + i);
-    }
-    return max(released, n);
   }
 };
 
@@ -1011,9 +976,9 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
   float* vfresh = reinterpret_cast<float*>(row_live) + (op.in[0].shape[0] + 3) / 4 * 4 + warp * D;
   // Warps a unit and units a round; a paged task's units all in one round
   // (a long cache's chunk: each warp takes several 32-row blocks).
-  constexpr int cp = decode_unit_warps(chunk, kv_units<KVP>()), units = warps / cp;
-  // MPK_KV_EARLY_RELEASE where a unit's chunk takes more than one round.
-  constexpr bool kEarly = kv_early_release<KVP>(chunk);
+  constexpr int cp0 = warps < (chunk + 31) / 32 ? warps : (chunk + 31) / 32;
+  constexpr int cpk = warps / kv_units<KVP>() > 0 ? warps / kv_units<KVP>() : 1;
+  constexpr int cp = cp0 < cpk ? cp0 : cpk, units = warps / cp;
   const int sub = warp % cp;
   // Rows past whole rounds one a warp (MPK_DECODE_TAIL_ROWS), for chunks of
   // more than a round (FAST: D a multiple of 32, a lane's V columns one load).
@@ -1050,7 +1015,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
     if (kv.live && threadIdx.x == 0) *(volatile int32_t*)&s_kv_extent = ext0;
   }
   const DecodeUnits<R, ROWS> du(op, lo, hi, splits, chunk, UG, SH::H, row_live, s, ext0);
-  int kv_released = 0;  // kEarly: the kv pages this warp has released
   // Every warp takes part in every round (the merge's barriers).
   for (int i0 = 0; i0 < du.n; i0 += units) {
     const bool active = warp / cp < units && i0 + warp / cp < du.n;
@@ -1115,10 +1079,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
         }
       }
       for (int jg = j_lo + 32 * sub; jg < j_rounds; jg += 32 * cp) {
-        // MPK_KV_EARLY_RELEASE: the pages of the rounds before this one are
-        // read (a chunk of more than one round).
-        if constexpr (kEarly)
-          if (paged) kv_released = kv.release_below(kv_released, jg - 32 * sub);
         const int j = jg + lane;
         float sc[UG];
         bool live = false;
@@ -1136,9 +1096,7 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
         for (int u = 0; u < UG; ++u) dot[u] = 0.f;
         // FR: row pos is being written; a neighbour is read in its place (its
         // score hidden above; fresh_fold adds the new row after the loop).
-        // A paged unit reads row pos itself from its ring copy (the score is
-        // hidden either way), not a neighbour a released page held.
-        const int jk = FR && j == pos && !(kEarly && paged) ? (j > 0 ? j - 1 : min(j + 1, S - 1)) : min(j, S - 1);
+        const int jk = FR && j == pos ? (j > 0 ? j - 1 : min(j + 1, S - 1)) : min(j, S - 1);
         const T* krow = krows + jk * ks;
         if constexpr (FAST) {
 #pragma unroll
@@ -1228,11 +1186,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
           }
         }
       }
-      // MPK_KV_EARLY_RELEASE: every page is read (the tail rows' before the
-      // rounds). One round's chunk (512 cached) waits for the function's end:
-      // this release there spilled 32 bytes more a thread for ~2 us earlier.
-      if constexpr (kEarly)
-        if (paged) kv_released = kv.release_below(kv_released, j_hi);
       // FR: the warp whose positions hold pos scores the new row there.
       if constexpr (FR)
         if (pos >= j_lo && pos < j_hi && (pos - j_lo) / 32 % cp == sub)
@@ -1269,9 +1222,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
     if (cp > 1) consumer_sync();  // part is reused by the next round
   }
   if constexpr (ROWS) consumer_sync();  // row_live is read until the last round
-  // MPK_KV_EARLY_RELEASE: the pages this warp has not released (a warp of
-  // no unit, or one not reading the ring), each once landed.
-  if constexpr (kEarly) kv.release_below(kv_released, kv.j0 + kv.rows);
   return ext0;
 }
 
@@ -1324,9 +1274,10 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
     else
       attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
     const int n = 2 * kv.pages();
-    // The pages attention_decode did not release (all where it reads the
-    // cache, none on the fast path with kv_early_release).
-    kv.release_below(fast && kv_early_release<KVPages<T, D, P, UG>>(chunk) ? n : 0, kv.j0 + kv.rows);
+    for (int i = 0; i < n; ++i) {
+      wait_page(kv.ring, c.seq + i, c.abort);
+      kv.ring.release(c.seq + i);
+    }
     return c.seq + n;
   }
 }
