@@ -74,8 +74,8 @@ __device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
 // MPK_KV_DEPTH (0: off, an A/B knob): a kv_pages chunk's pages stream this
 // many in flight whatever the consumers' phase, not the quiet depth outside
 // a Linear's dots. In qwen3-8b's 4,096-cached trace (thirty-sixth session)
-// an attention task starts with 6 of its 10 pages landed and the other 4
-// arrive one at a time over its staging (its rounds wait ~10 us for them);
+// an attention task starts with 5-8 of its 10 pages landed and the rest
+// come one in flight at a time over its staging (the last ~10 us in);
 // llama-3.2-1b's chunks of 6 pages measured no faster 4 deep (twenty-fourth
 // session).
 #ifndef MPK_KV_DEPTH
