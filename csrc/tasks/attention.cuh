@@ -947,6 +947,24 @@ __device__ __forceinline__ V kv_load(const KVP& kv, bool paged, int j, int d, bo
     if (paged) return ld_shared_raw<V>(kv.at(j, d, isv));
   return __ldcg(reinterpret_cast<const V*>(g));
 }
+// score_tail_row scores row j past a unit's rounds (tail_score) into x
+// and reads its V columns (lane·PER ...) into tv: the mask's adds of the
+// UG heads, pos hidden (the step writes it), K and V from the ring or the
+// cache.
+template <typename T, int D, int UG, bool FR, typename VRaw, class KVP, typename MR>
+__device__ __forceinline__ void score_tail_row(float (&x)[UG], VRaw& tv, int j, const KVP& kv, bool paged, int pos,
+                                               const MR& mask, int64_t mask_hs, const T* krows, const T* vrows, int ks,
+                                               int vs, const float* qs, int lane) {
+  constexpr int PER = (D + 31) / 32;
+  float a[UG];
+#pragma unroll
+  for (int u = 0; u < UG; ++u)
+    a[u] = FR && j == pos ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : a[0];
+  const VRaw kr = kv_load<VRaw>(kv, paged, j, lane * PER, false, krows + j * ks + lane * PER);
+  tv = kv_load<VRaw>(kv, paged, j, lane * PER, true, vrows + j * vs + lane * PER);
+  tail_score<T, D, UG>(x, a, kr, qs, lane);
+}
+
 // A lane's bytes of V loads in flight (a batch of rows); fewer make the
 // unrolled body smaller (it runs cold, once per layer) but take more round
 // trips (bench/NOTES.md).
@@ -1082,24 +1100,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       // are in lane columns.
       int j_rounds = j_hi;
       int tail_j = -1;  // MPK_KV_ROUND_WAITS: this warp's row past the rounds, scored after them
-      // The scoring below once its pages have landed, for MPK_KV_ROUND_WAITS
-      // (a copy while that is an A/B knob: one body for both changed the
-      // default's SASS).
-      auto score_tail_late = [&](int j) {
-        if constexpr (kTail && kRoundWaits) {  // FAST: a lane's V columns are one load
-          if (paged) {
-            kv.wait_rows(j, j + 1, false);
-            kv.wait_rows(j, j + 1, true);
-          }
-          float a[UG];
-#pragma unroll
-          for (int u = 0; u < UG; ++u)
-            a[u] = FR && j == pos ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : a[0];
-          const VRaw kr = kv_load<VRaw>(kv, paged, j, lane * PER, false, krows + j * ks + lane * PER);
-          tail_v = kv_load<VRaw>(kv, paged, j, lane * PER, true, vrows + j * vs + lane * PER);
-          tail_score<T, D, UG>(xt, a, kr, qs, lane);
-        }
-      };
       if constexpr (kTail) {
         const int tail = j_hi - j_lo > 32 * cp ? (j_hi - j_lo) % (32 * cp) : 0;
         if (tail > 0 && tail <= cp) {
@@ -1108,14 +1108,8 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
             if constexpr (kRoundWaits) {
               tail_j = j_rounds + sub;
             } else {
-              const int j = j_rounds + sub;
-              float a[UG];
-#pragma unroll
-              for (int u = 0; u < UG; ++u)
-                a[u] = FR && j == pos ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : a[0];
-              const VRaw kr = kv_load<VRaw>(kv, paged, j, lane * PER, false, krows + j * ks + lane * PER);
-              tail_v = kv_load<VRaw>(kv, paged, j, lane * PER, true, vrows + j * vs + lane * PER);
-              tail_score<T, D, UG>(xt, a, kr, qs, lane);
+              score_tail_row<T, D, UG, FR>(xt, tail_v, j_rounds + sub, kv, paged, pos, mask, mask_hs, krows, vrows, ks,
+                                           vs, qs, lane);
             }
           }
         }
@@ -1235,7 +1229,13 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       }
       // MPK_KV_ROUND_WAITS: the rows past the rounds, from the chunk's last pages.
       if constexpr (kTail && kRoundWaits)
-        if (tail_j >= 0) score_tail_late(tail_j);
+        if (tail_j >= 0) {
+          if (paged) {
+            kv.wait_rows(tail_j, tail_j + 1, false);
+            kv.wait_rows(tail_j, tail_j + 1, true);
+          }
+          score_tail_row<T, D, UG, FR>(xt, tail_v, tail_j, kv, paged, pos, mask, mask_hs, krows, vrows, ks, vs, qs, lane);
+        }
       // FR: the warp whose positions hold pos scores the new row there.
       if constexpr (FR)
         if (pos >= j_lo && pos < j_hi && (pos - j_lo) / 32 % cp == sub)
