@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     else if constexpr (WGMMA == 2)
       c.seq = mpk::linear_wgmma_ss<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else if constexpr (WGMMA == 1)
-      c.seq = mpk::linear_wgmma<__nv_bfloat16, K, M, true, RING, false, EPI, mpk::NoPro>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+      c.seq = mpk::linear_wgmma<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else
       c.seq = mpk::linear_gemm<__nv_bfloat16, K, M, true, RING, false, EPI, SHARED>(op, lo, lo + mpk::kGemmRows, a.slots, c);
 #ifdef MPK_TRACE

@@ -227,23 +227,6 @@ def test_cuda_wgmma(core_lib, fresh_dynamo, model, batch, prefill, workers, mask
     assert "mpk::linear_wgmma<" in src and "mpk::linear_gemm<" not in src
 
 
-@pytest.mark.parametrize("on,batch,prefill,workers", [(True, 1, 64, None), (False, 1, 64, None), (True, 48, 1, 16),
-                                                       (True, 1, 128, 16)])
-def test_cuda_gemm_norms(core_lib, fresh_dynamo, on, batch, prefill, workers):
-    """gemm_norms (on by default) on the GPU: the RMSNorms before a prompt
-    chunk's (or a batch of 48's) wgmma GEMM streams fold into them
-    (mpk::linear_wgmma with NormPro: x·w staged, each row's squares summed
-    from the blocks, its rsqrt applied in the store), 64 tokens on 132
-    workers, 48 rows, and a 128-token chunk in blocks of 64; and off (the
-    norms' own stage), with the bf16 rule."""
-    lines = []
-    res = check.run_check(model="wide-llama", target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
-                          seed=0, workers=workers, log=lines.append, mask=True, options={"gemm_norms": on})
-    assert res.ok, "\n".join(lines)
-    src = res.compiled.sources["module.cu"]
-    assert ("mpk::NormPro>(op" in src) == on, "gemm_norms folded where it should not, or not where it should"
-
-
 def test_cuda_long_prompt_chunk(core_lib, fresh_dynamo):
     """A 320-token chunk with a mask on the GPU: GEMM streams over blocks of
     64 rows, the merge split by rows (attn_merge_decode's split_dim 0), the

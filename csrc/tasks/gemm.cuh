@@ -248,12 +248,8 @@ __device__ __forceinline__ bool rows_fit(const View& v, int M) { return v.stride
 // residual and epilogue inputs are read from registers (RowOf): element by
 // element through the descriptor the stores of a 64-row task took 2-5 us
 // (bench/gemm_task.cu's phases; bench/NOTES.md thirty-fourth session).
-// With NP > 0 x was a deferred RMSNorm's x·w (linear_wgmma's NormPro): each
-// sum is scaled by its row's rsqrt(mean(x²) + eps), from the NP partial
-// sums of the row's squares in ss ([NP][PR], added in order) over K.
-template <int WK, bool PAIR, int RW, int PR, int M, bool RESID, typename EPI, int NP = 0, int N>
-__device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, const float* red, const Slots<N>& s,
-                                                const float* ss = nullptr, int K = 0) {
+template <int WK, bool PAIR, int RW, int PR, int M, bool RESID, typename EPI, int N>
+__device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, const float* red, const Slots<N>& s) {
   const int rows = hi - lo;
   constexpr bool kEpi = !std::is_same<EPI, NoEpi>::value;
   constexpr int NI = kEpi ? kMaxEpiInputs : 1;  // the epilogue's inputs, or the residual
@@ -277,14 +273,6 @@ __device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, co
     for (int w = 0; w < WK; ++w) {
       v += red[(w * PR + m) * RW + n];
       if constexpr (PAIR) v2 += red[(w * PR + m) * RW + kGemmRows + n];
-    }
-    if constexpr (NP > 0) {
-      float q = 0.f;
-#pragma unroll
-      for (int j = 0; j < NP; ++j) q += ss[j * PR + m];
-      const float inv = rsqrtf(q / (float)K + op.eps);
-      v *= inv;
-      if constexpr (PAIR) v2 *= inv;
     }
     if (!fast) {
       store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);

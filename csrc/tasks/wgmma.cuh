@@ -37,11 +37,10 @@ constexpr int kWgPitch = kGemmCols + 8;  // x's staged row (fp32): the fragments
 
 // The task's shared memory (stream.WgmmaScratch): two blocks of x, 64 rows
 // each (the A operand's; rows past M are never stored), or after the last
-// block the four partials of the outputs; with a norm (NormPro), past them
-// two blocks of its weight, then the rows' partial sums of squares.
-__host__ __device__ constexpr int wgmma_scratch_bytes(bool norm = false) {
+// block the four partials of the outputs.
+__host__ __device__ constexpr int wgmma_scratch_bytes() {
   const int x = 2 * 64 * kWgPitch * 4, partials = 4 * 64 * (kGemmRows + kGemmRedPad) * 4;
-  return (x > partials ? x : partials) + (norm ? 2 * kGemmCols * 4 : 0);
+  return x > partials ? x : partials;
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -93,22 +92,17 @@ __device__ __forceinline__ void wgmma_rs_64(float (&d)[32], const uint32_t (&a)[
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   }
 
-// wg_load_x reads this thread's elements of x for one k16 step (column k0
-// of a staged block of fp32 x): tokens m (v[0], v[2]) and m + 8 (v[1],
-// v[3]), columns k0, k0 + 1 (v[0], v[1]) and k0 + 8, k0 + 9 (v[2], v[3]).
-__device__ __forceinline__ void wg_load_x(float2 (&v)[4], uint32_t xb, int m, int k0) {
+// wg_load_a reads this thread's A fragments of one k16 step (column k0 of a
+// staged block of fp32 x, tokens m and m + 8) and splits them into hi and
+// lo. They are settled before the caller's wgmma_fence (an instruction
+// defining them after it would serialise the wgmmas: ptxas C7513).
+__device__ __forceinline__ void wg_load_a(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t xb, int m, int k0) {
+  float2 v[4];
   const uint32_t r0 = xb + (m * kWgPitch + k0) * 4, r8 = r0 + 8 * kWgPitch * 4;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[0].x), "=f"(v[0].y) : "r"(r0));
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[1].x), "=f"(v[1].y) : "r"(r8));
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[2].x), "=f"(v[2].y) : "r"(r0 + 32));
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[3].x), "=f"(v[3].y) : "r"(r8 + 32));
-}
-
-// wg_split_a splits x's elements of a k16 step (wg_load_x) into the hi and
-// lo A fragments. They are settled before the caller's wgmma_fence (an
-// instruction defining them after it would serialise the wgmmas: ptxas
-// C7513).
-__device__ __forceinline__ void wg_split_a(uint32_t (&hi)[4], uint32_t (&lo)[4], const float2 (&v)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     hi[i] = pack2<__nv_bfloat16>(v[i].x, v[i].y);
@@ -119,43 +113,7 @@ __device__ __forceinline__ void wg_split_a(uint32_t (&hi)[4], uint32_t (&lo)[4],
   for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(hi[i]), "+r"(lo[i])::"memory");
 }
 
-// wg_load_a reads this thread's A fragments of one k16 step (column k0 of a
-// staged block of fp32 x, tokens m and m + 8) and splits them into hi and lo.
-__device__ __forceinline__ void wg_load_a(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t xb, int m, int k0) {
-  float2 v[4];
-  wg_load_x(v, xb, m, k0);
-  wg_split_a(hi, lo, v);
-}
-
-// wg_load_a_norm is wg_load_a for a deferred RMSNorm's x (NormPro): the
-// squares of x itself added to ss0 (token m) and ss8 (token m + 8), then
-// each element times its column's norm weight (wb: the staged weight block
-// at xb's column offset) before the split. The rows' rsqrt scales the
-// products in the store (gemm_store_sums), as linear_stream's deferred norm
-// does: exact up to fp32 reassociation.
-__device__ __forceinline__ void wg_load_a_norm(uint32_t (&hi)[4], uint32_t (&lo)[4], float& ss0, float& ss8, uint32_t xb,
-                                               uint32_t wb, int m, int k0) {
-  float2 v[4], w[2];
-  wg_load_x(v, xb, m, k0);
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(w[0].x), "=f"(w[0].y) : "r"(wb + k0 * 4));
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(w[1].x), "=f"(w[1].y) : "r"(wb + k0 * 4 + 32));
-  ss0 = fmaf(v[0].x, v[0].x, fmaf(v[0].y, v[0].y, fmaf(v[2].x, v[2].x, fmaf(v[2].y, v[2].y, ss0))));
-  ss8 = fmaf(v[1].x, v[1].x, fmaf(v[1].y, v[1].y, fmaf(v[3].x, v[3].x, fmaf(v[3].y, v[3].y, ss8))));
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v[i].x *= w[i / 2].x, v[i].y *= w[i / 2].y;
-  wg_split_a(hi, lo, v);
-}
-
-// norm_weight_at is column k of a deferred norm's weight (NormPro: in[pro_first],
-// one row broadcast over x's rows: lower.fuseGemmNorms), 1 without one.
-template <int N>
-__device__ __forceinline__ float norm_weight_at(const Op& op, int k, const Slots<N>& s) {
-  if (!(op.flags & FLAG_WEIGHT)) return 1.f;
-  const View& w = op.in[op.pro_first];
-  return ld_float(base(s, w), w.dtype, w.offset + k * w.stride[1]);
-}
-
-template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, typename PRO, int N>
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
 __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(std::is_same<T, __nv_bfloat16>::value && LO, "wgmma streams take bf16 weights and an fp32 x");
   static_assert(K % kGemmCols == 0 && M >= 1 && M <= 64 && kGemmRows == kWgPageRows && 2 * kWgPageCols == kGemmCols &&
@@ -167,21 +125,12 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
   constexpr int STEPS = NW == 2 ? 8 : 4;             // a warpgroup's k16 steps a block
   constexpr int WK = 4 / NW, RW = NW * kGemmRows + kGemmRedPad;  // partials; a partial's row (padded)
   constexpr int NB = 2;                                            // x's staged blocks
-  // A deferred RMSNorm (NormPro): x·w staged, each row's squares summed by
-  // the warpgroups of the first weight (they see every column once), its
-  // rsqrt applied in the store.
-  constexpr bool kNorm = std::is_same<PRO, NormPro>::value;
-  static_assert(kNorm || std::is_same<PRO, NoPro>::value, "a wgmma stream's prologue is a deferred norm or none");
-  constexpr int NP = kNorm ? 4 / NW : 0;  // partial sums of a row's squares: a column quarter (half, a pair) each
   const View& x = op.in[0];
   const bool rows4 = rows4_ok<K>(x, s);
   const bool copy = x.dtype == DT_FLOAT32 && float_row2(x) && x.stride[0] % 4 == 0 &&
                     (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * 4) % 16 == 0;
   float* xs = reinterpret_cast<float*>(c.smem);
   auto buffer = [&](int kb) { return xs + kb % NB * 64 * kWgPitch; };
-  float* ws = reinterpret_cast<float*>(c.smem + wgmma_scratch_bytes());  // [NB][kGemmCols]: the norm's weight
-  float wnext = 0.f;  // a thread's column of the next block's norm weight, loaded while this block multiplies
-  float ss0 = 0.f, ss8 = 0.f;
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4, t = lane % 4;
@@ -190,7 +139,6 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
   const int m = warp % 4 * 16 + lane / 4;                                   // the thread's tokens m and m + 8
   stage_gemm_x<T, float, kWgPitch, M>(x, 0, buffer(0), copy, rows4, s);
   cp_async_commit();
-  if (kNorm && threadIdx.x < kGemmCols) ws[threadIdx.x] = norm_weight_at(op, threadIdx.x, s);
   cp_async_wait_pending<0>();
   consumer_sync();
   mark_staged();
@@ -205,7 +153,6 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
 #endif
     if (kb + 1 < KB) stage_gemm_x<T, float, kWgPitch, M>(x, kb + 1, buffer(kb + 1), copy, rows4, s);
     cp_async_commit();
-    if (kNorm && kb + 1 < KB && threadIdx.x < kGemmCols) wnext = norm_weight_at(op, (kb + 1) * kGemmCols + threadIdx.x, s);
     // The pages this warpgroup does not read are released now (every warp
     // released the last block's before the barrier that ended it, so these
     // arrivals count toward this fill of their slots).
@@ -217,7 +164,6 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
 #else
     const uint32_t wp = smem_u32(ring.page(seq + mine)), xb = smem_u32(buffer(kb)) + ch * kWgPageCols * 4;
 #endif
-    const uint32_t wb = smem_u32(ws + kb % NB * kGemmCols) + ch * kWgPageCols * 4;
     // Two k16 steps a group; two groups' A registers, so one group's loads
     // and splits run while the one before multiplies.
     uint32_t a[2][2][2][4];  // [set][step][hi, lo][4]
@@ -226,11 +172,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
       const int set = gi % 2;
       if (gi >= 2) wgmma_wait<1>();  // group gi - 2 (this set's last reader) done
 #pragma unroll
-      for (int st = 0; st < 2; ++st) {
-        const int k0 = (step0 + 2 * gi + st) * 16 + 2 * t;
-        if constexpr (kNorm) wg_load_a_norm(a[set][st][0], a[set][st][1], ss0, ss8, xb, wb, m, k0);
-        else wg_load_a(a[set][st][0], a[set][st][1], xb, m, k0);
-      }
+      for (int st = 0; st < 2; ++st) wg_load_a(a[set][st][0], a[set][st][1], xb, m, (step0 + 2 * gi + st) * 16 + 2 * t);
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < 2; ++st) {
@@ -253,9 +195,6 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
     ring.release(seq + mine);
     seq += PAGES;
     if (copy) cp_async_wait_pending<0>();  // block kb + 1 landed
-    // Block kb + 1's weight goes to the buffer block kb - 1's took (read
-    // before the barrier that ended it).
-    if (kNorm && kb + 1 < KB && threadIdx.x < kGemmCols) ws[(kb + 1) % NB * kGemmCols + threadIdx.x] = wnext;
 #if defined(MPK_TRACE) && defined(MPK_PROBE_GEMM_NO_SYNC)
     if (false)  // probe (results wrong): no barrier between blocks
 #endif
@@ -279,19 +218,8 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
     float2* r = reinterpret_cast<float2*>(red + (kp * 64 + m) * RW + wt * kGemmRows + 8 * i + 2 * t);
     r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
   }
-  // A row's squares: the quad's four lanes, then a partial a warpgroup of
-  // the first weight (its column quarter, or a pair's column half), past
-  // the norm's weight blocks (no longer read: the last block's barrier).
-  float* ssp = ws;  // [NP][64]
-  if constexpr (kNorm) {
-    ss0 += __shfl_xor_sync(0xffffffffu, ss0, 1);
-    ss0 += __shfl_xor_sync(0xffffffffu, ss0, 2);
-    ss8 += __shfl_xor_sync(0xffffffffu, ss8, 1);
-    ss8 += __shfl_xor_sync(0xffffffffu, ss8, 2);
-    if (t == 0 && wt == 0) ssp[kp * 64 + m] = ss0, ssp[kp * 64 + m + 8] = ss8;
-  }
   consumer_sync();
-  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI, NP>(op, lo, hi, red, s, ssp, K);
+  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI>(op, lo, hi, red, s);
   return seq;
 }
 

@@ -510,8 +510,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			}
 		}
 		if p, ok := gen.plans[op]; ok && p.Wgmma { // as a GEMM stream's, x is never reused
-			code = fmt.Sprintf("mpk::linear_wgmma<%s, %d, %d, %v, kRingSlots, %v, %s, %s>(op, lo, hi, s, c)",
-				T, K, p.M, p.XLow, op.Attr.Residual, epi, pro)
+			code = fmt.Sprintf("mpk::linear_wgmma<%s, %d, %d, %v, kRingSlots, %v, %s>(op, lo, hi, s, c)",
+				T, K, p.M, p.XLow, op.Attr.Residual, epi)
 			ret = true
 		} else if p, ok := gen.plans[op]; ok && p.Gemm { // x staged a block at a time: never reused (no xkey)
 			code = fmt.Sprintf("mpk::linear_gemm<%s, %d, %d, %v, kRingSlots, %v, %s, kSharedBytes>(op, lo, hi, s, c)",
@@ -661,8 +661,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 	if ret {
 		code = "return " + code + ";"
 		if p, ok := gen.plans[op]; ok && p.Wgmma { // the scratch stream.WgmmaScratch reserved is what the task takes
-			code = fmt.Sprintf("static_assert(mpk::wgmma_scratch_bytes(%v) <= kSharedBytes, \"codegen reserved too "+
-				"little shared memory for a wgmma stream\");\n  %s", p.Norm, code)
+			code = fmt.Sprintf("static_assert(mpk::wgmma_scratch_bytes() <= kSharedBytes, \"codegen reserved too "+
+				"little shared memory for a wgmma stream\");\n  %s", code)
 		} else if p, ok := gen.plans[op]; ok && p.Gemm { // the scratch stream.GemmScratch reserved is what the task takes
 			code = fmt.Sprintf("static_assert(mpk::gemm_scratch_bytes(%d, %v) <= kSharedBytes, \"codegen reserved too "+
 				"little shared memory for a GEMM stream\");\n  %s", p.M, p.XLow, code)

@@ -8,78 +8,6 @@ import (
 	"mpk/gocore/stream"
 )
 
-// normedLinear is an RMSNorm of h (M × K, fp32) and a Linear of N rows
-// reading it, as HF's attention and MLP inputs lower.
-func normedLinear(M, K, N int64) (*builder, *ir.Op, *ir.Op) {
-	b := newBuilder()
-	h := b.input("h", ir.F32, M, K)
-	nw := b.param("norm_w", ir.BF16, K)
-	x := b.temp("x", ir.BF16, M, K)
-	norm := b.op(ir.RMSNorm, x, h, strided(nw, 0, sh(M, K), sh(0, 1)))
-	norm.Attr.HasWeight, norm.Attr.Eps = true, 1e-5
-	w := b.param("w", ir.BF16, N, K)
-	out := b.temp("out", ir.BF16, M, N)
-	l := b.op(ir.Linear, out, x, w)
-	b.output(out)
-	return b, norm, l
-}
-
-// TestGemmNorms: with gemm_norms a prompt chunk's norm folds into the wgmma
-// GEMM streams that read it, as a deferred norm (stream.Plan.Norm), where
-// they keep K whole: the q projection as two blocks of 32 rows, the gate
-// projection whole, a 512-token chunk's blocks of 64 rows. The norm stays
-// where the streams would be slices of K (no row blocks), on mma.sync,
-// where it rounds (round_intermediates), with a weight that is not one
-// broadcast row, or with the option off.
-func TestGemmNorms(t *testing.T) {
-	cfg := Config{Workers: 132, Gemm: true, Wgmma: true, GemmRowBlocks: true, GemmNorms: true, SplitRows: true}
-	for _, c := range []struct{ M, N, blocks int64 }{{64, 2048, 2}, {64, 8192, 1}, {512, 8192, 8}} {
-		b, _, _ := normedLinear(c.M, 2048, c.N)
-		h, nw := b.g.Inputs[0], b.g.Inputs[1]
-		Rewrite(b.g, cfg)
-		if got := kinds(b.g); got != strings.TrimSpace(strings.Repeat("linear:rmsnorm+linear ", int(c.blocks))) {
-			t.Fatalf("%d x %d: ops %s", c.M, c.N, got)
-		}
-		for i, l := range b.g.Ops {
-			p := l.Attr.Pro
-			plan, ok := stream.For(l, stream.Writers(b.g))
-			if p == nil || p.Kind != ir.RMSNorm || p.DType != ir.F32 || !p.HasWeight || l.In[0].Buf != h ||
-				l.In[0].Offset != int64(i)*(c.M/c.blocks)*2048 || l.In[p.First].Buf != nw || l.In[p.First].Strides[0] != 0 ||
-				!ok || !plan.Wgmma || !plan.Norm {
-				t.Fatalf("%d x %d, block %d: prologue %+v, x %v, weight %v, plan %+v (ok %v)", c.M, c.N, i, p, l.In[0],
-					l.In[len(l.In)-1], plan, ok)
-			}
-		}
-	}
-	for name, c := range map[string]struct {
-		N    int64
-		cfg  Config
-		edit func(b *builder, norm *ir.Op)
-	}{
-		"slices of K": {2048, Config{Workers: 132, Gemm: true, Wgmma: true, GemmNorms: true}, nil},
-		"mma.sync":    {8192, Config{Workers: 132, Gemm: true, GemmRowBlocks: true, GemmNorms: true}, nil},
-		"rounded":     {8192, Config{Workers: 132, Gemm: true, Wgmma: true, GemmNorms: true, RoundIntermediates: true}, nil},
-		"option off":  {8192, Config{Workers: 132, Gemm: true, Wgmma: true, GemmRowBlocks: true}, nil},
-		"a weight per row": {8192, cfg, func(b *builder, norm *ir.Op) {
-			norm.In[1] = b.param("norm_w2", ir.BF16, 64, 2048)
-		}},
-	} {
-		b, norm, _ := normedLinear(64, 2048, c.N)
-		if c.edit != nil {
-			c.edit(b, norm)
-		}
-		Rewrite(b.g, c.cfg)
-		if b.g.Ops[0] != norm {
-			t.Errorf("%s: the norm folded: %s", name, kinds(b.g))
-		}
-		for _, l := range b.g.Ops[1:] {
-			if l.Attr.Pro != nil {
-				t.Errorf("%s: op %s has a prologue", name, l.Label)
-			}
-		}
-	}
-}
-
 // TestGemm: a 64-token chunk's q projection (x 64 × 2,048 after an
 // RMSNorm) is a GEMM stream: the norm stays its own op (writing x in fp32,
 // as every intermediate), and with N = 2,048 (32 tasks of 64 rows) K is cut into 4
@@ -89,7 +17,19 @@ func TestGemmNorms(t *testing.T) {
 // not a multiple of 256, is no GEMM, nor is anything with the option off or
 // no workers.
 func TestGemm(t *testing.T) {
-	build := normedLinear
+	build := func(M, K, N int64) (*builder, *ir.Op, *ir.Op) {
+		b := newBuilder()
+		h := b.input("h", ir.F32, M, K)
+		nw := b.param("norm_w", ir.BF16, K)
+		x := b.temp("x", ir.BF16, M, K)
+		norm := b.op(ir.RMSNorm, x, h, strided(nw, 0, sh(M, K), sh(0, 1)))
+		norm.Attr.HasWeight, norm.Attr.Eps = true, 1e-5
+		w := b.param("w", ir.BF16, N, K)
+		out := b.temp("out", ir.BF16, M, N)
+		l := b.op(ir.Linear, out, x, w)
+		b.output(out)
+		return b, norm, l
+	}
 	cfg := Config{Workers: 132, Gemm: true}
 	b, norm, l := build(64, 2048, 2048)
 	Rewrite(b.g, cfg)

@@ -69,10 +69,6 @@ type Config struct {
 	// PairGemm lets pairLinears pair GEMM streams too: a task's x block
 	// meets the rows of both weights (mpk::linear_gemm with a PairEpi).
 	PairGemm bool
-	// GemmNorms folds an RMSNorm that only wgmma GEMM streams read into
-	// them, its scale applied in their store (fuseGemmNorms): a prompt
-	// chunk's layer loses two dependent stages.
-	GemmNorms bool
 	// KVPages cuts a single sequence's decode attention into chunks of
 	// kvPagePositions positions, a unit of a KV head's query heads each
 	// (splitAttention), so that codegen can stream each task's K and V
@@ -85,7 +81,7 @@ func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
 		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
-		PairLinears: o.PairLinears, PairGemm: o.PairGemm, GemmNorms: o.GemmNorms, KVPages: o.KVPages}
+		PairLinears: o.PairLinears, PairGemm: o.PairGemm, KVPages: o.KVPages}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -6,44 +6,7 @@ import "mpk/gocore/ir"
 // only Linears read as x into those Linears: each task recomputes x while
 // staging it (a few KB from L2) and the op's separate stage, with its
 // synchronisation, disappears. Every reader gets its own copy of the prologue.
-// GEMM streams (markGemm) are left out here: they stage x a block of K at a
-// time, so only a norm whose scale waits for the store fits them
-// (fuseGemmNorms, once the dtypes are final).
 func fusePrologue(g *ir.Graph) {
-	fusePrologueInto(g, func(p, l *ir.Op) bool { return !l.Attr.Gemm })
-}
-
-// fuseGemmNorms folds an RMSNorm whose output only wgmma GEMM streams read
-// as x (a prompt chunk's input norms, read by q, k and v or by gate and up)
-// into those streams, as a deferred norm (mpk::linear_wgmma with NormPro):
-// each task stages x·w block by block, sums each row's squares from the
-// blocks it stages anyway (the task takes every column of K), and scales
-// its products by the rows' rsqrt in the store. The norm's stage and its
-// hop leave every layer twice. Exact up to fp32 reassociation, so only where
-// the norm reads and yields fp32 (widenTemps ran: nothing rounds between);
-// its weight must be one row broadcast over x's rows (a task stages a block
-// of it for all of them); and only for a Linear that keeps K whole
-// (splitLinearK would cut it into slices of K whose tasks see part of a
-// row: those whose cost model picks blocks of rows instead, or no cut).
-func fuseGemmNorms(g *ir.Graph, workers int, rowBlocks bool) {
-	fusePrologueInto(g, func(p, l *ir.Op) bool {
-		if p.Kind != ir.RMSNorm || !l.Attr.Gemm || !l.Attr.Wgmma || p.In[0].DType() != ir.F32 || p.Out.DType() != ir.F32 {
-			return false
-		}
-		if p.Attr.HasWeight {
-			st, ok := viewStrides(p.In[1].Shape, p.In[1].Strides, l.In[0].Shape)
-			if !ok || len(st) != 2 || st[0] != 0 {
-				return false
-			}
-		}
-		parts := gemmKParts(l, workers, int64(len(sumInputs(l))))
-		return parts < 2 || rowBlocks && gemmRowBlocks(l, workers, parts) > 1
-	})
-}
-
-// fusePrologueInto is fusePrologue for the readers accept takes: the op
-// folds only where every reader qualifies.
-func fusePrologueInto(g *ir.Graph, accept func(p, l *ir.Op) bool) {
 	u := analyze(g)
 	index := opIndex(g)
 	dead := map[*ir.Op]bool{}
@@ -61,7 +24,7 @@ func fusePrologueInto(g *ir.Graph, accept func(p, l *ir.Op) bool) {
 			if !ok {
 				break
 			}
-			if l.Kind != ir.Linear || l.Attr.Pro != nil || !accept(p, l) || l.In[0].Buf != p.Out.Buf || !l.In[0].IsWhole() || l.In[1].Buf == p.Out.Buf ||
+			if l.Kind != ir.Linear || l.Attr.Pro != nil || l.Attr.Gemm || l.In[0].Buf != p.Out.Buf || !l.In[0].IsWhole() || l.In[1].Buf == p.Out.Buf ||
 				l.Attr.Residual && l.In[2].Buf == p.Out.Buf || l.Attr.Epi != nil && readsBuf(l.EpiIn(), p.Out.Buf) ||
 				writtenBetween(g, index[p], index[l], p.In) {
 				ok = false

@@ -34,10 +34,6 @@ func Rewrite(g *ir.Graph, cfg Config) {
 			g.Renumber()
 		}
 	}
-	if cfg.Gemm && cfg.GemmNorms && cfg.Workers > 0 { // after widen_temps (fp32 throughout), before split_k's cut
-		fuseGemmNorms(g, cfg.Workers, cfg.GemmRowBlocks)
-		g.Renumber()
-	}
 	if cfg.SplitK || cfg.Gemm { // before split_rows: a Linear whose K slices stream needs no blocks of rows
 		splitLinearK(g, cfg.Workers, cfg.SplitK, cfg.GemmRowBlocks)
 		g.Renumber()

@@ -85,9 +85,6 @@ type Plan struct {
 	// WgmmaPageRows rows × WgmmaCols columns (64-byte swizzled tensor-map
 	// boxes), x staged a block at a time as for Gemm.
 	Wgmma bool
-	// Norm: a Wgmma plan whose x is an RMSNorm's (lower.fuseGemmNorms):
-	// the norm's weight is staged a block at a time beside x's blocks.
-	Norm bool
 	// Pair: a paired Linear (ir.Epilogue.Pair) streams the task's rows of
 	// its second weight after those of its first, in registers only.
 	Pair bool
@@ -138,20 +135,15 @@ func GemmScratch(M int64, low bool) int64 {
 }
 
 // WgmmaScratch mirrors mpk::wgmma_scratch_bytes: two blocks of an fp32 x,
-// 64 rows each, or the four partials of the task's outputs; with a norm,
-// two blocks of its weight (fp32) past them.
-func WgmmaScratch(norm bool) int64 {
-	b := int64(max(2*64*wgmmaPitch*4, 4*64*(GemmRows+gemmRedPad)*4))
-	if norm {
-		b += 2 * GemmCols * 4
-	}
-	return b
+// 64 rows each, or the four partials of the task's outputs.
+func WgmmaScratch() int64 {
+	return max(2*64*wgmmaPitch*4, 4*64*(GemmRows+gemmRedPad)*4)
 }
 
 // XBytes is the shared memory x takes while the plan's tasks run.
 func (p Plan) XBytes() int64 {
 	if p.Wgmma {
-		return WgmmaScratch(p.Norm)
+		return WgmmaScratch()
 	}
 	if p.Gemm {
 		return GemmScratch(p.M, p.XLow)
@@ -232,12 +224,6 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		if op.Attr.Wgmma && w.DType() == ir.BF16 && op.LinearX() == ir.F32 {
 			p.Wgmma, p.Cols = true, WgmmaCols
 		}
-		if op.Attr.Pro != nil { // a deferred norm (Gemmable): wgmma streams only
-			if !p.Wgmma || op.In[0].DType() != ir.F32 {
-				return Plan{}, false
-			}
-			p.Norm = true
-		}
 		if w2, ok := op.PairWeight(); ok { // each block's pages of the second weight follow the first's
 			p.Pair = true
 			return p, samePairWeight(w, w2, K, written)
@@ -275,14 +261,10 @@ func samePairWeight(w, w2 ir.View, K int64, written func(*ir.Buffer) bool) bool 
 
 // Gemmable says whether op's shapes and dtypes fit a GEMM stream (its
 // weight's layout aside, which For checks): 2-byte weights, K a multiple of
-// GemmCols, at most GemmMaxRows rows of a plain x, or of an RMSNorm's on
-// wgmma (x is staged a block of K at a time, so the norm's scale waits for
-// the store: lower.fuseGemmNorms).
+// GemmCols, at most GemmMaxRows rows of a plain x (no prologue: x is staged
+// a block of K at a time, and a norm needs whole rows).
 func Gemmable(op *ir.Op) bool {
-	if pro := op.Attr.Pro; pro != nil && (pro.Kind != ir.RMSNorm || !op.Attr.Wgmma) {
-		return false
-	}
-	if op.Kind != ir.Linear || op.In[1].Rank() != 2 || op.In[0].Rank() != 2 {
+	if op.Kind != ir.Linear || op.Attr.Pro != nil || op.In[1].Rank() != 2 || op.In[0].Rank() != 2 {
 		return false
 	}
 	M, K := op.Out.Shape[0], op.LinearK()

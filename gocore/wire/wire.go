@@ -124,10 +124,6 @@ type Options struct {
 	// task streams the rows of both weights past one staging of x
 	// (lower.Config).
 	PairGemm bool `json:"pair_gemm"`
-	// GemmNorms folds a prompt chunk's RMSNorm into the wgmma GEMM streams
-	// that read it (q, k and v; gate and up), its scale applied in their
-	// store (lower.Config).
-	GemmNorms bool `json:"gemm_norms"`
 	// KVPages makes a single sequence's fresh-row decode attention read
 	// its K and V chunks from the weight ring, streamed there by the
 	// loader ahead of the attention's inputs (lower.Config).

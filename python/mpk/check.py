@@ -410,9 +410,6 @@ LOWERING_FLAGS = (
     ("pair_gemm", True, "a prompt chunk's gate and up GEMM streams then run as two stages, each staging every "
                         "block of x for its own weight's rows (pair_linears pairs them: one task streams both "
                         "weights' rows, half the x bytes a weight byte)"),
-    ("gemm_norms", True, "a prompt chunk's RMSNorm then runs as its own stage before the wgmma GEMM streams that "
-                         "read it (q, k and v; gate and up), rather than folded into them, its scale applied in "
-                         "their store"),
     ("kv_pages", True, "a single sequence's decode attention then reads its K and V rows from the cache itself, in "
                        "chunks of a round of every warp, after its inputs are ready"),
     ("weight_affinity", False, "the blocks of rows of a prompt chunk's Linear that read the same weight rows run on "
