@@ -71,17 +71,6 @@ __device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
   return (uint32_t)((kInFlightPages * mpk::kPageBytes + page - 1) / page);
 }
 
-// MPK_KV_DEPTH (0: off, an A/B knob): a kv_pages chunk's pages stream this
-// many in flight whatever the consumers' phase, not the quiet depth outside
-// a Linear's dots. In qwen3-8b's 4,096-cached trace (thirty-sixth session)
-// an attention task starts with 5-8 of its 10 pages landed and the rest
-// come one in flight at a time over its staging (the last ~10 us in);
-// llama-3.2-1b's chunks of 6 pages measured no faster 4 deep (twenty-fourth
-// session).
-#ifndef MPK_KV_DEPTH
-#define MPK_KV_DEPTH 0
-#endif
-
 // MPK_TMA_PAGES (1 by default; 0 an A/B knob): a tile or GEMM page whose
 // weights have a tensor map (codegen's tmapOf) is one 2-D copy of its box,
 // not a bulk copy a row: 32 row copies of 512 bytes a page kept a GEMM
@@ -105,13 +94,10 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
   const uint64_t policy = mpk::weight_policy();
   uint32_t seq = 0;
   uint32_t full = kInFlightPages;  // the current stream's depth in the dots (in_flight_pages)
-  bool kv_deep = false;            // the current stream is a kv chunk, streamed MPK_KV_DEPTH deep
   // acquire waits until page seq may be issued; false: the launch is over.
   // may_issue: page seq's slot is free and fewer than the phase's depth are in flight.
   auto may_issue = [&]() {
-    const uint32_t depth = kv_deep ? MPK_KV_DEPTH
-                           : !mpk::kQuietStream || *(volatile uint32_t*)&mpk::s_dots ? full
-                                                                                      : kQuietPages;
+    const uint32_t depth = !mpk::kQuietStream || *(volatile uint32_t*)&mpk::s_dots ? full : kQuietPages;
     return ring.slot_free(seq) && depth > 0 && (seq < depth || ring.ready(seq - depth));
   };
   // poll_until(t, ready) polls until ready() holds; false: the launch is over
@@ -138,7 +124,6 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
   for (int q = queue_start[w]; q < queue_start[w + 1]; ++q) {
     const mpk::Stream sd = streams[queue[q]];
     full = in_flight_pages(sd);
-    kv_deep = MPK_KV_DEPTH > 0 && sd.kv;
     const char* src = static_cast<const char*>(slots.p[sd.slot]) + sd.offset;
     if (sd.tile_rows == 0) {
       int64_t bytes = sd.bytes;

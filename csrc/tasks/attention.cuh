@@ -903,24 +903,7 @@ struct KVPages {
   __device__ __forceinline__ void wait() const {
     for (int i = 0; i < 2 * pages(); ++i) wait_page(ring, seq + i, abort);
   }
-  // wait_rows returns once the K (or V: v) pages holding rows [a, b) have
-  // landed, as at() reads them (rows outside the chunk: its nearest).
-  __device__ __forceinline__ void wait_rows(int a, int b, bool v) const {
-    const int p0 = min(max(a - j0, 0), rows - 1) / RPP, p1 = min(max(b - 1 - j0, 0), rows - 1) / RPP;
-    for (int p = p0; p <= p1; ++p) wait_page(ring, seq + (v ? pages() : 0) + p, abort);
-  }
 };
-
-// MPK_KV_ROUND_WAITS (0: off, an A/B knob): a kv_pages unit whose chunk
-// takes more than one round waits, each round, for the pages of its own
-// rows only (K before the dots, V before p·V) rather than for the chunk's
-// every page before its first round, and scores the rows past the rounds
-// after them (their pages are the chunk's last). At 4,096 cached the last
-// of a chunk's pages land ~10 us into the task (qwen3-8b, thirty-sixth
-// session's trace), ~1.6 us after the queries are staged.
-#ifndef MPK_KV_ROUND_WAITS
-#define MPK_KV_ROUND_WAITS 0
-#endif
 
 // ld_shared_raw reads a V row's piece of a lane (4, 8 or 16 bytes) from shared memory.
 template <typename V>
@@ -947,24 +930,6 @@ __device__ __forceinline__ V kv_load(const KVP& kv, bool paged, int j, int d, bo
     if (paged) return ld_shared_raw<V>(kv.at(j, d, isv));
   return __ldcg(reinterpret_cast<const V*>(g));
 }
-// score_tail_row scores row j past a unit's rounds (tail_score) into x
-// and reads its V columns (lane·PER ...) into tv: the mask's adds of the
-// UG heads, pos hidden (the step writes it), K and V from the ring or the
-// cache.
-template <typename T, int D, int UG, bool FR, typename VRaw, class KVP, typename MR>
-__device__ __forceinline__ void score_tail_row(float (&x)[UG], VRaw& tv, int j, const KVP& kv, bool paged, int pos,
-                                               const MR& mask, int64_t mask_hs, const T* krows, const T* vrows, int ks,
-                                               int vs, const float* qs, int lane) {
-  constexpr int PER = (D + 31) / 32;
-  float a[UG];
-#pragma unroll
-  for (int u = 0; u < UG; ++u)
-    a[u] = FR && j == pos ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : a[0];
-  const VRaw kr = kv_load<VRaw>(kv, paged, j, lane * PER, false, krows + j * ks + lane * PER);
-  tv = kv_load<VRaw>(kv, paged, j, lane * PER, true, vrows + j * vs + lane * PER);
-  tail_score<T, D, UG>(x, a, kr, qs, lane);
-}
-
 // A lane's bytes of V loads in flight (a batch of rows); fewer make the
 // unrolled body smaller (it runs cold, once per layer) but take more round
 // trips (bench/NOTES.md).
@@ -1018,8 +983,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
   // Rows past whole rounds one a warp (MPK_DECODE_TAIL_ROWS), for chunks of
   // more than a round (FAST: D a multiple of 32, a lane's V columns one load).
   constexpr bool kTail = MPK_DECODE_TAIL_ROWS && FAST && chunk > 32 * cp;
-  // MPK_KV_ROUND_WAITS: a paged unit of more than one round waits round by round.
-  constexpr bool kRoundWaits = MPK_KV_ROUND_WAITS && KVP::kOn && FAST && chunk > 32 * cp;
   // One batch row: the first round's unit as it is when every split is live
   // (the usual step), its queries read together with the mask's extent
   // rather than one round trip after it. The extent's load goes out first:
@@ -1088,7 +1051,7 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       bool paged = false;
       if constexpr (KVP::kOn) {
         paged = b == kv.b && kvh == kv.kvh && j_lo == kv.j0 && kv.rows > 0;
-        if (paged && !kRoundWaits) kv.wait();
+        if (paged) kv.wait();
       }
       // A paged lane starts its K row at its own 16 bytes of 8: the lanes'
       // rows are D elements apart, and the same column of 8 of them would
@@ -1099,25 +1062,23 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       // here while qs holds the queries and folded once the rounds' states
       // are in lane columns.
       int j_rounds = j_hi;
-      int tail_j = -1;  // MPK_KV_ROUND_WAITS: this warp's row past the rounds, scored after them
       if constexpr (kTail) {
         const int tail = j_hi - j_lo > 32 * cp ? (j_hi - j_lo) % (32 * cp) : 0;
         if (tail > 0 && tail <= cp) {
           j_rounds = j_hi - tail;
           if (sub < tail) {
-            if constexpr (kRoundWaits) {
-              tail_j = j_rounds + sub;
-            } else {
-              score_tail_row<T, D, UG, FR>(xt, tail_v, j_rounds + sub, kv, paged, pos, mask, mask_hs, krows, vrows, ks,
-                                           vs, qs, lane);
-            }
+            const int j = j_rounds + sub;
+            float a[UG];
+#pragma unroll
+            for (int u = 0; u < UG; ++u)
+              a[u] = FR && j == pos ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : a[0];
+            const VRaw kr = kv_load<VRaw>(kv, paged, j, lane * PER, false, krows + j * ks + lane * PER);
+            tail_v = kv_load<VRaw>(kv, paged, j, lane * PER, true, vrows + j * vs + lane * PER);
+            tail_score<T, D, UG>(xt, a, kr, qs, lane);
           }
         }
       }
       for (int jg = j_lo + 32 * sub; jg < j_rounds; jg += 32 * cp) {
-        // MPK_KV_ROUND_WAITS: this round's K rows (and the row before, pos's neighbour).
-        if constexpr (kRoundWaits)
-          if (paged) kv.wait_rows(max(jg - 1, j_lo), min(jg + 32, j_hi), false);
         const int j = jg + lane;
         float sc[UG];
         bool live = false;
@@ -1161,8 +1122,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
           }
         }
         const unsigned live_rows = __ballot_sync(0xffffffffu, live);
-        if constexpr (kRoundWaits)  // and its V rows
-          if (paged) kv.wait_rows(jg, min(jg + 32, j_hi), true);
         // The live rows' V for the lane's columns, VB rows a batch.
         auto load_v = [&](VRaw (&vr)[VB], int r0) {
 #pragma unroll
@@ -1227,15 +1186,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
           }
         }
       }
-      // MPK_KV_ROUND_WAITS: the rows past the rounds, from the chunk's last pages.
-      if constexpr (kTail && kRoundWaits)
-        if (tail_j >= 0) {
-          if (paged) {
-            kv.wait_rows(tail_j, tail_j + 1, false);
-            kv.wait_rows(tail_j, tail_j + 1, true);
-          }
-          score_tail_row<T, D, UG, FR>(xt, tail_v, tail_j, kv, paged, pos, mask, mask_hs, krows, vrows, ks, vs, qs, lane);
-        }
       // FR: the warp whose positions hold pos scores the new row there.
       if constexpr (FR)
         if (pos >= j_lo && pos < j_hi && (pos - j_lo) / 32 % cp == sub)

@@ -87,7 +87,6 @@ var (
 		{"int32_t", "pair_slot", "a paired linear's second weight: its pointer slot; -1: none"},
 		{"int64_t", "pair_offset", "bytes from that slot's base to the task's first row (bytes of them, after the first weight's; gemm: a block's after its)"},
 		{"int32_t", "kv_j0", "a kv_pages chunk cut to the live length (runtime.cuh s_kv_extent): its first position; -1: whole"},
-		{"int32_t", "kv", "1: a kv_pages chunk (K rows, then V rows from pair_slot), streamed MPK_KV_DEPTH pages deep where set"},
 		{"int32_t", "tmap", "tile pages: the tensor map (kTmaps, State.tmaps) one copy of whose box fills a page; -1: row copies"},
 		{"int32_t", "pair_tmap", "the same for the paired linear's second weight"},
 		{"int32_t", "tmap_row", "the task's first row in its tensor maps"},

@@ -93,7 +93,7 @@ func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split i
 	}
 	e := noStream
 	e.slot, e.pageBytes, e.offset, e.bytes, e.rowBytes = int64(gen.l.slot[k.Buf]), ks.RowsPerPage*ks.D*2, at(k), rows*ks.D*2, rowBytes
-	e.pairSlot, e.pairOffset, e.kvJ0, e.kv = int64(gen.l.slot[v.Buf]), at(v), liveJ0, 1
+	e.pairSlot, e.pairOffset, e.kvJ0 = int64(gen.l.slot[v.Buf]), at(v), liveJ0
 	return e
 }
 
