@@ -248,7 +248,9 @@ __device__ __forceinline__ bool rows_fit(const View& v, int M) { return v.stride
 // residual and epilogue inputs are read from registers (RowOf): element by
 // element through the descriptor the stores of a 64-row task took 2-5 us
 // (bench/gemm_task.cu's phases; bench/NOTES.md thirty-fourth session).
-template <int WK, bool PAIR, int RW, int PR, int M, bool RESID, typename EPI, int N>
+// STACK (linear_wgmma's MPK_WG_STACK_LO): row m's lo products sit in
+// partial row m + 32, added after the hi ones.
+template <int WK, bool PAIR, int RW, int PR, int M, bool RESID, typename EPI, bool STACK = false, int N>
 __device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, const float* red, const Slots<N>& s) {
   const int rows = hi - lo;
   constexpr bool kEpi = !std::is_same<EPI, NoEpi>::value;
@@ -273,6 +275,13 @@ __device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, co
     for (int w = 0; w < WK; ++w) {
       v += red[(w * PR + m) * RW + n];
       if constexpr (PAIR) v2 += red[(w * PR + m) * RW + kGemmRows + n];
+    }
+    if constexpr (STACK) {
+#pragma unroll
+      for (int w = 0; w < WK; ++w) {
+        v += red[(w * PR + m + 32) * RW + n];
+        if constexpr (PAIR) v2 += red[(w * PR + m + 32) * RW + kGemmRows + n];
+      }
     }
     if (!fast) {
       store_out<RESID, EPI>(op, m, lo + n, v, s, nullptr, v2);

@@ -103,15 +103,31 @@ __device__ __forceinline__ void wg_load_a(uint32_t (&hi)[4], uint32_t (&lo)[4], 
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[1].x), "=f"(v[1].y) : "r"(r8));
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[2].x), "=f"(v[2].y) : "r"(r0 + 32));
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[3].x), "=f"(v[3].y) : "r"(r8 + 32));
+#if defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_SPLIT)
+  // Probe (not for use; results wrong): x's bits as the fragments, no
+  // split, so a trace shows what the split costs the dots.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) hi[i] = __float_as_uint(v[i].x), lo[i] = __float_as_uint(v[i].y);
+#else
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     hi[i] = pack2<__nv_bfloat16>(v[i].x, v[i].y);
     const float2 b = unpack2<__nv_bfloat16>(hi[i]);
     lo[i] = pack2<__nv_bfloat16>(v[i].x - b.x, v[i].y - b.y);
   }
+#endif
 #pragma unroll
   for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(hi[i]), "+r"(lo[i])::"memory");
 }
+
+// MPK_WG_STACK_LO (1 by default; 0 an A/B knob): an x of at most 32 rows
+// (a 64-token chunk's q, k, v and o as blocks of 32 rows, a batch of 32)
+// multiplies its hi part as the m64 tile's rows 0-31 and its lo part as
+// rows 32-63, one wgmma a k16 step where the tile's rows 32-63 were unused
+// and a second wgmma took the lo part; the store adds the two halves.
+#ifndef MPK_WG_STACK_LO
+#define MPK_WG_STACK_LO 1
+#endif
 
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
 __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
@@ -121,6 +137,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
                 "codegen and the task library disagree on a wgmma stream");
   constexpr int NW = kIsPair<EPI> ? 2 : 1;
   constexpr bool kLo = !MPK_GEMM_HI_ONLY;
+  constexpr bool kStack = kLo && MPK_WG_STACK_LO && M <= 32;  // hi in the tile's rows 0-31, lo in 32-63
   constexpr int KB = K / kGemmCols, PAGES = 2 * NW;  // a block's pages: column half after half, each weight's
   constexpr int STEPS = NW == 2 ? 8 : 4;             // a warpgroup's k16 steps a block
   constexpr int WK = 4 / NW, RW = NW * kGemmRows + kGemmRedPad;  // partials; a partial's row (padded)
@@ -137,6 +154,8 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
   const int ch = wg / 2, wt = NW == 2 ? wg % 2 : 0, kp = NW == 2 ? ch : wg;  // column half; weight; partial
   const int mine = ch * NW + wt, step0 = NW == 2 ? 0 : 4 * (wg % 2);       // its page of a block; first k16 step
   const int m = warp % 4 * 16 + lane / 4;                                   // the thread's tokens m and m + 8
+  const int xm = kStack ? m % 32 : m;       // x's rows they load (stacked: warps 2-3 load rows 0-31's lo)
+  const bool lo_rows = kStack && m >= 32;   // this thread's fragments are the lo part
   stage_gemm_x<T, float, kWgPitch, M>(x, 0, buffer(0), copy, rows4, s);
   cp_async_commit();
   cp_async_wait_pending<0>();
@@ -172,7 +191,12 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
       const int set = gi % 2;
       if (gi >= 2) wgmma_wait<1>();  // group gi - 2 (this set's last reader) done
 #pragma unroll
-      for (int st = 0; st < 2; ++st) wg_load_a(a[set][st][0], a[set][st][1], xb, m, (step0 + 2 * gi + st) * 16 + 2 * t);
+      for (int st = 0; st < 2; ++st) {
+        wg_load_a(a[set][st][0], a[set][st][1], xb, xm, (step0 + 2 * gi + st) * 16 + 2 * t);
+        if constexpr (kStack)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[set][st][0][i] = lo_rows ? a[set][st][1][i] : a[set][st][0][i];
+      }
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < 2; ++st) {
@@ -185,7 +209,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
 #endif
         {
           wgmma_rs_64(acc, a[set][st][0], b);
-          if constexpr (kLo) wgmma_rs_64(acc, a[set][st][1], b);
+          if constexpr (kLo && !kStack) wgmma_rs_64(acc, a[set][st][1], b);
         }
       }
       wgmma_commit();
@@ -219,7 +243,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
     r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
   }
   consumer_sync();
-  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI>(op, lo, hi, red, s);
+  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI, kStack>(op, lo, hi, red, s);
   return seq;
 }
 
