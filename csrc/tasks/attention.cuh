@@ -1463,8 +1463,13 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   // reads none). Every thread read the same seen[] after the barrier.
   if (n_task == 0) return;
   const int nr[2] = {seen[g], seen[g + 8]};
-  const T* kb = reinterpret_cast<const T*>(base(s, k)) + k.offset + kvh * k.stride[1] + j_lo * k.stride[2];
-  const T* vb = reinterpret_cast<const T*>(base(s, v)) + v.offset + kvh * v.stride[1] + j_lo * v.stride[2];
+  // The chunk's K and V rows, derived where each tile's copies issue (after
+  // a barrier, so from the task's descriptor and slots in shared memory)
+  // rather than held across the tiles, where ptxas spilled them and every
+  // tile reloaded them from local memory.
+  auto chunk_at = [&](const View& kv) {
+    return reinterpret_cast<const T*>(base(s, kv)) + kv.offset + kvh * kv.stride[1] + j_lo * kv.stride[2];
+  };
   const bool aligned = rows_aligned<T>(k, base(s, k), 16) && rows_aligned<T>(v, base(s, v), 16);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, acc[NT][4];
 #pragma unroll
@@ -1473,7 +1478,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   const T* qlu = ql + u * 16 * QP;
   // The first tile's K and V copies are in flight while its mask's adds
   // load; each later tile's while the one before is multiplied.
-  kv_tile_async<T, D, KP>(ks, vs, kb, vb, k, v, 0, min(C, n_task), aligned);
+  kv_tile_async<T, D, KP>(ks, vs, chunk_at(k), chunk_at(v), k, v, 0, min(C, n_task), aligned);
   for (int c0 = 0, buf = 0; c0 < n_task; c0 += C, buf ^= 1) {
     const int nc = min(C, n_task - c0), ncg = (nc + 15) / 16 * 16;
     const int tile = buf * CT * KP;  // this tile's buffer
@@ -1509,7 +1514,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     consumer_sync();
     // The other buffer was last read before the barrier that ended the tile before.
     if (c0 + C < n_task)
-      kv_tile_async<T, D, KP>(ks + (CT * KP - tile), vs + (CT * KP - tile), kb, vb, k, v, c0 + C,
+      kv_tile_async<T, D, KP>(ks + (CT * KP - tile), vs + (CT * KP - tile), chunk_at(k), chunk_at(v), k, v, c0 + C,
                               min(C, n_task - c0 - C), aligned);
     // The groups of 16 positions this warp takes: every WP-th across tiles.
     for (int pb = ((sub - (c0 / 16) % WP) % WP + WP) % WP * 16; pb < nc; pb += WP * 16) {
