@@ -636,6 +636,19 @@ __device__ __noinline__ void rope_any(const Op& op, int lo, int hi, const Slots<
   });
 }
 
+// rope_dest moves oo, where a RoPE element's (or row's) stores start, to
+// its cache position with FLAG_CACHE (cache: raw, the loaded position,
+// checked); false for a position out of range (index_error reported,
+// nothing is written).
+__device__ __forceinline__ bool rope_dest(const Op& op, bool cache, int64_t raw, int64_t& oo) {
+  if (cache) {
+    const int64_t pos = checked_index(raw, op.out.shape[op.dim]);
+    if (pos < 0) return false;
+    oo += pos * op.out.stride[op.dim];
+  }
+  return true;
+}
+
 // rope_rows is rope over rows of floats (no tile cut along the last dim);
 // ix reads the cache positions (NoIndex: no cache).
 template <typename IX, int N>
@@ -676,11 +689,7 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
     for (int b = 0; b < kBatch; ++b) {
       if (t0 + (int64_t)b * MPK_THREADS >= total) break;
       int64_t oo = at[b];
-      if (cache) {
-        const int64_t pos = checked_index(raw[b], op.out.shape[op.dim]);
-        if (pos < 0) continue;  // a cache position out of range: nothing is written
-        oo += pos * op.out.stride[op.dim];
-      }
+      if (!rope_dest(op, cache, raw[b], oo)) continue;
       st_float(base(s, op.out), dt, oo, r[b].x);
       st_float(base(s, op.out), dt, oo + h, r[b].y);
     }
@@ -725,11 +734,7 @@ __device__ __forceinline__ void rope_warp_rows(const Op& op, int lo, int hi, con
     for (int b = 0; b < R; ++b) {
       if (r0 + (int64_t)b * kConsumerWarps >= rows) break;
       int64_t oo = at[b];
-      if (cache) {
-        const int64_t pos = checked_index(raw[b], op.out.shape[op.dim]);
-        if (pos < 0) continue;  // a cache position out of range: nothing is written
-        oo += pos * op.out.stride[op.dim];
-      }
+      if (!rope_dest(op, cache, raw[b], oo)) continue;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         const int64_t j = lane + 32 * e;
