@@ -217,12 +217,6 @@ __device__ __forceinline__ void stage_gemm_x(const View& x, int kb, S* xb, bool 
   }
 }
 
-// MPK_GEMM_STORE_REGS=0 stores a GEMM task's outputs through store_out
-// element by element, as before (an A/B knob).
-#ifndef MPK_GEMM_STORE_REGS
-#define MPK_GEMM_STORE_REGS 1
-#endif
-
 // RowOf is a task's columns [lo, ...) of a row-major 2-D float-kind array,
 // read or written at (m, n): its base (offset and lo folded in), row stride
 // and dtype held in registers, so the stores do not reload them from the
@@ -256,7 +250,7 @@ __device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, co
   constexpr bool kEpi = !std::is_same<EPI, NoEpi>::value;
   constexpr int NI = kEpi ? kMaxEpiInputs : 1;  // the epilogue's inputs, or the residual
   const int n_in = kEpi ? op.num_in - op.epi_first : RESID;
-  bool fast = MPK_GEMM_STORE_REGS && (kEpi ? epi_fast(op) : float_row2(op.out) && (!RESID || float_row2(op.in[2]))) &&
+  bool fast = (kEpi ? epi_fast(op) : float_row2(op.out) && (!RESID || float_row2(op.in[2]))) &&
               rows_fit(op.out, M);
   RowOf in[NI];
 #pragma unroll

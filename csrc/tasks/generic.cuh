@@ -148,13 +148,10 @@ __device__ __forceinline__ void st_float(char* p, int32_t dt, int64_t i, float v
 // once, 16 bytes a load, so a task of two groups a thread takes one round
 // trip, not two (a 64-token chunk's K-split sum and residual, 64 x 2,048,
 // took 12 us a task element by element). false: not such an op.
-#ifndef MPK_ELEMENTWISE_ROWS4
-#define MPK_ELEMENTWISE_ROWS4 1  // 0: element by element, as before (an A/B knob)
-#endif
 template <typename E, int N>
 __device__ __forceinline__ bool elementwise_rows4(const Op& op, int lo, int hi, const Slots<N>& s) {
   const View& o = op.out;
-  if (!MPK_ELEMENTWISE_ROWS4 || o.rank != 2 || op.num_in == 0 || op.split_dim > 1) return false;
+  if (o.rank != 2 || op.num_in == 0 || op.split_dim > 1) return false;
   const int64_t r0 = op.split_dim == 0 ? lo : 0, c0 = op.split_dim == 1 ? lo : 0;
   const int64_t rows = op.split_dim == 0 ? hi - lo : o.shape[0], cols = op.split_dim == 1 ? hi - lo : o.shape[1];
   auto rows4 = [&](const View& v) {
@@ -316,12 +313,9 @@ struct NoIndex {  // no index tensor (rope without a cache)
   __device__ __forceinline__ int64_t operator()(int64_t) const { return 0; }
 };
 // with_index calls f with the reader for index view v.
-#ifndef MPK_INLINE_INDEX
-#define MPK_INLINE_INDEX 1  // 0: every index through load_elem, as before (an A/B knob)
-#endif
 template <typename F>
 __device__ __forceinline__ void with_index(const char* p, const View& v, F f) {
-  if (MPK_INLINE_INDEX && v.dtype == DT_INT64) f(Int64Index{reinterpret_cast<const long long*>(p)});
+  if (v.dtype == DT_INT64) f(Int64Index{reinterpret_cast<const long long*>(p)});
   else f(AnyIndex{p, v.dtype});
 }
 
