@@ -476,11 +476,11 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
   const int d = op.dim;
   const int r = src.rank - 1;
   if (d < r && float_row(src) && float_row(op.out)) {
-    if (MPK_WARP_ROWS && op.split_dim != r && src.shape[r] <= 32 * kWarpRowLanes) {
-      with_index(base(s, ids), ids, [&](auto ix) { kv_write_warp_rows(op, lo, hi, s, ix); });
-      return;
-    }
-    with_index(base(s, ids), ids, [&](auto ix) { kv_write_rows(op, lo, hi, s, ix); });
+    const bool warp_rows = MPK_WARP_ROWS && op.split_dim != r && src.shape[r] <= 32 * kWarpRowLanes;
+    with_index(base(s, ids), ids, [&](auto ix) {
+      if (warp_rows) kv_write_warp_rows(op, lo, hi, s, ix);
+      else kv_write_rows(op, lo, hi, s, ix);
+    });
     return;
   }
   for_each_index(src.shape, src.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
