@@ -411,62 +411,6 @@ __device__ __forceinline__ void kv_write_rows(const Op& op, int lo, int hi, cons
   }
 }
 
-// MPK_WARP_ROWS=1 (0 by default: compiled, not run on a GPU yet): kv_write
-// and rope over rows of floats take a row a warp, the lanes over its last
-// dim, so a row's index (row_index, its offsets and cache position) is
-// computed once a row rather than once an element: kv_write_rows and
-// rope_rows compute a division chain and a rank-4 index per element (a
-// 64-token chunk's V write: 8 tasks of ~16 us for 4,096 elements each;
-// bench/NOTES.md thirty-ninth session). Rows up to kWarpRowLanes·32
-// elements (rope: pairs); wider ones, or a tile cut along the last dim,
-// keep the element paths.
-#ifndef MPK_WARP_ROWS
-#define MPK_WARP_ROWS 0
-#endif
-constexpr int kWarpRowLanes = 4;  // a lane's elements (rope: pairs) of a row
-constexpr int kWarpRowBatch = 4;  // rows a warp has in flight (rope: half)
-
-// kv_write_warp_rows is kv_write_rows with a row a warp: kWarpRowBatch rows'
-// positions and values loaded, then their checks and stores.
-template <typename IX, int N>
-__device__ __forceinline__ void kv_write_warp_rows(const Op& op, int lo, int hi, const Slots<N>& s, IX ix) {
-  const View& ids = op.in[0];
-  const View& src = op.in[1];
-  const int d = op.dim, lane = threadIdx.x % 32;
-  const int64_t D = src.shape[src.rank - 1], size = op.out.shape[d];
-  const int64_t rows = rows_of(src.shape, src.rank, op.split_dim, lo, hi);
-  constexpr int R = kWarpRowBatch, E = kWarpRowLanes;
-  for (int64_t r0 = threadIdx.x / 32; r0 < rows; r0 += (int64_t)R * kConsumerWarps) {
-    float v[R][E];
-    int64_t raw[R], at[R];  // at: the row's offset in the cache at position 0
-#pragma unroll
-    for (int b = 0; b < R; ++b) {
-      int64_t idx[MPK_MAX_RANK];
-      row_index(idx, min(r0 + (int64_t)b * kConsumerWarps, rows - 1), src.shape, src.rank, op.split_dim, lo, hi);
-      const int64_t so = offset_of(src, idx);
-      raw[b] = ix(offset_of(ids, idx + d));
-      idx[d] = 0;
-      at[b] = offset_of(op.out, idx);
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const int64_t j = lane + 32 * e;
-        v[b][e] = j < D ? ld_float(base(s, src), src.dtype, so + j) : 0.f;
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < R; ++b) {
-      if (r0 + (int64_t)b * kConsumerWarps >= rows) break;
-      const int64_t pos = checked_index(raw[b], size);
-      if (pos < 0) continue;  // an out-of-range position writes nothing
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const int64_t j = lane + 32 * e;
-        if (j < D) st_float(base(s, op.out), op.out.dtype, at[b] + pos * op.out.stride[d] + j, v[b][e]);
-      }
-    }
-  }
-}
-
 // kv_write is index_copy in place: out.select(dim, index[i]) = src.select(dim, i).
 // The tile iterates over the source rows.
 template <int N>
@@ -476,11 +420,7 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
   const int d = op.dim;
   const int r = src.rank - 1;
   if (d < r && float_row(src) && float_row(op.out)) {
-    const bool warp_rows = MPK_WARP_ROWS && op.split_dim != r && src.shape[r] <= 32 * kWarpRowLanes;
-    with_index(base(s, ids), ids, [&](auto ix) {
-      if (warp_rows) kv_write_warp_rows(op, lo, hi, s, ix);
-      else kv_write_rows(op, lo, hi, s, ix);
-    });
+    with_index(base(s, ids), ids, [&](auto ix) { kv_write_rows(op, lo, hi, s, ix); });
     return;
   }
   for_each_index(src.shape, src.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
@@ -690,56 +630,6 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
   }
 }
 
-// rope_warp_rows is rope_rows with a row a warp (MPK_WARP_ROWS): lane l takes
-// the pairs (j, j + h) for j = l, l + 32, ... of kWarpRowBatch / 2 rows at
-// once, their loads issued together, then rotated and stored.
-template <typename IX, int N>
-__device__ __forceinline__ void rope_warp_rows(const Op& op, int lo, int hi, const Slots<N>& s, IX ix) {
-  const View &x = op.in[0], &c = op.in[1], &sn = op.in[2];
-  const int r = op.out.rank - 1, lane = threadIdx.x % 32;
-  const int64_t h = x.shape[r] / 2;
-  const int32_t dt = op.out.dtype;
-  const int64_t* shape = rope_shape(op);
-  const int64_t rows = rows_of(shape, op.out.rank, op.split_dim, lo, hi);
-  const bool cache = op.flags & FLAG_CACHE;
-  const View& pv = op.in[op.num_in - 1];  // the cache positions (with FLAG_CACHE)
-  constexpr int R = kWarpRowBatch / 2, E = kWarpRowLanes;
-  for (int64_t r0 = threadIdx.x / 32; r0 < rows; r0 += (int64_t)R * kConsumerWarps) {
-    float2 rot[R][E];
-    int64_t raw[R], at[R];  // at: the row's offset (in the cache: at position 0)
-#pragma unroll
-    for (int b = 0; b < R; ++b) {
-      int64_t idx[MPK_MAX_RANK];
-      row_index(idx, min(r0 + (int64_t)b * kConsumerWarps, rows - 1), shape, op.out.rank, op.split_dim, lo, hi);
-      const int64_t xo = offset_of(x, idx), co = offset_of(c, idx), so = offset_of(sn, idx);
-      raw[b] = cache ? ix(offset_of(pv, idx + op.dim)) : 0;
-      if (cache) idx[op.dim] = 0;
-      at[b] = offset_of(op.out, idx);
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const int64_t j = min((int64_t)(lane + 32 * e), h - 1);  // clamped, not branched: the loads go out together
-        const float x1 = ld_float(base(s, x), x.dtype, xo + j), x2 = ld_float(base(s, x), x.dtype, xo + j + h);
-        const float c1 = ld_float(base(s, c), c.dtype, co + j), c2 = ld_float(base(s, c), c.dtype, co + j + h);
-        const float s1 = ld_float(base(s, sn), sn.dtype, so + j), s2 = ld_float(base(s, sn), sn.dtype, so + j + h);
-        rot[b][e] = rotate_pair(x1, x2, c1, s1, c2, s2, dt);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < R; ++b) {
-      if (r0 + (int64_t)b * kConsumerWarps >= rows) break;
-      int64_t oo = at[b];
-      if (!rope_dest(op, cache, raw[b], oo)) continue;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const int64_t j = lane + 32 * e;
-        if (j >= h) continue;
-        st_float(base(s, op.out), dt, oo + j, rot[b][e].x);
-        st_float(base(s, op.out), dt, oo + j + h, rot[b][e].y);
-      }
-    }
-  }
-}
-
 // rope: out = x·cos + rotate_half(x)·sin along the last dim, rounding each
 // product to the output dtype as eager does.
 template <int N>
@@ -751,16 +641,11 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const View& x = op.in[0];
   const int r = op.out.rank - 1;
   if (float_row(x) && float_row(op.in[1]) && float_row(op.in[2]) && float_row(op.out) && op.split_dim != r) {
-    const bool warp_rows = MPK_WARP_ROWS && x.shape[r] / 2 <= 32 * kWarpRowLanes;
     if (!(op.flags & FLAG_CACHE)) {
-      if (warp_rows) rope_warp_rows(op, lo, hi, s, NoIndex{});
-      else rope_rows(op, lo, hi, s, NoIndex{});
+      rope_rows(op, lo, hi, s, NoIndex{});
     } else {
       const View& pv = op.in[op.num_in - 1];  // the cache positions
-      with_index(base(s, pv), pv, [&](auto ix) {
-        if (warp_rows) rope_warp_rows(op, lo, hi, s, ix);
-        else rope_rows(op, lo, hi, s, ix);
-      });
+      with_index(base(s, pv), pv, [&](auto ix) { rope_rows(op, lo, hi, s, ix); });
     }
     return;
   }
