@@ -1305,13 +1305,27 @@ __host__ __device__ constexpr bool rows_mma_shape(int D, int G) {
          kConsumerWarps % G == 0 && kConsumerWarps / G % rows_mma_parts(D) == 0;
 }
 
+// Row pitches (floats) of attention_rows_mma's mask adds and summed outputs:
+// 8 past the row, so a warp's float2 accesses of rows g = 0..7 (8 floats
+// apart in banks) take the two wavefronts 256 bytes need, where rows of 64
+// or 128 floats put all eight rows in one bank (8-way conflicts: the sums'
+// read-modify-writes were most of a 64-token chunk's ~8 us task epilogue).
+__host__ __device__ constexpr int rows_mma_mask_pitch(int C) { return (C + 15) / 16 * 16 + 8; }
+__host__ __device__ constexpr int rows_mma_out_pitch(int D) { return D + 8; }
+
 // attention_rows_mma_bytes: two tiles of C rows of K and of V (padded by 8
-// elements; C rounded up to whole groups of 16 positions), the G heads' 16 query rows as hi and lo halves (padded by 8),
-// a tile of mask adds for each head, the rows' seen counts, each warp's
-// row maxima, and the G heads' summed outputs and sums.
+// elements; C rounded up to whole groups of 16 positions), whose bytes the
+// G heads' summed outputs reuse once every tile is read; the G heads' 16
+// query rows as hi and lo halves (padded by 8), a tile of mask adds for
+// each head, the rows' seen counts, each warp's row maxima, and the G
+// heads' sums.
+__host__ __device__ constexpr int rows_mma_tiles_bytes(int C, int D, int G) {
+  return 4 * ((C + 15) / 16 * 16) * (D + 8) * 2 > G * 16 * rows_mma_out_pitch(D) * 4 ? 4 * ((C + 15) / 16 * 16) * (D + 8) * 2
+                                                                                        : G * 16 * rows_mma_out_pitch(D) * 4;
+}
 __host__ __device__ constexpr int attention_rows_mma_bytes(int C, int D, int G) {
-  return 4 * ((C + 15) / 16 * 16) * (D + 8) * 2 + 2 * G * 16 * (D + 8) * 2 + G * 16 * C * 4 + 16 * 4 + kConsumerWarps * 16 * 4 +
-         G * 16 * 4 + G * 16 * D * 4;
+  return rows_mma_tiles_bytes(C, D, G) + 2 * G * 16 * (D + 8) * 2 + G * 16 * rows_mma_mask_pitch(C) * 4 + 16 * 4 +
+         kConsumerWarps * 16 * 4 + G * 16 * 4;
 }
 
 // attention_rows_bytes is attention_rows' shared memory (codegen's
@@ -1403,6 +1417,7 @@ __device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int ro
 template <typename T, typename QT, typename MT, int D, int G, int C, int N>
 __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   constexpr int KP = D + 8, QP = D + 8, W = kConsumerWarps / G, CT = (C + 15) / 16 * 16;
+  constexpr int MP = rows_mma_mask_pitch(C), OP = rows_mma_out_pitch(D);  // mask adds' and sums' row pitches
   constexpr int H = rows_mma_parts(D), DP = D / H, NT = DP / 8, WP = W / H;  // parts, their columns, position lanes
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
   const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
@@ -1413,13 +1428,13 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   const int u = warp / W, sub = warp % W / H, part = warp % H;
   T* ks = reinterpret_cast<T*>(smem);      // [2][CT][KP]: a tile read while the next lands
   T* vs = ks + 2 * CT * KP;                // [2][CT][KP]
-  T* qh = vs + 2 * CT * KP;                // [G][16][QP]
+  float* os = reinterpret_cast<float*>(smem);  // [G][16][OP] once every tile is read (over ks and vs)
+  T* qh = reinterpret_cast<T*>(smem + rows_mma_tiles_bytes(C, D, G));  // [G][16][QP]
   T* ql = qh + G * 16 * QP;                // [G][16][QP]
-  float* mt = reinterpret_cast<float*>(ql + G * 16 * QP);  // [G][16][C] mask adds
-  int* seen = reinterpret_cast<int*>(mt + G * 16 * C);     // [16]
+  float* mt = reinterpret_cast<float*>(ql + G * 16 * QP);  // [G][16][MP] mask adds
+  int* seen = reinterpret_cast<int*>(mt + G * 16 * MP);    // [16]
   float* mw = reinterpret_cast<float*>(seen + 16);         // [warps][16] row maxima
   float* ls = mw + kConsumerWarps * 16;                    // [G][16]
-  float* os = ls + G * 16;                                 // [G][16][D]
   const int64_t mask_hs = !std::is_void<MT>::value && G > 1 ? op.in[3].stride[1] : 0;
   // The rows' seen positions of the chunk (their extents') and the queries,
   // loaded together (one round trip, where a loop storing each element
@@ -1433,7 +1448,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     const int row = i / nn % 16;
     return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c + i % nn, i / (16 * nn) * mask_hs) : -INFINITY;
   };
-  auto tile_slot = [&](int i, int nn) -> float& { return mt[(i / (16 * nn) * 16 + i / nn % 16) * C + i % nn]; };
+  auto tile_slot = [&](int i, int nn) -> float& { return mt[(i / (16 * nn) * 16 + i / nn % 16) * MP + i % nn]; };
   const int my_seen = threadIdx.x < rows && threadIdx.x < 16 ? rows_seen(op, s, r0 + threadIdx.x, j_lo, n) : 0;
   float qx[QE];
 #pragma unroll
@@ -1455,6 +1470,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     ql[(uu * 16 + row) * QP + d] = from_float<T>(x - to_float(xh));
   }
   consumer_sync();
+  mark_staged_trace();  // trace builds: the extents and queries read
   int n_task = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) n_task = max(n_task, seen[i]);
@@ -1505,13 +1521,19 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
       } else {
         for (int i = threadIdx.x; i < hm * 16 * nc; i += MPK_THREADS) {
           const int uu = i / (16 * nc), row = i / nc % 16, jj = i % nc;
-          mt[(uu * 16 + row) * C + jj] =
+          mt[(uu * 16 + row) * MP + jj] =
               row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c0 + jj, uu * mask_hs) : -INFINITY;
         }
       }
     }
+#ifdef MPK_TRACE
+    const uint64_t t_wait = threadIdx.x == 0 ? globaltimer() : 0;
+#endif
     cp_async_wait_all();
     consumer_sync();
+#ifdef MPK_TRACE
+    if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t_wait);  // the tile's K, V and mask adds
+#endif
     // The other buffer was last read before the barrier that ended the tile before.
     if (c0 + C < n_task)
       kv_tile_async<T, D, KP>(ks + (CT * KP - tile), vs + (CT * KP - tile), chunk_at(k), chunk_at(v), k, v, c0 + C,
@@ -1521,14 +1543,14 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
       float sc[2][4] = {};
 #pragma unroll
       for (int k0 = 0; k0 < D; k0 += 16) {
-        const uint32_t a0 = *reinterpret_cast<const uint32_t*>(qhu + g * QP + k0 + 2 * t);
-        const uint32_t a1 = *reinterpret_cast<const uint32_t*>(qhu + (g + 8) * QP + k0 + 2 * t);
-        const uint32_t a2 = *reinterpret_cast<const uint32_t*>(qhu + g * QP + k0 + 8 + 2 * t);
-        const uint32_t a3 = *reinterpret_cast<const uint32_t*>(qhu + (g + 8) * QP + k0 + 8 + 2 * t);
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(qlu + g * QP + k0 + 2 * t);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(qlu + (g + 8) * QP + k0 + 2 * t);
-        const uint32_t b2 = *reinterpret_cast<const uint32_t*>(qlu + g * QP + k0 + 8 + 2 * t);
-        const uint32_t b3 = *reinterpret_cast<const uint32_t*>(qlu + (g + 8) * QP + k0 + 8 + 2 * t);
+        // The queries' fragments, reloaded every group (volatile loads):
+        // hoisted out of the group loop by the compiler they took 32 (D 64)
+        // or 64 (D 128) registers for the whole loop, and ptxas spilled.
+        auto lq = [&](const T* at) { return ld_shared_raw<uint32_t>(smem_u32(at)); };
+        const uint32_t a0 = lq(qhu + g * QP + k0 + 2 * t), a1 = lq(qhu + (g + 8) * QP + k0 + 2 * t);
+        const uint32_t a2 = lq(qhu + g * QP + k0 + 8 + 2 * t), a3 = lq(qhu + (g + 8) * QP + k0 + 8 + 2 * t);
+        const uint32_t b0 = lq(qlu + g * QP + k0 + 2 * t), b1 = lq(qlu + (g + 8) * QP + k0 + 2 * t);
+        const uint32_t b2 = lq(qlu + g * QP + k0 + 8 + 2 * t), b3 = lq(qlu + (g + 8) * QP + k0 + 8 + 2 * t);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const T* kr = ks + tile + (pb + nt * 8 + g) * KP + k0 + 2 * t;
@@ -1543,11 +1565,17 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         float x[4], mx = -INFINITY;
+        // The row's adds at the lane's positions, a float2 an n-tile (the
+        // tile's positions past nc, up to CT < MP, are never used).
+        float2 adds[2] = {};
+        if constexpr (!std::is_void<MT>::value)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+            adds[nt] = *reinterpret_cast<const float2*>(mt + ((mask_hs != 0 ? u : 0) * 16 + g + 8 * hr) * MP + pb + nt * 8 + 2 * t);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int nt = e / 2, c = hr * 2 + e % 2, pos = pb + nt * 8 + 2 * t + e % 2;
-          float add = 0.f;
-          if constexpr (!std::is_void<MT>::value) add = mt[((mask_hs != 0 ? u : 0) * 16 + g + 8 * hr) * C + min(pos, C - 1)];
+          const float add = e % 2 ? adds[nt].y : adds[nt].x;
           x[e] = pos < nc && c0 + pos < nr[hr] && add != -INFINITY ? sc[nt][c] + add : -INFINITY;
           mx = fmaxf(mx, x[e]);
         }
@@ -1590,6 +1618,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     }
     consumer_sync();  // the tile is read until the last group
   }
+  mark_dots_trace();  // trace builds: every tile multiplied
   // A head's W warps: the rows' maxima (a part's warps have the same), then
   // their rescaled outputs (each part its columns) and sums (part 0's) added
   // in warp order.
@@ -1607,10 +1636,15 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
 #pragma unroll
       for (int i = 0; i < NT; ++i)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float* o = os + (u * 16 + g + 8 * (c / 2)) * D + part * DP + i * 8 + 2 * t + c % 2;
-          const float x = acc[i][c] * f[c / 2];
-          *o = w == 0 ? x : *o + x;
+        for (int hr = 0; hr < 2; ++hr) {  // columns 2t, 2t + 1 of row g + 8hr: one float2
+          float2* o = reinterpret_cast<float2*>(os + (u * 16 + g + 8 * hr) * OP + part * DP + i * 8 + 2 * t);
+          const float2 x = make_float2(acc[i][2 * hr] * f[hr], acc[i][2 * hr + 1] * f[hr]);
+          if (w == 0) {
+            *o = x;
+          } else {
+            const float2 y = *o;
+            *o = make_float2(y.x + x.x, y.y + x.y);
+          }
         }
       if (t == 0 && part == 0)
 #pragma unroll
@@ -1631,7 +1665,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
       x = -INFINITY;
       for (int w = 0; w < W; ++w) x = fmaxf(x, mw[(uu * W + w) * 16 + row]);
     } else {
-      x = e == 1 ? ls[uu * 16 + row] : os[(uu * 16 + row) * D + e - 2];
+      x = e == 1 ? ls[uu * 16 + row] : os[(uu * 16 + row) * OP + e - 2];
     }
     pbase[p.offset + (r0 + row) * p.stride[0] + sp * p.stride[1] + (h0 + uu) * p.stride[2] + e * p.stride[4]] = x;
   }

@@ -110,7 +110,11 @@ func sharedKVBytes(C, D, G int) int {
 	if D%16 != 0 || D > 128 || D%(16*parts) != 0 || G < 1 || G > 4 || warps%G != 0 || warps/G%parts != 0 {
 		return scalar
 	}
-	mma := 4*((C+15)/16*16)*(D+8)*2 + 2*G*16*(D+8)*2 + G*16*C*4 + 16*4 + warps*16*4 + G*16*4 + G*16*D*4
+	// K and V tiles of whole groups of 16 positions, whose bytes the summed
+	// outputs reuse; mask adds' and outputs' rows padded by 8 (rows_mma_*_pitch).
+	ct := (C + 15) / 16 * 16
+	tiles := max(4*ct*(D+8)*2, G*16*(D+8)*4)
+	mma := tiles + 2*G*16*(D+8)*2 + G*16*(ct+8)*4 + 16*4 + warps*16*4 + G*16*4
 	return max(scalar, mma)
 }
 
