@@ -922,6 +922,12 @@ __device__ __forceinline__ V ld_shared_raw(uint32_t addr) {
   }
 }
 
+// st_shared_f2 writes a float2 to shared memory (a generic store of
+// task scratch, which reaches task code as a generic pointer, is slower).
+__device__ __forceinline__ void st_shared_f2(uint32_t addr, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v.x), "f"(v.y) : "memory");
+}
+
 // kv_load reads a lane's piece of row j of K (or V: isv) at element d: from
 // the ring when the unit is paged, else from the cache at g.
 template <typename V, class KVP>
@@ -1405,6 +1411,35 @@ __device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int ro
   return max(0, min(e - j_lo, n));
 }
 
+// live_chunk_of mirrors ir.LiveChunk: the positions a split covers when
+// the longest row's extent is `extent`, cut evenly over the splits in whole
+// groups of 16. A prompt chunk's attention with a mask extent (FLAG_EXTENT)
+// cuts its chunks so, not from the capacity: a 64-token chunk after 512
+// tokens in a cache of 776 took chunks of 194 (4 tiles of the task, a
+// fourth of the tasks empty), now 144. The merge reads every split.
+__host__ __device__ constexpr int live_chunk_of(int extent, int splits) {
+  return ((extent > 1 ? extent : 1) + splits - 1) / splits + 15 & ~15;
+}
+
+// row_end is where row's visible positions end: its mask extent (in[4])
+// with FLAG_EXTENT, else S.
+template <int N>
+__device__ __forceinline__ int row_end(const Op& op, const Slots<N>& s, int row, int S) {
+  if (!(op.flags & FLAG_EXTENT)) return S;
+  return __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset + row * op.in[4].stride[0]);
+}
+
+// longest_extent_warp is, with FLAG_EXTENT, the largest extent of the rows
+// lane, lane + MPK_THREADS, ... of B (every warp's share; the block's is
+// the largest of its warps'); 0 without.
+template <int N>
+__device__ __forceinline__ int longest_extent_warp(const Op& op, const Slots<N>& s, int B) {
+  if (!(op.flags & FLAG_EXTENT)) return 0;
+  int e = 0;
+  for (int r = threadIdx.x; r < B; r += MPK_THREADS) e = max(e, row_end(op, s, r, 0));
+  return __reduce_max_sync(0xffffffffu, e);
+}
+
 // attention_rows_mma is attention_rows on the tensor cores (m16n8k16, fp32
 // accumulators): the task's (at most 16) rows are an m-tile, a warp takes
 // one of the G heads, one part of its output columns (rows_mma_parts) and
@@ -1420,10 +1455,10 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   constexpr int MP = rows_mma_mask_pitch(C), OP = rows_mma_out_pitch(D);  // mask adds' and sums' row pitches
   constexpr int H = rows_mma_parts(D), DP = D / H, NT = DP / 8, WP = W / H;  // parts, their columns, position lanes
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
-  const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
+  const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1];
   const int gs = lo / B, r0 = lo % B, rows = hi - lo;
   const int sp = gs % splits, h0 = gs / splits * G, kvh = h0 / op.groups;
-  const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
+  const bool live = op.flags & FLAG_EXTENT;  // chunks cut from the live length (live_chunk_of)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int u = warp / W, sub = warp % W / H, part = warp % H;
   T* ks = reinterpret_cast<T*>(smem);      // [2][CT][KP]: a tile read while the next lands
@@ -1432,24 +1467,18 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   T* qh = reinterpret_cast<T*>(smem + rows_mma_tiles_bytes(C, D, G));  // [G][16][QP]
   T* ql = qh + G * 16 * QP;                // [G][16][QP]
   float* mt = reinterpret_cast<float*>(ql + G * 16 * QP);  // [G][16][MP] mask adds
-  int* seen = reinterpret_cast<int*>(mt + G * 16 * MP);    // [16]
+  int* seen = reinterpret_cast<int*>(mt + G * 16 * MP);    // [16] the rows' ends (row_end), then what they see
   float* mw = reinterpret_cast<float*>(seen + 16);         // [warps][16] row maxima
   float* ls = mw + kConsumerWarps * 16;                    // [G][16]
   const int64_t mask_hs = !std::is_void<MT>::value && G > 1 ? op.in[3].stride[1] : 0;
-  // The rows' seen positions of the chunk (their extents') and the queries,
-  // loaded together (one round trip, where a loop storing each element
+  // The rows' ends (their extents), every row's for the longest (live), and
+  // the queries, loaded together (one round trip, where a loop storing each element
   // before the next load took one a load: ~5 us a task), then the queries
   // pre-scaled and split; rows past the task's are zeros that see nothing.
   constexpr int QE = (G * 16 * D + MPK_THREADS - 1) / MPK_THREADS;  // query elements a thread
   const int hm = mask_hs != 0 ? G : 1;  // heads of staged mask adds
-  // A tile's mask adds as flat units i over [hm][16 rows][nn positions]
-  // from position c of the chunk: the add, and its place in mt.
-  auto tile_add = [&](int i, int c, int nn) {
-    const int row = i / nn % 16;
-    return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c + i % nn, i / (16 * nn) * mask_hs) : -INFINITY;
-  };
-  auto tile_slot = [&](int i, int nn) -> float& { return mt[(i / (16 * nn) * 16 + i / nn % 16) * MP + i % nn]; };
-  const int my_seen = threadIdx.x < rows && threadIdx.x < 16 ? rows_seen(op, s, r0 + threadIdx.x, j_lo, n) : 0;
+  const int my_end = threadIdx.x < rows && threadIdx.x < 16 ? row_end(op, s, r0 + threadIdx.x, S) : 0;
+  const int longest = live ? longest_extent_warp(op, s, B) : 0;
   float qx[QE];
 #pragma unroll
   for (int e = 0; e < QE; ++e) {
@@ -1459,7 +1488,8 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
                            (h0 + uu) * q.stride[1] + d * q.stride[3])
                 : 0.f;
   }
-  if (threadIdx.x < 16) seen[threadIdx.x] = my_seen;
+  if (threadIdx.x < 16) seen[threadIdx.x] = my_end;
+  if (live && lane == 0) reinterpret_cast<int*>(mw)[warp] = longest;  // mw holds row maxima only after the tiles
 #pragma unroll
   for (int e = 0; e < QE; ++e) {
     const int i = threadIdx.x + e * MPK_THREADS, uu = i / (16 * D), row = i / D % 16, d = i % D;
@@ -1471,14 +1501,39 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   }
   consumer_sync();
   mark_staged_trace();  // trace builds: the extents and queries read
+  int chunk = (S + splits - 1) / splits;
+  if (live) {
+    int e = 0;
+#pragma unroll
+    for (int w = 0; w < kConsumerWarps; ++w) e = max(e, reinterpret_cast<const int*>(mw)[w]);
+    chunk = live_chunk_of(e, splits);
+  }
+  const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
+  // The positions of the chunk row i sees (up to its end).
+  auto row_seen = [&](int i) { return max(0, min(seen[i] - j_lo, n)); };
   int n_task = 0;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) n_task = max(n_task, seen[i]);
-  // No row sees the chunk (it lies past every row's extent, as most of a
-  // long cache's chunks do for a prompt): no partials to write (the merge
-  // reads none). Every thread read the same seen[] after the barrier.
-  if (n_task == 0) return;
-  const int nr[2] = {seen[g], seen[g + 8]};
+  for (int i = 0; i < 16; ++i) n_task = max(n_task, row_seen(i));
+  // No row sees the chunk (it lies past every row's extent): an empty
+  // softmax (max -inf, sum 0) for each row, which the merge skips. Every
+  // thread read the same seen[] after the barrier.
+  if (n_task == 0) {
+    float* pbase = reinterpret_cast<float*>(base(s, p));
+    for (int i = threadIdx.x; i < G * rows * 2; i += MPK_THREADS) {
+      const int uu = i / (rows * 2), row = i / 2 % rows, e = i % 2;
+      pbase[p.offset + (r0 + row) * p.stride[0] + sp * p.stride[1] + (h0 + uu) * p.stride[2] + e * p.stride[4]] =
+          e == 0 ? -INFINITY : 0.f;
+    }
+    return;
+  }
+  const int nr[2] = {row_seen(g), row_seen(g + 8)};
+  // A tile's mask adds as flat units i over [hm][16 rows][nn positions]
+  // from position c of the chunk: the add, and its place in mt.
+  auto tile_add = [&](int i, int c, int nn) {
+    const int row = i / nn % 16;
+    return row < rows ? mask_row<MT>(op, s, r0 + row, h0).add(j_lo + c + i % nn, i / (16 * nn) * mask_hs) : -INFINITY;
+  };
+  auto tile_slot = [&](int i, int nn) -> float& { return mt[(i / (16 * nn) * 16 + i / nn % 16) * MP + i % nn]; };
   // The chunk's K and V rows, derived where each tile's copies issue (after
   // a barrier, so from the task's descriptor and slots in shared memory)
   // rather than held across the tiles, where ptxas spilled them and every
@@ -1554,7 +1609,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const T* kr = ks + tile + (pb + nt * 8 + g) * KP + k0 + 2 * t;
-          const uint32_t k0r = *reinterpret_cast<const uint32_t*>(kr), k1r = *reinterpret_cast<const uint32_t*>(kr + 8);
+          const uint32_t k0r = ld_shared_raw<uint32_t>(smem_u32(kr)), k1r = ld_shared_raw<uint32_t>(smem_u32(kr + 8));
           mma_16816<T>(sc[nt], a0, a1, a2, a3, k0r, k1r);
           mma_16816<T>(sc[nt], b0, b1, b2, b3, k0r, k1r);
         }
@@ -1571,7 +1626,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
         if constexpr (!std::is_void<MT>::value)
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt)
-            adds[nt] = *reinterpret_cast<const float2*>(mt + ((mask_hs != 0 ? u : 0) * 16 + g + 8 * hr) * MP + pb + nt * 8 + 2 * t);
+            adds[nt] = ld_shared_raw<float2>(smem_u32(mt + ((mask_hs != 0 ? u : 0) * 16 + g + 8 * hr) * MP + pb + nt * 8 + 2 * t));
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int nt = e / 2, c = hr * 2 + e % 2, pos = pb + nt * 8 + 2 * t + e % 2;
@@ -1637,13 +1692,13 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
       for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {  // columns 2t, 2t + 1 of row g + 8hr: one float2
-          float2* o = reinterpret_cast<float2*>(os + (u * 16 + g + 8 * hr) * OP + part * DP + i * 8 + 2 * t);
+          const uint32_t o = smem_u32(os + (u * 16 + g + 8 * hr) * OP + part * DP + i * 8 + 2 * t);
           const float2 x = make_float2(acc[i][2 * hr] * f[hr], acc[i][2 * hr + 1] * f[hr]);
           if (w == 0) {
-            *o = x;
+            st_shared_f2(o, x);
           } else {
-            const float2 y = *o;
-            *o = make_float2(y.x + x.x, y.y + x.y);
+            const float2 y = ld_shared_raw<float2>(o);
+            st_shared_f2(o, make_float2(y.x + x.x, y.y + x.y));
           }
         }
       if (t == 0 && part == 0)
@@ -1655,11 +1710,12 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
     }
     consumer_sync();
   }
-  // The partials of the rows that see part of the chunk.
+  // The task's rows' partials (a row that sees none of the chunk: max
+  // -inf, sum 0, outputs 0, as its state was left).
   float* pbase = reinterpret_cast<float*>(base(s, p));
   for (int i = threadIdx.x; i < G * 16 * (D + 2); i += MPK_THREADS) {
     const int uu = i / (16 * (D + 2)), row = i / (D + 2) % 16, e = i % (D + 2);
-    if (row >= rows || seen[row] <= 0) continue;
+    if (row >= rows) continue;
     float x;
     if (e == 0) {
       x = -INFINITY;
@@ -1684,9 +1740,10 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
 // unit: its G queries pre-scaled in shared memory (read as broadcasts), a
 // lane owning a position for q·k and PER output columns for p·V, the
 // softmax reduced once per 32 positions, its state kept across the tiles.
-// With FLAG_EXTENT no tile past the task's rows' largest extent is read,
-// and a row whose extent ends before the chunk writes no partials (the
-// merge reads none).
+// With FLAG_EXTENT the chunks are cut from the longest row's extent
+// (live_chunk_of), no tile past the task's rows' largest extent is read,
+// and a row whose extent ends before the chunk writes an empty softmax
+// (the merge reads every split and skips those).
 template <typename T, typename QT, typename MT, int D, int G, int C, int N>
 __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
   static_assert(sizeof(T) == 2 && D % 8 == 0, "2-byte K and V rows of whole 16-byte pieces");
@@ -1696,11 +1753,22 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
   }
   constexpr int PER = (D + 31) / 32, KP = D + 8, V16 = 8;
   const View &q = op.in[0], &k = op.in[1], &v = op.in[2], &p = op.out;
-  const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1], chunk = (S + splits - 1) / splits;
+  const int B = (int)q.shape[0], S = (int)k.shape[2], splits = (int)p.shape[1];
   const int gs = lo / B, r0 = lo % B, r1 = r0 + (hi - lo);
   const int sp = gs % splits, h0 = gs / splits * G, kvh = h0 / op.groups;
-  const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int chunk = (S + splits - 1) / splits;
+  if (op.flags & FLAG_EXTENT) {  // chunks cut from the longest row's extent (live_chunk_of), met in shared memory
+    int* longest = reinterpret_cast<int*>(smem);
+    const int e = longest_extent_warp(op, s, B);
+    if (lane == 0) longest[warp] = e;
+    consumer_sync();
+    int m = 0;
+    for (int w = 0; w < kConsumerWarps; ++w) m = max(m, longest[w]);
+    consumer_sync();  // the bytes are the K tile's
+    chunk = live_chunk_of(m, splits);
+  }
+  const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
   // The positions of the chunk each row sees (its extent's), and the
   // task's: the largest of its rows'. Every warp reads them all (r1 - r0
   // is at most a warp's lanes).
@@ -1763,8 +1831,13 @@ __device__ void attention_rows(const Op& op, int lo, int hi, const Slots<N>& s, 
     }
     consumer_sync();  // the tile is read until the last row
   }
-  if (n_row <= 0) return;
   float* pb = reinterpret_cast<float*>(base(s, p));
+  if (n_row <= 0) {  // a row that sees none of the chunk: an empty softmax (max -inf, sum 0), which the merge skips
+    if (r < r1 && lane < 2 * G)
+      pb[p.offset + r * p.stride[0] + sp * p.stride[1] + (h0 + lane / 2) * p.stride[2] + lane % 2 * p.stride[4]] =
+          lane % 2 == 0 ? -INFINITY : 0.f;
+    return;
+  }
 #pragma unroll
   for (int u = 0; u < G; ++u)
     store_partial<D>(pb + p.offset + r * p.stride[0] + sp * p.stride[1] + (h0 + u) * p.stride[2], p.stride[4], m[u],

@@ -499,6 +499,10 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 		if op.Attr.Splits > 1 { // a box of partials [B, Splits, H, Sq, Dv+2]
 			q, k := op.In[0], op.In[1]
 			lo, hi := splitSpan(op, k.Shape[2], b.Lo[1], b.Hi[1])
+			live := op.Attr.SharedKV && op.Attr.HasExtent // chunks cut from the live length (ir.LiveChunk): any position
+			if live {
+				lo, hi = 0, k.Shape[2]
+			}
 			h0, h1 := b.Lo[2], b.Hi[2]
 			G := max(1, op.Attr.Groups)
 			read(q, tgraph.Box{Lo: []int64{b.Lo[0], h0, 0, 0}, Hi: []int64{b.Hi[0], h1, q.Shape[2], q.Shape[3]}})
@@ -514,7 +518,9 @@ func accesses(op *ir.Op, b tgraph.Box) (reads, writes []tgraph.Access) {
 				m := op.In[3]
 				read(m, tgraph.Box{Lo: []int64{b.Lo[0], h0, 0, lo}, Hi: []int64{b.Hi[0], h1, m.Shape[2], hi}})
 			}
-			if op.Attr.HasExtent { // [B]
+			if live { // [B]: every row's, for the longest
+				read(op.In[4], fullBox(op.In[4]))
+			} else if op.Attr.HasExtent {
 				read(op.In[4], tgraph.Box{Lo: []int64{b.Lo[0]}, Hi: []int64{b.Hi[0]}})
 			}
 			break

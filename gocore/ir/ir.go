@@ -423,6 +423,20 @@ func (op *Op) HeadsPerUnit() int64 { return max(1, op.Attr.UnitHeads) }
 // attention with splits chunks covers (the last may cover fewer).
 func SplitChunk(S, splits int64) int64 { return (S + splits - 1) / splits }
 
+// LiveChunk is the KV positions each split of a prompt chunk's attention
+// with shared K and V (Attrs.SharedKV) and a mask extent covers: the live
+// positions [0, extent) of the longest row, cut evenly over the splits
+// (whole groups of 16), where cutting the capacity S left the splits past
+// the live length empty and the live ones long (a 64-token chunk after 512
+// tokens in a cache of 776: chunks of 194, a fourth of them empty). Every
+// task and the merge compute it alike: the tasks from the extents of every
+// row, and the merge reads every split (the rows that see none of theirs
+// write an empty softmax, l = 0).
+func LiveChunk(extent, splits int64) int64 {
+	c := (max(extent, 1) + splits - 1) / splits
+	return (c + 15) / 16 * 16
+}
+
 // SharedKVTile is the most K and V rows of a chunk that attention with
 // shared K and V (Attrs.SharedKV) holds in shared memory at once: a longer
 // chunk is read a tile after another.

@@ -44,8 +44,12 @@ func boundMergeByExtent(g *ir.Graph, workers int) {
 		a.Attr.HasExtent = true
 		cells := a.In[0].Shape[0] * (a.In[0].Shape[1] / a.HeadsPerUnit()) // (batch row, head group) pairs
 		a.Attr.Interleave = max(1, min(a.Attr.Splits, int64(workers)/cells))
-		if a.Attr.SharedKV { // its tasks take a chunk for many rows: no interleaving
+		if a.Attr.SharedKV {
+			// Its tasks take a chunk for many rows (no interleaving), cut
+			// from the live length (ir.LiveChunk): the merge reads every
+			// split, the empty ones with l = 0.
 			a.Attr.Interleave = 1
+			continue
 		}
 		chunk := ir.SplitChunk(S, a.Attr.Splits)
 		for _, r := range readers {

@@ -434,6 +434,16 @@ func (x *exec) splitsBelowExtent(e ir.View, row, chunk, splits int64) int64 {
 	return min(splits, (int64(x.load(e, []int64{row}))+chunk-1)/chunk)
 }
 
+// longestExtent is the largest of the rows' mask extents (the int32 view
+// e [B], from MaskExtent), as the CUDA live_chunk reads it.
+func (x *exec) longestExtent(e ir.View) int64 {
+	var m int64
+	for r := int64(0); r < e.Shape[0]; r++ {
+		m = max(m, int64(x.load(e, []int64{r})))
+	}
+	return m
+}
+
 // maskAdd is what a mask element adds to a score: 0 or -inf for a bool
 // mask, the value for a float one (as the CUDA mask_add).
 func (x *exec) maskAdd(m ir.View, idx []int64) float64 {
@@ -486,7 +496,9 @@ func (x *exec) rotate(xs, cs, ss []float64, dt ir.DType, dst []float64) []float6
 // head's partial softmax over the chunk: max m, sum l of exp(score-m), and the
 // unnormalised output Σ exp(score-m)·v, into [B, Splits, H, Sq, Dv+2].
 // With the mask's extent (HasExtent), a chunk starting at or past it is
-// skipped and its partials left as they were, as on the GPU.
+// skipped and its partials left as they were, as on the GPU; with shared K
+// and V, the chunks are cut from the live length (ir.LiveChunk) and each
+// written, empty (l = 0) for a row that sees none of it.
 func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 	q, v := op.In[0], op.In[2]
 	Sq, Dv, S := q.Shape[2], v.Shape[3], op.In[1].Shape[2]
@@ -499,8 +511,16 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 			} // else the cache write reports it
 		}
 		live := op.Attr.Splits // chunks [0, live) hold visible positions
-		if op.Attr.HasExtent {
-			live = x.splitsBelowExtent(op.In[4], bi, ir.SplitChunk(S, op.Attr.Splits), live)
+		chunk, end := ir.SplitChunk(S, op.Attr.Splits), S // end: the row's positions past it are hidden
+		switch {
+		case op.Attr.SharedKV && op.Attr.HasExtent:
+			// Chunks cut from the longest row's live length; every split is
+			// written (past the row's extent its positions are hidden), as
+			// the merge reads them all.
+			chunk = ir.LiveChunk(x.longestExtent(op.In[4]), op.Attr.Splits)
+			end = int64(x.load(op.In[4], []int64{bi}))
+		case op.Attr.HasExtent:
+			live = x.splitsBelowExtent(op.In[4], bi, chunk, live)
 		}
 		g := ir.SplitGroups{Splits: op.Attr.Splits, R: op.Attr.Interleave}
 		for s := b.Lo[1]; s < b.Hi[1]; s++ {
@@ -508,7 +528,8 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 			if c >= live {
 				continue
 			}
-			lo, hi := ir.SplitPositions(S, op.Attr.Splits, c, c+1)
+			lo, hi := min(c*chunk, S), min((c+1)*chunk, S)
+			hi = max(lo, min(hi, end))
 			for h := b.Lo[2]; h < b.Hi[2]; h++ {
 				kvh := h / op.Attr.Groups
 				var knew, vnew []float64
