@@ -510,7 +510,7 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 				pos = p
 			} // else the cache write reports it
 		}
-		live := op.Attr.Splits // chunks [0, live) hold visible positions
+		live := op.Attr.Splits                            // chunks [0, live) hold visible positions
 		chunk, end := ir.SplitChunk(S, op.Attr.Splits), S // end: the row's positions past it are hidden
 		switch {
 		case op.Attr.SharedKV && op.Attr.HasExtent:
