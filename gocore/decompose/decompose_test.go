@@ -344,6 +344,17 @@ func TestAccesses(t *testing.T) {
 			return op
 		}, box(sh(0, 2, 0, 0), sh(1, 4, 1, 2)),
 			[]acc{{"k", ivs(6, 12)}, {"q", ivs(4, 8)}, {"v", ivs(6, 12)}}, []acc{{"o", ivs(4, 8)}}},
+		{"a prompt chunk's attention with shared K and V and an extent reads every position and row extent", func(b *opBuilder) *ir.Op {
+			// Its chunks are cut from the longest row's extent at run time (ir.LiveChunk).
+			m := b.buf("mask", 2, 1, 1, 8)
+			mask := ir.View{Buf: m.Buf, Shape: sh(2, 2, 1, 8), Strides: sh(8, 0, 8, 1)} // heads broadcast
+			op := b.op(ir.Attention, b.buf("o", 2, 2, 2, 1, 4), b.buf("q", 2, 2, 1, 2), b.buf("k", 2, 1, 8, 2),
+				b.buf("v", 2, 1, 8, 2), mask, b.buf("ext", 2))
+			op.Attr.Groups, op.Attr.Splits, op.Attr.SharedKV, op.Attr.HasMask, op.Attr.HasExtent = 2, 2, true, true, true
+			return op
+		}, box(sh(1, 1, 0, 0, 0), sh(2, 2, 2, 1, 4)),
+			[]acc{{"ext", ivs(0, 2)}, {"k", ivs(16, 32)}, {"mask", ivs(8, 16)}, {"q", ivs(4, 8)}, {"v", ivs(16, 32)}},
+			[]acc{{"o", ivs(24, 32)}}},
 		{"embedding reads the whole table", func(b *opBuilder) *ir.Op {
 			return b.op(ir.Embedding, b.buf("o", 3, 4), b.buf("table", 10, 4), b.buf("ids", 3))
 		}, box(sh(1, 0), sh(2, 4)), []acc{{"ids", ivs(1, 2)}, {"table", ivs(0, 40)}}, []acc{{"o", ivs(4, 8)}}},

@@ -199,3 +199,21 @@ func TestSplitGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveChunk: a prompt chunk's split covers whole groups of 16 positions,
+// enough that the splits cover the live length, and less than 16 more each
+// than an even cut (a 64-token chunk after 512 tokens on 4 splits: 144).
+func TestLiveChunk(t *testing.T) {
+	if got := LiveChunk(576, 4); got != 144 {
+		t.Errorf("LiveChunk(576, 4) = %d, want 144", got)
+	}
+	for splits := int64(1); splits <= 9; splits++ {
+		for extent := int64(0); extent <= 1000; extent++ {
+			c := LiveChunk(extent, splits)
+			even := (max(extent, 1) + splits - 1) / splits
+			if c%16 != 0 || c*splits < extent || c < even || c >= even+16 {
+				t.Fatalf("LiveChunk(%d, %d) = %d: want a multiple of 16 covering the extent, within 16 of %d", extent, splits, c, even)
+			}
+		}
+	}
+}
