@@ -122,3 +122,53 @@ func TestGemm(t *testing.T) {
 		}
 	}
 }
+
+// TestWideGemm: with wide_gemm a 64-token chunk's down projection (N =
+// 2,048, K = 8,192, a residual) takes tasks of 128 weight rows, so 8 slices
+// of K (the sum's 9 inputs within the ABI's 12) cover 132 workers with
+// 16 x 8 tasks of twice the rows; a gate projection whose 64-row tasks
+// already cover the workers (N = 8,192) stays as it is, to pair.
+func TestWideGemm(t *testing.T) {
+	build := func(N, K int64, resid bool) (*builder, *ir.Op) {
+		b := newBuilder()
+		x := b.input("x", ir.F32, 64, K)
+		w := b.param("w", ir.BF16, N, K)
+		out := b.temp("out", ir.BF16, 64, N)
+		l := b.op(ir.Linear, out, x, w)
+		if resid {
+			l.In = append(l.In, b.input("r", ir.BF16, 64, N))
+			l.Attr.Residual = true
+		}
+		b.output(out)
+		return b, l
+	}
+	cfg := Config{Workers: 132, Gemm: true, Wgmma: true, WideGemm: true}
+	b, _ := build(2048, 8192, true)
+	Rewrite(b.g, cfg)
+	slices := 0
+	for _, op := range b.g.Ops {
+		if op.Kind != ir.Linear {
+			continue
+		}
+		slices++
+		p, ok := stream.For(op, stream.Writers(b.g))
+		if !ok || !p.Wgmma || !p.Wide || stream.TaskRows(op) != 128 || op.Attr.KParts != 8 || p.Unit() != 128 ||
+			p.Tasks(op.Out.Shape[1], 132) != 16 {
+			t.Fatalf("down slice: plan %+v (ok %v), rows %d, parts %d", p, ok, stream.TaskRows(op), op.Attr.KParts)
+		}
+	}
+	if slices != 8 {
+		t.Fatalf("down: %d slices, want 8: %s", slices, kinds(b.g))
+	}
+	b, l := build(8192, 2048, false)
+	Rewrite(b.g, cfg)
+	if got := kinds(b.g); got != "linear" || l.Attr.WideGemm || stream.TaskRows(l) != stream.GemmRows {
+		t.Fatalf("gate projection: ops %s, wide %v", got, l.Attr.WideGemm)
+	}
+	cfg.WideGemm = false
+	b, l = build(2048, 8192, true)
+	Rewrite(b.g, cfg)
+	if l.Attr.WideGemm || stream.TaskRows(l) != stream.GemmRows {
+		t.Fatalf("wide_gemm off: wide %v, rows %d", l.Attr.WideGemm, stream.TaskRows(l))
+	}
+}
