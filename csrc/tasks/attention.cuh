@@ -1326,8 +1326,8 @@ __host__ __device__ constexpr int rows_mma_out_pitch(int D) { return D + 8; }
 // each head, the rows' seen counts, each warp's row maxima, and the G
 // heads' sums.
 __host__ __device__ constexpr int rows_mma_tiles_bytes(int C, int D, int G) {
-  return 4 * ((C + 15) / 16 * 16) * (D + 8) * 2 > G * 16 * rows_mma_out_pitch(D) * 4 ? 4 * ((C + 15) / 16 * 16) * (D + 8) * 2
-                                                                                        : G * 16 * rows_mma_out_pitch(D) * 4;
+  const int tiles = 4 * ((C + 15) / 16 * 16) * (D + 8) * 2, sums = G * 16 * rows_mma_out_pitch(D) * 4;
+  return tiles > sums ? tiles : sums;
 }
 __host__ __device__ constexpr int attention_rows_mma_bytes(int C, int D, int G) {
   return rows_mma_tiles_bytes(C, D, G) + 2 * G * 16 * (D + 8) * 2 + G * 16 * rows_mma_mask_pitch(C) * 4 + 16 * 4 +
@@ -1402,15 +1402,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
                : "r"(a));
 }
 
-// rows_seen is how many positions of the chunk [j_lo, j_lo + n) row sees:
-// with FLAG_EXTENT those below its mask's extent (in[4]), else all.
-template <int N>
-__device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int row, int j_lo, int n) {
-  if (!(op.flags & FLAG_EXTENT)) return n;
-  const int e = __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset + row * op.in[4].stride[0]);
-  return max(0, min(e - j_lo, n));
-}
-
 // live_chunk_of mirrors ir.LiveChunk: the positions a split covers when
 // the longest row's extent is `extent`, cut evenly over the splits in whole
 // groups of 16. A prompt chunk's attention with a mask extent (FLAG_EXTENT)
@@ -1427,6 +1418,17 @@ template <int N>
 __device__ __forceinline__ int row_end(const Op& op, const Slots<N>& s, int row, int S) {
   if (!(op.flags & FLAG_EXTENT)) return S;
   return __ldcg(reinterpret_cast<const int32_t*>(base(s, op.in[4])) + op.in[4].offset + row * op.in[4].stride[0]);
+}
+
+// seen_in_chunk is how many positions of the chunk [j_lo, j_lo + n) a row
+// whose visible positions end at `end` sees.
+__device__ __forceinline__ int seen_in_chunk(int end, int j_lo, int n) { return max(0, min(end - j_lo, n)); }
+
+// rows_seen is how many positions of the chunk [j_lo, j_lo + n) row sees:
+// with FLAG_EXTENT those below its mask's extent (in[4]), else all.
+template <int N>
+__device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int row, int j_lo, int n) {
+  return seen_in_chunk(row_end(op, s, row, j_lo + n), j_lo, n);
 }
 
 // longest_extent_warp is, with FLAG_EXTENT, the largest extent of the rows
@@ -1510,7 +1512,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   }
   const int j_lo = min(sp * chunk, S), n = min(j_lo + chunk, S) - j_lo;
   // The positions of the chunk row i sees (up to its end).
-  auto row_seen = [&](int i) { return max(0, min(seen[i] - j_lo, n)); };
+  auto row_seen = [&](int i) { return seen_in_chunk(seen[i], j_lo, n); };
   int n_task = 0;
 #pragma unroll
   for (int i = 0; i < 16; ++i) n_task = max(n_task, row_seen(i));

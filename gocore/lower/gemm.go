@@ -38,8 +38,7 @@ func markGemm(g *ir.Graph, splitRows, wgmma, wide bool, workers int) {
 		c.Attr.Gemm = true
 		c.Attr.Wgmma = wgmma && op.In[1].DType() == ir.BF16
 		blocks := (M + stream.GemmMaxRows - 1) / stream.GemmMaxRows
-		c.Attr.WideGemm = wide && c.Attr.Wgmma &&
-			(op.Out.Shape[1]+stream.GemmRows-1)/stream.GemmRows*blocks < int64(workers)*9/10
+		c.Attr.WideGemm = wide && c.Attr.Wgmma && !coversWorkers((op.Out.Shape[1]+stream.GemmRows-1)/stream.GemmRows*blocks, workers)
 		c.Out = op.Out.Clone()
 		c.Out.Shape[0] = min(M, stream.GemmMaxRows) // a block's rows
 		if _, ok := stream.For(&c, written); ok {
@@ -47,6 +46,10 @@ func markGemm(g *ir.Graph, splitRows, wgmma, wide bool, workers int) {
 		}
 	}
 }
+
+// coversWorkers says whether a GEMM stream's tasks cover the workers (nine
+// tenths of them, the bound gemmKParts has used).
+func coversWorkers(tasks int64, workers int) bool { return tasks >= int64(workers)*9/10 }
 
 // gemmKParts is how many slices of K a GEMM stream takes (splitLinearK):
 // its tasks take GemmRows weight rows each, so a short N (the q, k, v and o
@@ -62,7 +65,7 @@ func gemmKParts(op *ir.Op, workers int, extra int64) int64 {
 	if rows > stream.GemmRows { // a wide stream's sum may take the ABI's every input (a down projection's 8 slices and residual)
 		inputs = ir.MaxInputs
 	}
-	for parts := int64(2); parts <= maxKParts && parts+extra <= inputs && tasks*best < int64(workers)*9/10; parts++ {
+	for parts := int64(2); parts <= maxKParts && parts+extra <= inputs && !coversWorkers(tasks*best, workers); parts++ {
 		if K%(parts*stream.GemmCols) == 0 {
 			best = parts
 		}

@@ -181,7 +181,7 @@ func (p Plan) taskRows() int64 {
 // wide stream's, every one).
 func (p Plan) Unit() int64 {
 	if p.Wide {
-		return 2 * GemmRows
+		return p.taskRows()
 	}
 	if p.Gemm {
 		return GemmPageRows
