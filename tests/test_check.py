@@ -240,21 +240,6 @@ def test_check_pair_gemm(core_lib, fresh_dynamo):
     assert sum(l.startswith("pair:linear") for l in labels) == 2, labels
 
 
-def test_check_wide_gemm(core_lib, fresh_dynamo):
-    """wide_gemm (off by default): a 64-token chunk's wgmma streams of one
-    weight take tasks of 128 weight rows on 132 workers, which cuts their K
-    into more slices than tasks of 64 rows do (a Linear's sum then reads
-    more of them), and the step still passes the check."""
-    sliced = {}
-    for on in (False, True):
-        lines = []
-        res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
-                              steps=1, seed=0, workers=132, log=lines.append, mask=True, options={"wide_gemm": on})
-        assert res.ok, "\n".join(lines)
-        sliced[on] = res.summary.get("op_labels", []).count("linear")
-    assert sliced[True] > sliced[False], sliced
-
-
 def test_check_round_gemm_inputs(core_lib, fresh_dynamo):
     """round_gemm_inputs (off by default): a 64-token chunk's GEMM streams
     read x in bf16 (the norms', the attention's and the SiLU·mul's outputs

@@ -227,22 +227,6 @@ def test_cuda_wgmma(core_lib, fresh_dynamo, model, batch, prefill, workers, mask
     assert "mpk::linear_wgmma<" in src and "mpk::linear_gemm<" not in src
 
 
-@pytest.mark.parametrize("model,batch,prefill,mask", [
-    ("wide-llama", 1, 64, True), ("wide-llama", 1, 32, False), ("long-mlp-llama", 64, 1, False)])
-def test_cuda_wide_gemm(core_lib, fresh_dynamo, model, batch, prefill, mask):
-    """wide_gemm (off by default) on the GPU: on 132 workers the wgmma
-    streams of one weight take tasks of 128 weight rows (each block's pages
-    rows 0-63, then 64-127, read as a pair's two weights are), their K in
-    more slices; 64 and 32 tokens (stacked hi and lo), and a batch of 64
-    whose down projection's K is 4,096."""
-    lines = []
-    res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
-                          seed=0, workers=132, log=lines.append, mask=mask, options={"wide_gemm": True})
-    assert res.ok, "\n".join(lines)
-    src = res.compiled.sources["module.cu"]
-    assert re.search(r"mpk::linear_wgmma<[^;]*, true>\(op", src), "no wide wgmma stream"
-
-
 def test_cuda_long_prompt_chunk(core_lib, fresh_dynamo):
     """A 320-token chunk with a mask on the GPU: GEMM streams over blocks of
     64 rows, the merge split by rows (attn_merge_decode's split_dim 0), the

@@ -40,7 +40,7 @@ def test_export_small_graph(fake_core):
     assert req["options"] == {"target": "reference", "num_workers": 132, "seed": 0,
                               "skip_validate": False, "drop_dependency": False, "check_ir": False, "trace": False,
                               "round_intermediates": False, "split_rows": True,
-                              "prefill_rows": True, "split_k": True, "gemm": True, "wgmma": True, "wide_gemm": False,
+                              "prefill_rows": True, "split_k": True, "gemm": True, "wgmma": True,
                               "gemm_row_blocks": True, "long_attention_chunks": True,
                               "round_gemm_inputs": False, "coarse_events": True, "fresh_rows": True,
                               "pair_linears": True, "pair_gemm": True, "kv_pages": True, "weight_affinity": False,

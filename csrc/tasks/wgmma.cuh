@@ -129,19 +129,13 @@ __device__ __forceinline__ void wg_load_a(uint32_t (&hi)[4], uint32_t (&lo)[4], 
 #define MPK_WG_STACK_LO 1
 #endif
 
-// WIDE (gocore/stream: Plan.Wide, option wide_gemm): a task of one weight
-// takes 128 rows, its block's pages rows 0-63 then 64-127 of each column
-// half, read as a pair's two weights are (warpgroup w: rows 64(w % 2).. of
-// column half w / 2), stored as 128 outputs: each block of x staged meets
-// twice the weights' bytes.
-template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, bool WIDE, int N>
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
 __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(std::is_same<T, __nv_bfloat16>::value && LO, "wgmma streams take bf16 weights and an fp32 x");
-  static_assert(!WIDE || !kIsPair<EPI>, "a wide stream takes one weight");
   static_assert(K % kGemmCols == 0 && M >= 1 && M <= 64 && kGemmRows == kWgPageRows && 2 * kWgPageCols == kGemmCols &&
                     kWgWarpgroups == 4,
                 "codegen and the task library disagree on a wgmma stream");
-  constexpr int NW = kIsPair<EPI> || WIDE ? 2 : 1;  // 64-row parts of a block: a pair's weights, a wide task's halves
+  constexpr int NW = kIsPair<EPI> ? 2 : 1;
   constexpr bool kLo = !MPK_GEMM_HI_ONLY;
   constexpr bool kStack = kLo && MPK_WG_STACK_LO && M <= 32;  // hi in the tile's rows 0-31, lo in 32-63
   constexpr int KB = K / kGemmCols, PAGES = 2 * NW;  // a block's pages: column half after half, each weight's
@@ -157,7 +151,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4, t = lane % 4;
-  const int ch = wg / 2, wt = NW == 2 ? wg % 2 : 0, kp = NW == 2 ? ch : wg;  // column half; weight (wide: row half); partial
+  const int ch = wg / 2, wt = NW == 2 ? wg % 2 : 0, kp = NW == 2 ? ch : wg;  // column half; weight; partial
   const int mine = ch * NW + wt, step0 = NW == 2 ? 0 : 4 * (wg % 2);       // its page of a block; first k16 step
   const int m = warp % 4 * 16 + lane / 4;                                   // the thread's tokens m and m + 8
   const int xm = kStack ? m % 32 : m;       // x's rows they load (stacked: warps 2-3 load rows 0-31's lo)
@@ -249,7 +243,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
     r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
   }
   consumer_sync();
-  gemm_store_sums<WK, kIsPair<EPI>, RW, 64, M, RESID, EPI, kStack>(op, lo, hi, red, s);
+  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI, kStack>(op, lo, hi, red, s);
   return seq;
 }
 

@@ -514,8 +514,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			}
 		}
 		if p, ok := gen.plans[op]; ok && p.Wgmma { // as a GEMM stream's, x is never reused
-			code = fmt.Sprintf("mpk::linear_wgmma<%s, %d, %d, %v, kRingSlots, %v, %s, %v>(op, lo, hi, s, c)",
-				T, K, p.M, p.XLow, op.Attr.Residual, epi, p.Wide)
+			code = fmt.Sprintf("mpk::linear_wgmma<%s, %d, %d, %v, kRingSlots, %v, %s>(op, lo, hi, s, c)",
+				T, K, p.M, p.XLow, op.Attr.Residual, epi)
 			ret = true
 		} else if p, ok := gen.plans[op]; ok && p.Gemm { // x staged a block at a time: never reused (no xkey)
 			code = fmt.Sprintf("mpk::linear_gemm<%s, %d, %d, %v, kRingSlots, %v, %s, kSharedBytes>(op, lo, hi, s, c)",

@@ -251,11 +251,7 @@ type Attrs struct {
 	Gemm bool
 	// Wgmma, on a Gemm Linear with bf16 weights: its products run on
 	// Hopper's wgmma (mpk::linear_wgmma) rather than mma.sync.
-	Wgmma bool
-	// WideGemm, on a Wgmma Linear of one weight: its tasks take twice the
-	// weight rows (stream.TaskRows), so each staged block of x meets twice
-	// the weights' bytes (lower's markGemm, option wide_gemm).
-	WideGemm  bool
+	Wgmma     bool
 	HasWeight bool // RMSNorm: In[1] is the weight
 	Dim       int  // Cat, KVWrite, Gather: the dimension
 	// Pro, on a Linear, computes x while staging it instead of reading In[0]:

@@ -16,15 +16,11 @@ import (
 // An x of more than GemmMaxRows rows (a long prompt chunk) is marked too
 // when splitRows will cut it into blocks of GemmMaxRows rows, each a GEMM
 // stream (the weights read once a block).
-// With wgmma, those with bf16 weights multiply on wgmma (ir.Attr.Wgmma);
-// with wide, those of one weight take tasks of twice the rows (WideGemm)
-// where their tasks of GemmRows rows would not cover the workers anyway
-// (splitLinearK then cuts K or x's rows): a gate projection that covers
-// them stays as it is, to pair with its up projection.
+// With wgmma, those with bf16 weights multiply on wgmma (ir.Attr.Wgmma).
 // It runs before fusePrologue, which then leaves the norm or elementwise op
 // that makes such an x as its own op (a norm needs whole rows: x is staged
 // a block of K at a time).
-func markGemm(g *ir.Graph, splitRows, wgmma, wide bool, workers int) {
+func markGemm(g *ir.Graph, splitRows, wgmma bool) {
 	written := stream.Writers(g)
 	for _, op := range g.Ops {
 		if op.Kind != ir.Linear || op.Attr.Pro != nil || op.Out.Rank() != 2 {
@@ -37,12 +33,10 @@ func markGemm(g *ir.Graph, splitRows, wgmma, wide bool, workers int) {
 		c := *op
 		c.Attr.Gemm = true
 		c.Attr.Wgmma = wgmma && op.In[1].DType() == ir.BF16
-		blocks := (M + stream.GemmMaxRows - 1) / stream.GemmMaxRows
-		c.Attr.WideGemm = wide && c.Attr.Wgmma && !coversWorkers((op.Out.Shape[1]+stream.GemmRows-1)/stream.GemmRows*blocks, workers)
 		c.Out = op.Out.Clone()
 		c.Out.Shape[0] = min(M, stream.GemmMaxRows) // a block's rows
 		if _, ok := stream.For(&c, written); ok {
-			op.Attr.Gemm, op.Attr.Wgmma, op.Attr.WideGemm = true, c.Attr.Wgmma, c.Attr.WideGemm
+			op.Attr.Gemm, op.Attr.Wgmma = true, c.Attr.Wgmma
 		}
 	}
 }
@@ -58,14 +52,10 @@ func coversWorkers(tasks int64, workers int) bool { return tasks >= int64(worker
 // within the sum's input limit (extra: its inputs besides the slices).
 func gemmKParts(op *ir.Op, workers int, extra int64) int64 {
 	K, M, N := op.LinearK(), op.Out.Shape[0], op.Out.Shape[1]
-	// tasks of TaskRows weight rows, in each block of rows (markGemm)
-	rows := stream.TaskRows(op)
-	tasks := (N + rows - 1) / rows * ((M + stream.GemmMaxRows - 1) / stream.GemmMaxRows)
-	best, inputs := int64(1), int64(maxSliceInputs)
-	if rows > stream.GemmRows { // a wide stream's sum may take the ABI's every input (a down projection's 8 slices and residual)
-		inputs = ir.MaxInputs
-	}
-	for parts := int64(2); parts <= maxKParts && parts+extra <= inputs && !coversWorkers(tasks*best, workers); parts++ {
+	// tasks of GemmRows weight rows, in each block of rows (markGemm)
+	tasks := (N + stream.GemmRows - 1) / stream.GemmRows * ((M + stream.GemmMaxRows - 1) / stream.GemmMaxRows)
+	best := int64(1)
+	for parts := int64(2); parts <= maxKParts && parts+extra <= maxSliceInputs && !coversWorkers(tasks*best, workers); parts++ {
 		if K%(parts*stream.GemmCols) == 0 {
 			best = parts
 		}
@@ -96,11 +86,9 @@ func gemmRowBlocks(op *ir.Op, workers int, parts int64) int64 {
 	if parts < 2 || M%stream.GemmMinRows != 0 || M/stream.GemmMinRows < 2 || !rowSliceable(op) {
 		return 0
 	}
-	taskRows := stream.TaskRows(op)
-	blocks, rowTasks := M/stream.GemmMinRows, (N+taskRows-1)/taskRows
+	blocks, rowTasks := M/stream.GemmMinRows, (N+stream.GemmRows-1)/stream.GemmRows
 	waves := func(tasks int64) int64 { return (tasks + int64(workers) - 1) / int64(workers) }
-	// m-tiles of rows of x, in units of GemmRows weight rows (a wide task's: twice)
-	mTiles := func(rows int64) int64 { return (rows + 15) / 16 * (taskRows / stream.GemmRows) }
+	mTiles := func(rows int64) int64 { return (rows + 15) / 16 }
 	sliced := (M + stream.GemmMaxRows - 1) / stream.GemmMaxRows // blocks of rows the slices keep
 	slices := waves(rowTasks*sliced*parts)*(gemmTaskUnits+K/parts/stream.GemmCols*mTiles(min(M, stream.GemmMaxRows))) + gemmSumUnits
 	rows := waves(rowTasks*blocks) * (gemmTaskUnits + K/stream.GemmCols*mTiles(stream.GemmMinRows))

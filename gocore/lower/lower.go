@@ -48,9 +48,6 @@ type Config struct {
 	Gemm bool
 	// Wgmma marks those GEMM streams with bf16 weights for wgmma (markGemm).
 	Wgmma bool
-	// WideGemm gives those wgmma streams of one weight tasks of twice the
-	// weight rows (markGemm): half the x bytes staged a weight byte.
-	WideGemm bool
 	// RoundGemmInputs keeps the x of each GEMM stream in the weights'
 	// dtype, rounded as eager rounds it, where widenTemps would widen it
 	// (gemmInputs).
@@ -82,7 +79,7 @@ type Config struct {
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, WideGemm: o.WideGemm, GemmRowBlocks: o.GemmRowBlocks,
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
 		PairLinears: o.PairLinears, PairGemm: o.PairGemm, KVPages: o.KVPages}
 }

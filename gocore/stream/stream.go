@@ -88,21 +88,6 @@ type Plan struct {
 	// Pair: a paired Linear (ir.Epilogue.Pair) streams the task's rows of
 	// its second weight after those of its first, in registers only.
 	Pair bool
-	// Wide: a Wgmma plan of one weight whose tasks take 2·GemmRows weight
-	// rows (TaskRows): each block's pages are its rows 0-63, then 64-127,
-	// as a pair's are its two weights', and x's block meets them both.
-	Wide bool
-}
-
-// TaskRows is the weight rows a GEMM stream's task takes: GemmRows, or
-// twice that for a wide one (ir.Attrs.WideGemm on a wgmma stream of one
-// weight whose rows are whole tasks).
-func TaskRows(op *ir.Op) int64 {
-	_, pair := op.PairWeight()
-	if op.Attr.Wgmma && op.Attr.WideGemm && !pair && op.Out.Shape[op.Out.Rank()-1]%(2*GemmRows) == 0 {
-		return 2 * GemmRows
-	}
-	return GemmRows
 }
 
 // tileCols mirrors mpk::tile_cols: the columns of a tile page of K-wide rows
@@ -169,20 +154,8 @@ func (p Plan) XBytes() int64 {
 	return p.M * p.K * 4
 }
 
-// taskRows is the weight rows of a GEMM stream's task (TaskRows).
-func (p Plan) taskRows() int64 {
-	if p.Wide {
-		return 2 * GemmRows
-	}
-	return GemmRows
-}
-
-// Unit is the weight rows a task's tile is a multiple of (but the last; a
-// wide stream's, every one).
+// Unit is the weight rows a task's tile is a multiple of (but the last).
 func (p Plan) Unit() int64 {
-	if p.Wide {
-		return p.taskRows()
-	}
 	if p.Gemm {
 		return GemmPageRows
 	}
@@ -250,7 +223,6 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		// wgmma takes bf16 weights and an fp32 x (split into hi + lo in registers).
 		if op.Attr.Wgmma && w.DType() == ir.BF16 && op.LinearX() == ir.F32 {
 			p.Wgmma, p.Cols = true, WgmmaCols
-			p.Wide = TaskRows(op) > GemmRows
 		}
 		if w2, ok := op.PairWeight(); ok { // each block's pages of the second weight follow the first's
 			p.Pair = true
@@ -357,8 +329,8 @@ func regPlan(M, K, esz int64) (Plan, bool) {
 // on `workers` workers: every worker streams a part of every matrix (the LM
 // head included), each task at most TaskBytes.
 func (p Plan) Tasks(N int64, workers int) int64 {
-	if p.Gemm { // GemmRows a task (wide: twice): lower's splitLinearK spreads a short N over the workers
-		return (N + p.taskRows() - 1) / p.taskRows()
+	if p.Gemm { // GemmRows a task: lower's splitLinearK spreads a short N over the workers
+		return (N + GemmRows - 1) / GemmRows
 	}
 	bytes := N * p.K * p.ElemBytes * p.weights()
 	parts := (bytes + TaskBytes - 1) / TaskBytes

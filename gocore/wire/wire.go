@@ -95,9 +95,6 @@ type Options struct {
 	// Wgmma runs those GEMM streams with bf16 weights on wgmma (Hopper)
 	// instead of mma.sync (lower.Config).
 	Wgmma bool `json:"wgmma"`
-	// WideGemm gives the wgmma streams of one weight tasks of twice the
-	// weight rows (lower.Config).
-	WideGemm bool `json:"wide_gemm"`
 	// GemmRowBlocks lets a GEMM stream with too few weight rows for the
 	// workers run as blocks of x's rows rather than slices of K and their
 	// sum, where that costs less (lower.Config).

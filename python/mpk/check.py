@@ -394,9 +394,6 @@ LOWERING_FLAGS = (
                    "or blocks of rows"),
     ("wgmma", True, "those GEMM streams with bf16 weights and an fp32 x multiply on Hopper's wgmma (x split into "
                     "hi + lo in registers, 64-row swizzled weight pages) instead of mma.sync"),
-    ("wide_gemm", False, "a wgmma stream of one weight (a prompt chunk's q, k, v, o and down projections) takes "
-                         "tasks of 128 weight rows rather than 64, so each block of x it stages meets twice the "
-                         "weights' bytes (off until timed on the GPU)"),
     ("gemm_row_blocks", True, "a GEMM stream with too few weight rows for the workers (a 64-token chunk's q, k, v "
                                "and o projections) then runs as slices of K and a stage of their sums rather than "
                                "blocks of 32 rows of x"),
