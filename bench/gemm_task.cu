@@ -17,7 +17,8 @@
 //        speed, the stream no bound
 // The shapes are llama-3.2-1b's 64-token chunk's GEMM streams: the gate and
 // up pair (4 pages a block, SiLU(gate)·up stored), a K slice of the down
-// projection (64 rows) and a row block of the o projection (32 rows).
+// projection (64 rows) and a row block of the o projection (32 rows); with
+// -DQWEN8B qwen3-8b's (the pair, row blocks of down and o).
 // Reported: us a block of 256 columns (a task's K/256 blocks, the CTA's
 // tasks one after another) and weight bytes a second against the device copy
 // rate; hbm's first launch is checked against a host reference at sampled
@@ -32,7 +33,9 @@
 // of bench/wgmma_ss.cuh (pages 64-byte swizzled, 64 rows x 128 columns for
 // 3; probes MPK_PROBE_SS_NO_MMA, _NO_XLOAD, _NO_FENCE, _NO_SYNC,
 // _NO_XSTORE, _NO_EPI, _WAIT_ALL with -DMPK_TRACE, not all in every body;
-// for WGMMA=1 MPK_PROBE_GEMM_NO_X, _GEMM_NO_SYNC, _WG_NO_MMA, _WG_NO_EPI).
+// for WGMMA=1 MPK_PROBE_GEMM_NO_X, _GEMM_NO_SYNC, _WG_NO_MMA, _WG_NO_EPI);
+// -DWGMMA=4 the experimental body of bench/wgmma_dx.cuh (no barrier a
+// block: x by bulk copies on barriers of its own, pages released in order).
 // Trace builds also print a task's phases (x staged, dots done, its end,
 // thread 0's page stalls) from the first launch. -DSTREAM_ONLY:
 // the consumers only wait for each page and release it (the loader's rate
@@ -55,7 +58,8 @@
 #include "runtime/runtime.cuh"
 #include "runtime/tmaps.cuh"
 #include "tasks/tasks.cuh"
-#include "wgmma_ss.cuh"  // the experimental task bodies (bench-only)
+#include "wgmma_dx.cuh"  // the experimental task bodies (bench-only)
+#include "wgmma_ss.cuh"
 
 #if defined(MPK_PROBE_GEMM_NO_X) || defined(MPK_PROBE_GEMM_NO_SYNC) || defined(MPK_PROBE_SS_NO_XLOAD) || \
     defined(MPK_PROBE_SS_NO_MMA) || defined(STREAM_ONLY) || defined(MPK_PROBE_SS_NO_FENCE) || \
@@ -72,7 +76,8 @@ constexpr bool kProbe = false;
 // scratch_bytes is the task's shared memory besides the ring.
 // WGMMA: the pages 64-byte swizzled, the ring and x 1,024-byte aligned.
 __host__ __device__ constexpr int scratch_bytes(int M) {
-  return WGMMA == 3   ? mpk::wgmma_ss64_scratch_bytes(!MPK_GEMM_HI_ONLY)
+  return WGMMA == 4   ? mpk::wgmma_dx_scratch_bytes()
+         : WGMMA == 3 ? mpk::wgmma_ss64_scratch_bytes(!MPK_GEMM_HI_ONLY)
          : WGMMA == 2 ? mpk::wgmma_ss_scratch_bytes(!MPK_GEMM_HI_ONLY)
          : WGMMA    ? mpk::wgmma_scratch_bytes()
                     : mpk::gemm_scratch_bytes(M, true);
@@ -127,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     uint32_t seq = 0;
     for (int t = blockIdx.x; t < a.tasks; t += gridDim.x) {
       const int row = a.l2 ? 0 : t / a.per_layer * a.N + t % a.per_layer * mpk::kGemmRows;
-      if (WGMMA == 1 || WGMMA == 3) {  // 64 rows × 128 columns a page: column half after half, each weight's
+      if (WGMMA == 1 || WGMMA >= 3) {  // 64 rows × 128 columns a page: column half after half, each weight's
         for (int h = 0; h < K / mpk::kWgPageCols; ++h)
           for (int part = 0; part < (PAIR ? 2 : 1); ++part, ++seq) {
             while (!ring.slot_free(seq)) {
@@ -189,7 +194,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     }
     continue;
 #endif
-    if constexpr (WGMMA == 3)
+    if constexpr (WGMMA == 4)
+      c.seq = mpk::linear_wgmma_dx<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+    else if constexpr (WGMMA == 3)
       c.seq = mpk::linear_wgmma_ss64<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else if constexpr (WGMMA == 2)
       c.seq = mpk::linear_wgmma_ss<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
@@ -227,9 +234,9 @@ static double from_bf16(uint16_t h) {
 // (codegen's tmapOf spec, runtime/tmaps.cuh's encoding).
 static CUtensorMap encode(const void* w, int64_t rows, int K) {
   mpk::TmapSpec spec = {};
-  spec.box_rows = WGMMA == 1 || WGMMA == 3 ? mpk::kWgPageRows : mpk::kGemmPageRows;
+  spec.box_rows = WGMMA == 1 || WGMMA >= 3 ? mpk::kWgPageRows : mpk::kGemmPageRows;
   spec.cols = (int64_t)K * 2 / mpk::kTmapUnit, spec.rows = rows, spec.row_bytes = (int64_t)K * 2;
-  spec.box_cols = (WGMMA == 1 || WGMMA == 3 ? mpk::kWgPageCols : mpk::kGemmCols) * 2 / mpk::kTmapUnit;
+  spec.box_cols = (WGMMA == 1 || WGMMA >= 3 ? mpk::kWgPageCols : mpk::kGemmCols) * 2 / mpk::kTmapUnit;
   spec.block_cols = mpk::kGemmBlockBytes / mpk::kTmapUnit;
   CUtensorMap m;
   const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES, WGMMA != 0);
@@ -351,10 +358,20 @@ int main() {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const double copy = copy_bandwidth();  // as bench/decode.py's floor and gemm_pages.cu: bytes over the copy rate
   printf("%s, ring %d pages, HI_ONLY %d, WARP_MTILES %d, BLOCKED_PAGES %d, probe %d; %d SMs, copy %.0f GB/s\n",
-         WGMMA == 3 ? "wgmma-ss64" : WGMMA == 2 ? "wgmma-ss" : WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES,
+         WGMMA == 4 ? "wgmma-dx" : WGMMA == 3 ? "wgmma-ss64" : WGMMA == 2 ? "wgmma-ss" : WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES,
          MPK_GEMM_BLOCKED_PAGES, (int)kProbe, sms, copy / 1e9);
+#ifdef QWEN8B
+  // qwen3-8b's 64-token chunk: the pair (192 tasks a layer, K 4,096), a row
+  // block of 32 of the down projection (K 12,288) and of o (K 4,096); L
+  // layers so that the tasks are whole rounds of 132 workers.
+  run<4096, 64, true>("gate+up", 12288, 11, sms, copy);
+  run<4096, 32, true>("gate+up/32", 12288, 11, sms, copy);  // the pair over 32 rows: a smaller x, room for a deeper ring
+  run<12288, 32, false>("down rows", 4096, 33, sms, copy);
+  run<4096, 32, false>("o rows", 4096, 66, sms, copy);
+#else
   run<2048, 64, true>("gate+up", 8192, 4, sms, copy);
   run<2048, 64, false>("down/4", 2048, 32, sms, copy);
   run<2048, 32, false>("o rows", 2048, 32, sms, copy);
+#endif
   return 0;
 }
