@@ -195,7 +195,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     continue;
 #endif
     if constexpr (WGMMA == 4)
-      c.seq = mpk::linear_wgmma_dx<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+      c.seq = mpk::linear_wgmma_dx<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c,
+                                                                                 a.maps + 2);
     else if constexpr (WGMMA == 3)
       c.seq = mpk::linear_wgmma_ss64<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else if constexpr (WGMMA == 2)
@@ -228,6 +229,23 @@ static double from_bf16(uint16_t h) {
   float f;
   memcpy(&f, &u, 4);
   return f;
+}
+
+// encode_x maps x ([M][K] fp32) for bench/wgmma_dx.cuh's DX_XMAP: a block
+// of 256 columns is one box of 32 floats × M rows × 8 groups of 32 columns,
+// 128-byte swizzled.
+static CUtensorMap encode_x(const float* x, int M, int K) {
+  const cuuint64_t dims[3] = {32, (cuuint64_t)M, (cuuint64_t)K / 32}, strides[2] = {(cuuint64_t)K * 4, 128};
+  const cuuint32_t box[3] = {32, (cuuint32_t)M, 8}, step[3] = {1, 1, 1};
+  CUtensorMap m;
+  const CUresult r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(x), dims, strides,
+                                            box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, "cuTensorMapEncodeTiled (x): error %d\n", (int)r);
+    exit(1);
+  }
+  return m;
 }
 
 // encode maps a [rows][K] bf16 matrix as mpk_launch does a GEMM page's
@@ -285,7 +303,7 @@ static void run(const char* name, int N, int L, int sms, double copy) {
   unsigned long long* phases;
   CK(cudaMalloc(&phases, 5 * sizeof(unsigned long long)));
   CK(cudaMemset(abort_flag, 0, 4));
-  CUtensorMap hm[2] = {encode(w[0], (int64_t)L * N, K), encode(w[PAIR ? 1 : 0], (int64_t)L * N, K)};
+  CUtensorMap hm[3] = {encode(w[0], (int64_t)L * N, K), encode(w[PAIR ? 1 : 0], (int64_t)L * N, K), encode_x(x, M, K)};
   CK(cudaMalloc(&maps, sizeof(hm)));
   CK(cudaMemcpy(maps, hm, sizeof(hm), cudaMemcpyHostToDevice));
   CK(cudaFuncSetAttribute(gemm_tasks<K, M, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -357,6 +375,7 @@ int main() {
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const double copy = copy_bandwidth();  // as bench/decode.py's floor and gemm_pages.cu: bytes over the copy rate
+  if (WGMMA == 4) printf("wgmma-dx: x %s\n", DX_XMAP ? "one 3-D box a block (DX_XMAP)" : "a bulk copy a row");
   printf("%s, ring %d pages, HI_ONLY %d, WARP_MTILES %d, BLOCKED_PAGES %d, probe %d; %d SMs, copy %.0f GB/s\n",
          WGMMA == 4 ? "wgmma-dx" : WGMMA == 3 ? "wgmma-ss64" : WGMMA == 2 ? "wgmma-ss" : WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES,
          MPK_GEMM_BLOCKED_PAGES, (int)kProbe, sms, copy / 1e9);

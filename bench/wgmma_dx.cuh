@@ -47,8 +47,42 @@ __device__ __forceinline__ void spin_parity(uint64_t* bar, uint32_t parity) {
   }
 }
 
+// DX_XMAP=1: x's block lands as one box of a 3-D tensor map (bench/
+// gemm_task.cu's encode_x: 32 floats, M rows, 8 groups of 32 columns; 128-
+// byte swizzle), not as M bulk copies of a row: the TMA unit takes each
+// request in turn, so 64 copies of 1 KB a block may be what made this body
+// slow. The block lies [group][row][128 bytes], each row's 16-byte chunk c
+// at c ^ (row % 8) (no padded rows: a half-warp's float2 loads of rows
+// m..m + 3 fall two to a bank).
+#ifndef DX_XMAP
+#define DX_XMAP 0
+#endif
+
+// dx_load_a is wg_load_a over a swizzled block of M rows: the fragments of
+// tokens m and m + 8 at column k (of the block's 256) and k + 8.
+template <int M>
+__device__ __forceinline__ void dx_load_a(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t xb, int m, int k) {
+  auto at = [&](int r, int c) {
+    const int cc = c & 31;
+    return xb + (c >> 5) * (M * 128) + r * 128 + ((((cc >> 2) ^ (r & 7))) << 4) + (cc & 3) * 4;
+  };
+  float2 v[4];
+  const uint32_t ad[4] = {at(m, k), at(m + 8, k), at(m, k + 8), at(m + 8, k + 8)};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[i].x), "=f"(v[i].y) : "r"(ad[i]));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    hi[i] = pack2<__nv_bfloat16>(v[i].x, v[i].y);
+    const float2 b = unpack2<__nv_bfloat16>(hi[i]);
+    lo[i] = pack2<__nv_bfloat16>(v[i].x - b.x, v[i].y - b.y);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(hi[i]), "+r"(lo[i])::"memory");
+}
+
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
-__device__ __forceinline__ uint32_t linear_wgmma_dx(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
+__device__ __forceinline__ uint32_t linear_wgmma_dx(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c,
+                                                    const void* xmap = nullptr) {
   static_assert(std::is_same<T, __nv_bfloat16>::value && LO && !MPK_GEMM_HI_ONLY, "bf16 weights, an fp32 x");
   constexpr int NW = kIsPair<EPI> ? 2 : 1;
   constexpr bool kStack = MPK_WG_STACK_LO && M <= 32;
@@ -79,9 +113,13 @@ __device__ __forceinline__ uint32_t linear_wgmma_dx(const Op& op, int lo, int hi
   auto stage = [&](int kb) {
     uint64_t* bar = &full[kb % NB];
     if (lane == 0) mbar_expect_bytes(bar, M * kGemmCols * 4);
-    __syncwarp();
-    for (int r = lane; r < M; r += 32)
-      bulk_load(buffer(kb) + r * kWgPitch, xg + r * x.stride[0] + kb * kGemmCols, kGemmCols * 4, bar, policy);
+    if constexpr (DX_XMAP) {
+      if (lane == 0) box_load_3d(buffer(kb), xmap, 0, 0, kb * kGemmCols / 32, bar, policy);
+    } else {
+      __syncwarp();
+      for (int r = lane; r < M; r += 32)
+        bulk_load(buffer(kb) + r * kWgPitch, xg + r * x.stride[0] + kb * kGemmCols, kGemmCols * 4, bar, policy);
+    }
   };
   if (warp == 0) stage(0);
   mark_staged();
@@ -108,7 +146,10 @@ __device__ __forceinline__ uint32_t linear_wgmma_dx(const Op& op, int lo, int hi
       if (gi >= 2) wgmma_wait<1>();
 #pragma unroll
       for (int st = 0; st < 2; ++st) {
-        wg_load_a(a[set][st][0], a[set][st][1], xb, xm, (step0 + 2 * gi + st) * 16 + 2 * t);
+        if constexpr (DX_XMAP)
+          dx_load_a<M>(a[set][st][0], a[set][st][1], smem_u32(buffer(kb)), xm, ch * kWgPageCols + (step0 + 2 * gi + st) * 16 + 2 * t);
+        else
+          wg_load_a(a[set][st][0], a[set][st][1], xb, xm, (step0 + 2 * gi + st) * 16 + 2 * t);
         if constexpr (kStack)
 #pragma unroll
           for (int i = 0; i < 4; ++i) a[set][st][0][i] = lo_rows ? a[set][st][1][i] : a[set][st][0][i];
