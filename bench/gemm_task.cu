@@ -35,7 +35,9 @@
 // _NO_XSTORE, _NO_EPI, _WAIT_ALL with -DMPK_TRACE, not all in every body;
 // for WGMMA=1 MPK_PROBE_GEMM_NO_X, _GEMM_NO_SYNC, _WG_NO_MMA, _WG_NO_EPI);
 // -DWGMMA=4 the experimental body of bench/wgmma_dx.cuh (no barrier a
-// block: x by bulk copies on barriers of its own, pages released in order).
+// block: x by bulk copies on barriers of its own, pages released in order);
+// -DMPK_WG_SW128=1 (WGMMA=1 or 4) pages of 128-byte swizzled column blocks;
+// probe MPK_PROBE_WG_NO_ALOAD (trace builds): no loads of x's fragments.
 // Trace builds also print a task's phases (x staged, dots done, its end,
 // thread 0's page stalls) from the first launch. -DSTREAM_ONLY:
 // the consumers only wait for each page and release it (the loader's rate
@@ -82,6 +84,7 @@ __host__ __device__ constexpr int scratch_bytes(int M) {
          : WGMMA    ? mpk::wgmma_scratch_bytes()
                     : mpk::gemm_scratch_bytes(M, true);
 }
+static_assert(!MPK_WG_SW128 || WGMMA == 1 || WGMMA == 4, "MPK_WG_SW128 is linear_wgmma's (and wgmma_dx's) page layout");
 constexpr int kAlignPad = WGMMA ? 1024 : 0;  // ring_bars_bytes rounded up to 1,024 besides
 
 #ifndef RING
@@ -137,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
           for (int part = 0; part < (PAIR ? 2 : 1); ++part, ++seq) {
             while (!ring.slot_free(seq)) {
             }
-            const int x = mpk::page_map_x((int64_t)h * mpk::kWgPageCols * 2, true);
+            const int x = (int)((int64_t)h * mpk::kWgPageCols * 2 / mpk::kWgRowBytes);  // the page's first column block
             ring.fill_box(seq, a.maps + part, x, row, mpk::kPageBytes, policy, true);
           }
         continue;
@@ -255,9 +258,10 @@ static CUtensorMap encode(const void* w, int64_t rows, int K) {
   spec.box_rows = WGMMA == 1 || WGMMA >= 3 ? mpk::kWgPageRows : mpk::kGemmPageRows;
   spec.cols = (int64_t)K * 2 / mpk::kTmapUnit, spec.rows = rows, spec.row_bytes = (int64_t)K * 2;
   spec.box_cols = (WGMMA == 1 || WGMMA >= 3 ? mpk::kWgPageCols : mpk::kGemmCols) * 2 / mpk::kTmapUnit;
-  spec.block_cols = mpk::kGemmBlockBytes / mpk::kTmapUnit;
+  spec.block_cols = (WGMMA == 1 || WGMMA >= 3 ? mpk::kWgRowBytes : mpk::kGemmBlockBytes) / mpk::kTmapUnit;
   CUtensorMap m;
-  const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES, WGMMA != 0);
+  const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES, WGMMA != 0,
+                                          WGMMA != 0 && MPK_WG_SW128);
   if (r != CUDA_SUCCESS) {
     fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
     exit(1);

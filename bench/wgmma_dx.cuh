@@ -158,7 +158,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_dx(const Op& op, int lo, int hi
 #pragma unroll
       for (int st = 0; st < 2; ++st) {
         const int step = step0 + 2 * gi + st;
-        const uint64_t b = wg_sw64_desc(wp + step / 2 * kWgBlockBytes + 32 * (step % 2));
+        const uint64_t b = wg_sw64_desc(wp + step / kWgBlockSteps * kWgBlockBytes + 32 * (step % kWgBlockSteps));
         wgmma_rs_64(acc, a[set][st][0], b);
         if constexpr (!kStack) wgmma_rs_64(acc, a[set][st][1], b);
       }

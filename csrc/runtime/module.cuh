@@ -21,6 +21,10 @@
 #include "runtime/ring.cuh"
 #include "runtime/tmaps.cuh"
 
+#if defined(MPK_WG_SW128) && MPK_WG_SW128
+#error "MPK_WG_SW128 is bench/gemm_task.cu's experiment: codegen's page maps are 64-byte swizzled"
+#endif
+
 namespace mpk_gen {
 
 using Ring = mpk::Ring<kRingSlots>;

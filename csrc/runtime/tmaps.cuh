@@ -20,10 +20,11 @@ constexpr int kGemmBlockBytes = kGemmBlockCols * 2;  // a GEMM page's column blo
 // (a column block's units, the rows, the blocks block_cols·8 bytes apart),
 // so its box lands block after block (tasks/gemm.cuh's gemm_page_at); with
 // swizzle64 each block's 16-byte chunks swizzled as wgmma reads a K-major
-// operand (tasks/wgmma_ss.cuh's sw64).
+// operand (tasks/wgmma_ss.cuh's sw64); swizzle128 for blocks of 128-byte
+// rows (bench/gemm_task.cu's MPK_WG_SW128).
 template <typename Encode>
 inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec& s, const void* base, bool blocks,
-                                bool swizzle64 = false) {
+                                bool swizzle64 = false, bool swizzle128 = false) {
   const int64_t unit = blocks ? s.block_cols : s.cols;
   const cuuint64_t dims[3] = {(cuuint64_t)unit, (cuuint64_t)s.rows, (cuuint64_t)(s.cols / unit)},
                    strides[2] = {(cuuint64_t)s.row_bytes, (cuuint64_t)(unit * kTmapUnit)};
@@ -32,7 +33,10 @@ inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec&
                    step[3] = {1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, blocks ? 3 : 2, const_cast<void*>(base), dims, strides, box, step,
                 CU_TENSOR_MAP_INTERLEAVE_NONE,
-                blocks && swizzle64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                blocks && swizzle128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                : blocks && swizzle64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                      : CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 

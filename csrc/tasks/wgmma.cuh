@@ -32,7 +32,18 @@ namespace mpk {
 
 constexpr int kWgWarpgroups = MPK_THREADS / 128;
 constexpr int kWgPageRows = 64, kWgPageCols = 128;  // a wgmma stream's page (stream.WgmmaPageRows, WgmmaCols)
-constexpr int kWgBlockBytes = kWgPageRows * kGemmBlockCols * 2;  // a page's column block: 4 KB
+// MPK_WG_SW128 (0; 1 only in bench/gemm_task.cu, whose maps it changes): a
+// page's column blocks of 64 columns (128-byte rows, 128-byte swizzle)
+// rather than 32 (64-byte rows and swizzle). The block's bound on the H200
+// fits its shared-memory traffic at ~63 bytes a clock (bench/NOTES.md,
+// forty-first session), half the peak; wgmma's reads of 64-byte swizzled
+// rows may be what runs at half rate.
+#ifndef MPK_WG_SW128
+#define MPK_WG_SW128 0
+#endif
+constexpr int kWgRowBytes = MPK_WG_SW128 ? 128 : 64;         // a column block's row (the swizzle's span)
+constexpr int kWgBlockBytes = kWgPageRows * kWgRowBytes;    // a page's column block: 4 KB (8 KB with SW128)
+constexpr int kWgBlockSteps = kWgRowBytes / 32;             // k16 steps a column block
 constexpr int kWgPitch = kGemmCols + 8;  // x's staged row (fp32): the fragments' float2 loads free of bank conflicts
 
 // The task's shared memory (stream.WgmmaScratch): two blocks of x, 64 rows
@@ -70,9 +81,11 @@ __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.a
 
 // wg_sw64_desc is the descriptor of a K-major, 64-byte-swizzled operand at
 // addr (a 512-byte-aligned group of 8 rows, plus a k16 step's 32 bytes):
-// 8-row groups 512 bytes apart (SBO), LBO unused.
+// 8-row groups 512 bytes apart (SBO), LBO unused. With MPK_WG_SW128, 128-byte
+// swizzled (layout 1): groups 1,024 bytes apart.
 __device__ __forceinline__ uint64_t wg_sw64_desc(uint32_t addr) {
-  return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(512 >> 4) << 32 | (uint64_t)2 << 62;
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(8 * kWgRowBytes >> 4) << 32 |
+         (uint64_t)(MPK_WG_SW128 ? 1 : 2) << 62;
 }
 
 // wgmma_rs_64: D[64][64] += A[64][16] (registers: this warp's 16 rows) ·
@@ -99,15 +112,23 @@ __device__ __forceinline__ void wgmma_rs_64(float (&d)[32], const uint32_t (&a)[
 __device__ __forceinline__ void wg_load_a(uint32_t (&hi)[4], uint32_t (&lo)[4], uint32_t xb, int m, int k0) {
   float2 v[4];
   const uint32_t r0 = xb + (m * kWgPitch + k0) * 4, r8 = r0 + 8 * kWgPitch * 4;
+#if !(defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_ALOAD))
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[0].x), "=f"(v[0].y) : "r"(r0));
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[1].x), "=f"(v[1].y) : "r"(r8));
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[2].x), "=f"(v[2].y) : "r"(r0 + 32));
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v[3].x), "=f"(v[3].y) : "r"(r8 + 32));
+#endif
 #if defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_SPLIT)
   // Probe (not for use; results wrong): x's bits as the fragments, no
   // split, so a trace shows what the split costs the dots.
 #pragma unroll
   for (int i = 0; i < 4; ++i) hi[i] = __float_as_uint(v[i].x), lo[i] = __float_as_uint(v[i].y);
+#elif defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_ALOAD)
+  // Probe (not for use; results wrong): no loads of x's fragments (their
+  // addresses' bits as the values), so a timing shows what the A side's
+  // shared-memory reads cost.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) hi[i] = r0 + 8 * i, lo[i] = r8 + 8 * i;
 #else
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -201,7 +222,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
 #pragma unroll
       for (int st = 0; st < 2; ++st) {
         const int step = step0 + 2 * gi + st;
-        const uint64_t b = wg_sw64_desc(wp + step / 2 * kWgBlockBytes + 32 * (step % 2));
+        const uint64_t b = wg_sw64_desc(wp + step / kWgBlockSteps * kWgBlockBytes + 32 * (step % kWgBlockSteps));
 #if defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_MMA)
         // Probe (not for use; results wrong): the A loads and splits without
         // the wgmmas.
