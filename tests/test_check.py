@@ -240,6 +240,22 @@ def test_check_pair_gemm(core_lib, fresh_dynamo):
     assert sum(l.startswith("pair:linear") for l in labels) == 2, labels
 
 
+def test_check_balance_gemm_tail(core_lib, fresh_dynamo):
+    """balance_gemm_tail (off by default): on 16 workers a 64-token chunk's
+    paired gate and up streams have 24 tasks, 8 of them a second round;
+    those rows then run as two streams over 32 rows of x each (three pair
+    ops a layer, not one), and the step still passes the check."""
+    pairs = {}
+    for on in (False, True):
+        lines = []
+        res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
+                              steps=2, seed=0, workers=16, log=lines.append, mask=True,
+                              options={"balance_gemm_tail": on})
+        assert res.ok, "\n".join(lines)
+        pairs[on] = sum(l.startswith("pair:linear") for l in res.summary.get("op_labels", []))
+    assert pairs == {False: 2, True: 6}, pairs
+
+
 def test_check_round_gemm_inputs(core_lib, fresh_dynamo):
     """round_gemm_inputs (off by default): a 64-token chunk's GEMM streams
     read x in bf16 (the norms', the attention's and the SiLU·mul's outputs

@@ -49,7 +49,8 @@ func WeightAffinity(g *ir.Graph, tg *tgraph.Graph) {
 	var order []rows
 	for _, t := range tg.Tasks {
 		op := g.Ops[t.Op]
-		if op.Kind != ir.Linear || op.In[1].Rank() != 2 || op.Out.Rank() != 2 || op.In[1].Buf.Kind != ir.Input {
+		if op.Kind != ir.Linear || op.In[1].Rank() != 2 || op.Out.Rank() != 2 || op.In[1].Buf.Kind != ir.Input ||
+			op.Attr.Spread {
 			continue
 		}
 		w := op.In[1]

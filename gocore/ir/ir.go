@@ -241,6 +241,11 @@ type Attrs struct {
 	// (lower's splitLinearK), which run side by side, each on 1/KParts of
 	// the workers, so each worker stages one slice of x, not all of them.
 	KParts int64
+	// Spread, on a Linear: a block of x's rows that runs beside the other
+	// blocks of its weight rows on workers of its own (lower's
+	// balanceGemmTail), not after them on theirs (decompose's
+	// WeightAffinity leaves it out).
+	Spread bool
 	// Workers > 0, on a Linear: its tasks spread over that many workers, its
 	// share of sibling Linears that read the same x and run side by side
 	// (lower's shareSiblingWorkers: q, k and v, each worker one of them).

@@ -69,6 +69,9 @@ type Config struct {
 	// PairGemm lets pairLinears pair GEMM streams too: a task's x block
 	// meets the rows of both weights (mpk::linear_gemm with a PairEpi).
 	PairGemm bool
+	// BalanceGemmTail runs the short last round of a GEMM stream's tasks
+	// as two streams over halves of x's rows (balanceGemmTail).
+	BalanceGemmTail bool
 	// KVPages cuts a single sequence's decode attention into chunks of
 	// kvPagePositions positions, a unit of a KV head's query heads each
 	// (splitAttention), so that codegen can stream each task's K and V
@@ -81,7 +84,7 @@ func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
 		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
-		PairLinears: o.PairLinears, PairGemm: o.PairGemm, KVPages: o.KVPages}
+		PairLinears: o.PairLinears, PairGemm: o.PairGemm, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -46,6 +46,10 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		pairLinears(g, cfg.PairGemm)
 		g.Renumber()
 	}
+	if cfg.BalanceGemmTail { // after pairing: a pair's tail is cut as one
+		balanceGemmTail(g, cfg.Workers)
+		g.Renumber()
+	}
 	if cfg.Workers > 0 {
 		shareSiblingWorkers(g, cfg.Workers)
 	}

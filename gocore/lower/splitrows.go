@@ -36,15 +36,15 @@ func splitLinearRows(g *ir.Graph) {
 	g.Ops = ops
 }
 
-// rowSliceable: every operand but the weight (In[1]) and the output have x's
-// rows as dim 0, and no folded expression reads an index.
+// rowSliceable: every operand but the weights (In[1], a pair's second) and
+// the output have x's rows as dim 0, and no folded expression reads an index.
 func rowSliceable(op *ir.Op) bool {
 	if op.Out.Rank() == 0 {
 		return false
 	}
-	M := op.Out.Shape[0]
+	M, pair := op.Out.Shape[0], pairIndex(op)
 	for i, v := range append([]ir.View{op.Out}, op.In...) {
-		if i == 2 { // In[1], the weight
+		if i == 2 || pair >= 0 && i == pair+1 { // In[1] and a pair's second weight
 			continue
 		}
 		if v.Rank() == 0 || v.Shape[0] != M {
@@ -68,13 +68,14 @@ func sliceRowBlocks(op *ir.Op, rows int64) []*ir.Op {
 	return ops
 }
 
-// sliceRows is op on rows [r0, r0+n) of x: every operand but the weight,
+// sliceRows is op on rows [r0, r0+n) of x: every operand but the weights,
 // and the output, cut to those rows along dim 0.
 func sliceRows(op *ir.Op, r0, n int64) *ir.Op {
 	c := *op
 	c.In = make([]ir.View, len(op.In))
+	pair := pairIndex(op)
 	for i, v := range op.In {
-		if i == 1 {
+		if i == 1 || i == pair {
 			c.In[i] = v.Clone()
 			continue
 		}

@@ -124,6 +124,9 @@ type Options struct {
 	// task streams the rows of both weights past one staging of x
 	// (lower.Config).
 	PairGemm bool `json:"pair_gemm"`
+	// BalanceGemmTail runs the short last round of a GEMM stream's tasks
+	// as two streams over halves of x's rows (lower.Config).
+	BalanceGemmTail bool `json:"balance_gemm_tail"`
 	// KVPages makes a single sequence's fresh-row decode attention read
 	// its K and V chunks from the weight ring, streamed there by the
 	// loader ahead of the attention's inputs (lower.Config).
