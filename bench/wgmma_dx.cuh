@@ -139,31 +139,12 @@ __device__ __forceinline__ uint32_t linear_wgmma_dx(const Op& op, int lo, int hi
     for (int p = 0; p < mine; ++p) ring.release(seq + p);
     spin_parity(&full[kb % NB], (kb / NB) & 1);
     const uint32_t wp = smem_u32(ring.page(seq + mine)), xb = smem_u32(buffer(kb)) + ch * kWgPageCols * 4;
-    uint32_t a[2][2][2][4];
-#pragma unroll
-    for (int gi = 0; gi < STEPS / 2; ++gi) {
-      const int set = gi % 2;
-      if (gi >= 2) wgmma_wait<1>();
-#pragma unroll
-      for (int st = 0; st < 2; ++st) {
-        if constexpr (DX_XMAP)
-          dx_load_a<M>(a[set][st][0], a[set][st][1], smem_u32(buffer(kb)), xm, ch * kWgPageCols + (step0 + 2 * gi + st) * 16 + 2 * t);
-        else
-          wg_load_a(a[set][st][0], a[set][st][1], xb, xm, (step0 + 2 * gi + st) * 16 + 2 * t);
-        if constexpr (kStack)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) a[set][st][0][i] = lo_rows ? a[set][st][1][i] : a[set][st][0][i];
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < 2; ++st) {
-        const int step = step0 + 2 * gi + st;
-        const uint64_t b = wg_sw64_desc(wp + step / kWgBlockSteps * kWgBlockBytes + 32 * (step % kWgBlockSteps));
-        wgmma_rs_64(acc, a[set][st][0], b);
-        if constexpr (!kStack) wgmma_rs_64(acc, a[set][st][1], b);
-      }
-      wgmma_commit();
-    }
+    wg_block_dots<STEPS, true, kStack>(acc, wp, step0, lo_rows, [&](uint32_t(&hi)[4], uint32_t(&lo)[4], int step) {
+      if constexpr (DX_XMAP)
+        dx_load_a<M>(hi, lo, smem_u32(buffer(kb)), xm, ch * kWgPageCols + step * 16 + 2 * t);
+      else
+        wg_load_a(hi, lo, xb, xm, step * 16 + 2 * t);
+    });
     wgmma_wait<0>();
     ring.release(seq + mine);
     if (lane == 0) mbar_arrive(&empty[kb % NB]);  // this warp's reads of the block of x are done (release's __syncwarp)

@@ -141,6 +141,45 @@ __device__ __forceinline__ void wg_load_a(uint32_t (&hi)[4], uint32_t (&lo)[4], 
   for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(hi[i]), "+r"(lo[i])::"memory");
 }
 
+// wg_block_dots multiplies a warpgroup's k16 steps step0 .. step0 + STEPS - 1
+// of the page at wp into acc, two steps a group, with two groups' A
+// registers so one group's loads and splits run while the one before
+// multiplies; load(hi, lo, step) loads and splits a step's fragments. LO:
+// a second wgmma a step for the lo part; STACK: lo in the tile's rows 32-63
+// (lo_rows: this thread's), one wgmma a step.
+template <int STEPS, bool LO, bool STACK, typename Load>
+__device__ __forceinline__ void wg_block_dots(float (&acc)[32], uint32_t wp, int step0, bool lo_rows, Load load) {
+  uint32_t a[2][2][2][4];  // [set][step][hi, lo][4]
+#pragma unroll
+  for (int gi = 0; gi < STEPS / 2; ++gi) {
+    const int set = gi % 2;
+    if (gi >= 2) wgmma_wait<1>();  // group gi - 2 (this set's last reader) done
+#pragma unroll
+    for (int st = 0; st < 2; ++st) {
+      load(a[set][st][0], a[set][st][1], step0 + 2 * gi + st);
+      if constexpr (STACK)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[set][st][0][i] = lo_rows ? a[set][st][1][i] : a[set][st][0][i];
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int st = 0; st < 2; ++st) {
+      const int step = step0 + 2 * gi + st;
+      const uint64_t b = wg_sw64_desc(wp + step / kWgBlockSteps * kWgBlockBytes + 32 * (step % kWgBlockSteps));
+#if defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_MMA)
+      // Probe (not for use; results wrong): the A loads and splits without
+      // the wgmmas.
+      if (false)
+#endif
+      {
+        wgmma_rs_64(acc, a[set][st][0], b);
+        if constexpr (LO && !STACK) wgmma_rs_64(acc, a[set][st][1], b);
+      }
+    }
+    wgmma_commit();
+  }
+}
+
 // MPK_WG_STACK_LO (1 by default; 0 an A/B knob): an x of at most 32 rows
 // (a 64-token chunk's q, k, v and o as blocks of 32 rows, a batch of 32)
 // multiplies its hi part as the m64 tile's rows 0-31 and its lo part as
@@ -204,37 +243,9 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
 #else
     const uint32_t wp = smem_u32(ring.page(seq + mine)), xb = smem_u32(buffer(kb)) + ch * kWgPageCols * 4;
 #endif
-    // Two k16 steps a group; two groups' A registers, so one group's loads
-    // and splits run while the one before multiplies.
-    uint32_t a[2][2][2][4];  // [set][step][hi, lo][4]
-#pragma unroll
-    for (int gi = 0; gi < STEPS / 2; ++gi) {
-      const int set = gi % 2;
-      if (gi >= 2) wgmma_wait<1>();  // group gi - 2 (this set's last reader) done
-#pragma unroll
-      for (int st = 0; st < 2; ++st) {
-        wg_load_a(a[set][st][0], a[set][st][1], xb, xm, (step0 + 2 * gi + st) * 16 + 2 * t);
-        if constexpr (kStack)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) a[set][st][0][i] = lo_rows ? a[set][st][1][i] : a[set][st][0][i];
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < 2; ++st) {
-        const int step = step0 + 2 * gi + st;
-        const uint64_t b = wg_sw64_desc(wp + step / kWgBlockSteps * kWgBlockBytes + 32 * (step % kWgBlockSteps));
-#if defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_MMA)
-        // Probe (not for use; results wrong): the A loads and splits without
-        // the wgmmas.
-        if (false)
-#endif
-        {
-          wgmma_rs_64(acc, a[set][st][0], b);
-          if constexpr (kLo && !kStack) wgmma_rs_64(acc, a[set][st][1], b);
-        }
-      }
-      wgmma_commit();
-    }
+    wg_block_dots<STEPS, kLo, kStack>(acc, wp, step0, lo_rows, [&](uint32_t(&hi)[4], uint32_t(&lo)[4], int step) {
+      wg_load_a(hi, lo, xb, xm, step * 16 + 2 * t);
+    });
     // This warpgroup's page goes back to the loader once its own wgmmas are done.
     wgmma_wait<0>();
     ring.release(seq + mine);
