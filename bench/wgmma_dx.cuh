@@ -160,11 +160,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_dx(const Op& op, int lo, int hi
   mark_dots();
   consumer_sync();  // every warp's last x read: the partials go over the buffers
   float* red = reinterpret_cast<float*>(c.smem);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    float2* r = reinterpret_cast<float2*>(red + (kp * 64 + m) * RW + wt * kGemmRows + 8 * i + 2 * t);
-    r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
-  }
+  wg_put_partials<RW>(red, acc, kp * 64, wt * kGemmRows, m, t);
   consumer_sync();
   gemm_store_sums<WK, kIsPair<EPI>, RW, 64, M, RESID, EPI, kStack>(op, lo, hi, red, s);
   return seq;

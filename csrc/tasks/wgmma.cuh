@@ -180,6 +180,18 @@ __device__ __forceinline__ void wg_block_dots(float (&acc)[32], uint32_t wp, int
   }
 }
 
+// wg_put_partials writes a warpgroup's accumulators (tokens m and m + 8 ×
+// the page's rows 8i + 2t and + 1) to red's rows r0 + m, r0 + m + 8 (RW
+// floats each) from column n0.
+template <int RW>
+__device__ __forceinline__ void wg_put_partials(float* red, const float (&acc)[32], int r0, int n0, int m, int t) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float2* r = reinterpret_cast<float2*>(red + (r0 + m) * RW + n0 + 8 * i + 2 * t);
+    r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
+  }
+}
+
 // MPK_WG_STACK_LO (1 by default; 0 an A/B knob): an x of at most 32 rows
 // (a 64-token chunk's q, k, v and o as blocks of 32 rows, a batch of 32)
 // multiplies its hi part as the m64 tile's rows 0-31 and its lo part as
@@ -269,11 +281,7 @@ __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, c
   // past kGemmRows for a pair's second weight (x's blocks are no longer
   // read: the last block ended with a barrier).
   float* red = reinterpret_cast<float*>(c.smem);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    float2* r = reinterpret_cast<float2*>(red + (kp * 64 + m) * RW + wt * kGemmRows + 8 * i + 2 * t);
-    r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
-  }
+  wg_put_partials<RW>(red, acc, kp * 64, wt * kGemmRows, m, t);
   consumer_sync();
   gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI, kStack>(op, lo, hi, red, s);
   return seq;
