@@ -178,6 +178,17 @@ def test_check_split_k(core_lib, fresh_dynamo, model, batch, parts):
     assert labels.count("linear") == 2 * parts, f"want {parts} slices a layer: {labels}"
 
 
+def wide_chunk(options: dict, mask: bool = True, **kw) -> check.CheckResult:
+    """wide-llama's 64-token chunk over 16 cached tokens on 16 workers, two
+    steps on the reference target with these lowering options: the run of
+    the GEMM and chunk tests below, which must pass the check."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
+                          steps=2, seed=0, workers=16, log=lines.append, mask=mask, options=options, **kw)
+    assert res.ok, "\n".join(lines)
+    return res
+
+
 @pytest.mark.parametrize("mask", [False, True])
 def test_check_gemm(core_lib, fresh_dynamo, mask):
     """gemm (on by default): a 64-token chunk's x (64 × 1,024) is too large
@@ -186,10 +197,7 @@ def test_check_gemm(core_lib, fresh_dynamo, mask):
     512: 8 tasks of 64 rows) run as 2 slices of K on 16 workers, summed
     (without gemm_row_blocks, which runs them over blocks of rows instead);
     the reference target runs the same op graph the cuda target would."""
-    lines = []
-    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
-                          steps=2, seed=0, workers=16, log=lines.append, mask=mask, options={"gemm_row_blocks": False})
-    assert res.ok, "\n".join(lines)
+    res = wide_chunk({"gemm_row_blocks": False}, mask=mask)
     labels = res.summary.get("op_labels", [])
     assert labels.count("rmsnorm") == 2 * 2 + 1, f"want the norms unfolded (2 a layer and the last): {labels}"
     assert not any(l.startswith("rmsnorm+") for l in labels), labels
@@ -201,10 +209,7 @@ def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
     64-token chunk (8 tasks of 64 weight rows on 16 workers) run as 2 GEMM
     streams over blocks of 32 rows of x, K whole, where test_check_gemm
     cuts K into 2 slices and sums them: no sum op, and the same results."""
-    lines = []
-    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
-                          steps=2, seed=0, workers=16, log=lines.append, mask=True, options={"gemm_row_blocks": True})
-    assert res.ok, "\n".join(lines)
+    res = wide_chunk({"gemm_row_blocks": True})
     labels = res.summary.get("op_labels", [])
     assert "linear_k_sum" not in labels, labels
     assert labels.count("linear") == (1 + 2 + 2) * 2 + 1, \
@@ -220,11 +225,7 @@ def test_check_long_attention_chunks(core_lib, fresh_dynamo):
     task reading 3 tiles one after another, where it takes 5 chunks of a
     tile without the option; both pass the check."""
     for on, chunks in ((False, 5), (True, 2)):
-        lines = []
-        res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
-                              capacity=272, steps=2, seed=0, workers=16, log=lines.append, mask=True,
-                              options={"long_attention_chunks": on})
-        assert res.ok, "\n".join(lines)
+        res = wide_chunk({"long_attention_chunks": on}, capacity=272)
         assert res.summary["tasks_by_op"]["attention"] == 2 * 16 * chunks, (on, res.summary["tasks_by_op"])
 
 
@@ -232,11 +233,7 @@ def test_check_pair_gemm(core_lib, fresh_dynamo):
     """pair_gemm (on by default): a 64-token chunk's gate GEMM stream folds
     into the up projection whose SiLU·mul reads it, in both layers (one op
     streams both weights), and the step still passes the check."""
-    lines = []
-    res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
-                          steps=2, seed=0, workers=16, log=lines.append, mask=True, options={"pair_gemm": True})
-    assert res.ok, "\n".join(lines)
-    labels = res.summary.get("op_labels", [])
+    labels = wide_chunk({"pair_gemm": True}).summary.get("op_labels", [])
     assert sum(l.startswith("pair:linear") for l in labels) == 2, labels
 
 
@@ -247,12 +244,8 @@ def test_check_balance_gemm_tail(core_lib, fresh_dynamo):
     ops a layer, not one), and the step still passes the check."""
     pairs = {}
     for on in (False, True):
-        lines = []
-        res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
-                              steps=2, seed=0, workers=16, log=lines.append, mask=True,
-                              options={"balance_gemm_tail": on})
-        assert res.ok, "\n".join(lines)
-        pairs[on] = sum(l.startswith("pair:linear") for l in res.summary.get("op_labels", []))
+        labels = wide_chunk({"balance_gemm_tail": on}).summary.get("op_labels", [])
+        pairs[on] = sum(l.startswith("pair:linear") for l in labels)
     assert pairs == {False: 2, True: 6}, pairs
 
 
@@ -264,12 +257,7 @@ def test_check_round_gemm_inputs(core_lib, fresh_dynamo):
     judge."""
     arena = {}
     for on in (False, True):
-        lines = []
-        res = check.run_check(model="wide-llama", target="reference", dtype="bfloat16", prefill=64, cache_tokens=16,
-                              steps=2, seed=0, workers=16, log=lines.append, mask=True,
-                              options={"round_gemm_inputs": on})
-        assert res.ok, "\n".join(lines)
-        arena[on] = res.summary["arena_bytes"]
+        arena[on] = wide_chunk({"round_gemm_inputs": on}).summary["arena_bytes"]
     assert arena[True] < arena[False], arena
 
 
