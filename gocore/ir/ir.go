@@ -450,7 +450,12 @@ const SharedKVTile = 64
 // SplitPositions returns the KV positions [lo, hi) that the chunks [s0, s1)
 // of a split-KV attention over S positions cover.
 func SplitPositions(S, splits, s0, s1 int64) (int64, int64) {
-	chunk := SplitChunk(S, splits)
+	return ChunkPositions(S, SplitChunk(S, splits), s0, s1)
+}
+
+// ChunkPositions returns the positions [lo, hi) of S that the chunks
+// [s0, s1) of chunk positions each cover (SplitChunk's, or LiveChunk's).
+func ChunkPositions(S, chunk, s0, s1 int64) (int64, int64) {
 	return min(s0*chunk, S), min(s1*chunk, S)
 }
 

@@ -528,7 +528,7 @@ func (x *exec) attentionPartial(op *ir.Op, b tgraph.Box) error {
 			if c >= live {
 				continue
 			}
-			lo, hi := min(c*chunk, S), min((c+1)*chunk, S)
+			lo, hi := ir.ChunkPositions(S, chunk, c, c+1)
 			hi = max(lo, min(hi, end))
 			for h := b.Lo[2]; h < b.Hi[2]; h++ {
 				kvh := h / op.Attr.Groups
