@@ -292,20 +292,6 @@ __host__ __device__ constexpr int wgmma_ss64_scratch_bytes(bool lo) {
   return x > partials ? x : partials;
 }
 
-// wg_put_acc writes this thread's m64n64 accumulators (acc[4i + {0, 1, 2,
-// 3}]: tokens m, m, m + 8, m + 8 × columns 8i + 2t, + 1, 8i + 2t, + 1) into
-// rows of RW floats at red, a float2 each (RW padded: no bank conflicts).
-// (mpk::linear_wgmma writes its own with the address reassociated: folding
-// this in changed its SASS, so it waits for a GPU run to check it.)
-template <int RW>
-__device__ __forceinline__ void wg_put_acc(float* red, const float (&acc)[32], int m, int t) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    float2* r = reinterpret_cast<float2*>(red + m * RW + 8 * i + 2 * t);
-    r[0] = make_float2(acc[4 * i], acc[4 * i + 1]), r[4 * RW] = make_float2(acc[4 * i + 2], acc[4 * i + 3]);
-  }
-}
-
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
 __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(kSsHalf == 64 && kGemmRows == 64 && kSs64PageCols == 2 * kSsHalf, "a sub-block is half a page's columns");
@@ -384,7 +370,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss64(const Op& op, int lo, int 
 #endif
   consumer_sync();
   float* red = reinterpret_cast<float*>(c.smem);
-  wg_put_acc<RW>(red + kp * 64 * RW + wt * kGemmRows, acc, warp % 4 * 16 + lane / 4, lane % 4);
+  wg_put_partials<RW>(red, acc, kp * 64, wt * kGemmRows, warp % 4 * 16 + lane / 4, lane % 4);
   consumer_sync();
   gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI>(op, lo, hi, red, s);
   return seq;
