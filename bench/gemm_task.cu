@@ -29,14 +29,14 @@
 // -DMPK_PROBE_GEMM_NO_X: x staged once, every block reads it;
 // -DMPK_PROBE_GEMM_NO_SYNC: no barrier between blocks). -DWGMMA=1 runs
 // mpk::linear_wgmma (the wgmma option's task body: 64-row pages of 128
-// columns, 64-byte swizzled) instead; -DWGMMA=2 / 3 the experimental bodies
-// of bench/wgmma_ss.cuh (pages 64-byte swizzled, 64 rows x 128 columns for
-// 3; probes MPK_PROBE_SS_NO_MMA, _NO_XLOAD, _NO_FENCE, _NO_SYNC,
+// columns, 128-byte swizzled) instead; -DWGMMA=2 / 3 the experimental bodies
+// of bench/wgmma_ss.cuh (with -DMPK_WG_SW128=0: pages 64-byte swizzled, 64
+// rows x 128 columns for 3; probes MPK_PROBE_SS_NO_MMA, _NO_XLOAD, _NO_FENCE, _NO_SYNC,
 // _NO_XSTORE, _NO_EPI, _WAIT_ALL with -DMPK_TRACE, not all in every body;
 // for WGMMA=1 MPK_PROBE_GEMM_NO_X, _GEMM_NO_SYNC, _WG_NO_MMA, _WG_NO_EPI);
 // -DWGMMA=4 the experimental body of bench/wgmma_dx.cuh (no barrier a
 // block: x by bulk copies on barriers of its own, pages released in order);
-// -DMPK_WG_SW128=1 (WGMMA=1 or 4) pages of 128-byte swizzled column blocks;
+// -DMPK_WG_SW128=0 (WGMMA=1 or 4) pages of 64-byte swizzled column blocks;
 // probe MPK_PROBE_WG_NO_ALOAD (trace builds): no loads of x's fragments.
 // Trace builds also print a task's phases (x staged, dots done, its end,
 // thread 0's page stalls) from the first launch. -DSTREAM_ONLY:
@@ -66,7 +66,7 @@
 #if defined(MPK_PROBE_GEMM_NO_X) || defined(MPK_PROBE_GEMM_NO_SYNC) || defined(MPK_PROBE_SS_NO_XLOAD) || \
     defined(MPK_PROBE_SS_NO_MMA) || defined(STREAM_ONLY) || defined(MPK_PROBE_SS_NO_FENCE) || \
     defined(MPK_PROBE_SS_NO_SYNC) || defined(MPK_PROBE_SS_NO_XSTORE) || defined(MPK_PROBE_SS_NO_EPI) || \
-    defined(MPK_PROBE_WG_NO_MMA) || defined(MPK_PROBE_WG_NO_EPI)
+    defined(MPK_PROBE_WG_NO_MMA) || defined(MPK_PROBE_WG_NO_EPI) || defined(MPK_PROBE_WG_NO_ALOAD)
 constexpr bool kProbe = true;  // wrong results by design: not checked
 #else
 constexpr bool kProbe = false;
@@ -84,7 +84,8 @@ __host__ __device__ constexpr int scratch_bytes(int M) {
          : WGMMA    ? mpk::wgmma_scratch_bytes()
                     : mpk::gemm_scratch_bytes(M, true);
 }
-static_assert(!MPK_WG_SW128 || WGMMA == 1 || WGMMA == 4, "MPK_WG_SW128 is linear_wgmma's (and wgmma_dx's) page layout");
+static_assert(!MPK_WG_SW128 || WGMMA == 0 || WGMMA == 1 || WGMMA == 4,
+              "bench/wgmma_ss.cuh's bodies read 64-byte swizzled pages: build WGMMA=2 and 3 with -DMPK_WG_SW128=0");
 constexpr int kAlignPad = WGMMA ? 1024 : 0;  // ring_bars_bytes rounded up to 1,024 besides
 
 #ifndef RING
@@ -140,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
           for (int part = 0; part < (PAIR ? 2 : 1); ++part, ++seq) {
             while (!ring.slot_free(seq)) {
             }
-            const int x = (int)((int64_t)h * mpk::kWgPageCols * 2 / mpk::kWgRowBytes);  // the page's first column block
+            const int x = mpk::page_map_x((int64_t)h * mpk::kWgPageCols * 2, mpk::kWgRowBytes);  // its first column block
             ring.fill_box(seq, a.maps + part, x, row, mpk::kPageBytes, policy, true);
           }
         continue;
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
           for (int r = 0; r < mpk::kGemmRows; r += mpk::kGemmPageRows, ++seq) {
             while (!ring.slot_free(seq)) {
             }
-            const int x = mpk::page_map_x((int64_t)kb * mpk::kGemmCols * 2, MPK_GEMM_BLOCKED_PAGES);
+            const int x = mpk::page_map_x((int64_t)kb * mpk::kGemmCols * 2, MPK_GEMM_BLOCKED_PAGES ? mpk::kGemmBlockBytes : 0);
             ring.fill_box(seq, a.maps + part, x, row + r, mpk::kPageBytes, policy, MPK_GEMM_BLOCKED_PAGES);
           }
     }
@@ -259,9 +260,9 @@ static CUtensorMap encode(const void* w, int64_t rows, int K) {
   spec.cols = (int64_t)K * 2 / mpk::kTmapUnit, spec.rows = rows, spec.row_bytes = (int64_t)K * 2;
   spec.box_cols = (WGMMA == 1 || WGMMA >= 3 ? mpk::kWgPageCols : mpk::kGemmCols) * 2 / mpk::kTmapUnit;
   spec.block_cols = (WGMMA == 1 || WGMMA >= 3 ? mpk::kWgRowBytes : mpk::kGemmBlockBytes) / mpk::kTmapUnit;
+  spec.swizzle = WGMMA == 1 || WGMMA >= 3 ? mpk::kWgRowBytes : WGMMA ? 64 : 0;
   CUtensorMap m;
-  const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES, WGMMA != 0,
-                                          WGMMA != 0 && MPK_WG_SW128);
+  const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES);
   if (r != CUDA_SUCCESS) {
     fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
     exit(1);

@@ -56,6 +56,9 @@ __host__ __device__ constexpr int wgmma_ss_scratch_bytes(bool lo) {
 
 // sw64 is where a 64-byte-swizzled tile holds row r's 16-byte chunk c.
 __device__ __forceinline__ uint32_t sw64(int r, int c) { return r * 64 + ((c ^ (r >> 1)) & 3) * 16; }
+// wg_sw64_desc: a 64-byte-swizzled operand's wgmma descriptor (these
+// bodies' x tiles, and their pages: built with -DMPK_WG_SW128=0).
+__device__ __forceinline__ uint64_t wg_sw64_desc(uint32_t addr) { return wg_swizzled_desc<64>(addr); }
 
 
 // d[16] += A(desc a) · B(desc b): m64n32k16, bf16 in, fp32 accumulate.

@@ -238,7 +238,7 @@ def test_check_pair_gemm(core_lib, fresh_dynamo):
 
 
 def test_check_balance_gemm_tail(core_lib, fresh_dynamo):
-    """balance_gemm_tail (off by default): on 16 workers a 64-token chunk's
+    """balance_gemm_tail (on by default): on 16 workers a 64-token chunk's
     paired gate and up streams have 24 tasks, 8 of them a second round;
     those rows then run as two streams over 32 rows of x each (three pair
     ops a layer, not one), and the step still passes the check."""

@@ -229,13 +229,13 @@ def test_cuda_wgmma(core_lib, fresh_dynamo, model, batch, prefill, workers, mask
 
 @pytest.mark.parametrize("model,batch,prefill,mask", [("wide-llama", 1, 64, True), ("wide-llama", 64, 1, False)])
 def test_cuda_balance_gemm_tail(core_lib, fresh_dynamo, model, batch, prefill, mask):
-    """balance_gemm_tail (off by default) on the GPU: on 16 workers the
+    """balance_gemm_tail (on by default) on the GPU: on 16 workers the
     paired gate and up streams' last round (8 of 24 tasks) runs as two
     paired streams over 32 rows of x each (stacked hi and lo), beside the
     first rounds' stream: a 64-token chunk and a batch of 64."""
     lines = []
     res = check.run_check(model=model, target="cuda", dtype="bfloat16", batch=batch, prefill=prefill, cache_tokens=16,
-                          steps=2, seed=0, workers=16, log=lines.append, mask=mask, options={"balance_gemm_tail": True})
+                          steps=2, seed=0, workers=16, log=lines.append, mask=mask)
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
     assert sum(l.startswith("pair:linear") for l in labels) == 6, labels

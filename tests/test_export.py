@@ -43,7 +43,7 @@ def test_export_small_graph(fake_core):
                               "prefill_rows": True, "split_k": True, "gemm": True, "wgmma": True,
                               "gemm_row_blocks": True, "long_attention_chunks": True,
                               "round_gemm_inputs": False, "coarse_events": True, "fresh_rows": True,
-                              "pair_linears": True, "pair_gemm": True, "balance_gemm_tail": False, "kv_pages": True, "weight_affinity": False,
+                              "pair_linears": True, "pair_gemm": True, "balance_gemm_tail": True, "kv_pages": True, "weight_affinity": False,
                               "arena_reuse": True}
     g = req["graph"]
     kinds = [i["kind"] for i in g["inputs"]]

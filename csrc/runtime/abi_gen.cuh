@@ -65,7 +65,7 @@ struct Stream {
   int32_t tile_rows;  // 0: pages of contiguous bytes; else tile pages of this many rows' segments
   int32_t row_span;  // tile pages: bytes of each row the task reads (K of them), row_bytes apart
   int64_t row_bytes;  // tile pages: bytes from one weight row to the next; kv_j0 >= 0: a K (or V) row's bytes
-  int32_t col_major;  // tile pages: 1: each block of columns' row groups, block after block (gemm); 0: each row group's blocks
+  int32_t block_bytes;  // gemm pages: bytes of a row a column block holds (each block's row groups, block after block); 0: tile pages (each row group's blocks)
   int32_t pair_slot;  // a paired linear's second weight: its pointer slot; -1: none
   int64_t pair_offset;  // bytes from that slot's base to the task's first row (bytes of them, after the first weight's; gemm: a block's after its)
   int32_t kv_j0;  // a kv_pages chunk cut to the live length (runtime.cuh s_kv_extent): its first position; -1: whole
@@ -83,7 +83,7 @@ struct TmapSpec {
   int64_t row_bytes;  // bytes from one row to the next (a multiple of 16)
   int32_t box_cols;  // 8-byte units of a row a box holds (at most 256)
   int32_t block_cols;  // GEMM pages: 8-byte units of a column block (the box lands block after block); 0: row after row
-  int32_t swizzle;  // 1: each block's 16-byte chunks 64-byte swizzled (a wgmma stream's pages)
+  int32_t swizzle;  // bytes a block's rows are swizzled over as wgmma reads them (128: a wgmma stream's pages); 0: none
 };
 
 }  // namespace mpk

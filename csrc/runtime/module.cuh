@@ -21,8 +21,8 @@
 #include "runtime/ring.cuh"
 #include "runtime/tmaps.cuh"
 
-#if defined(MPK_WG_SW128) && MPK_WG_SW128
-#error "MPK_WG_SW128 is bench/gemm_task.cu's experiment: codegen's page maps are 64-byte swizzled"
+#if defined(MPK_WG_SW128) && !MPK_WG_SW128
+#error "MPK_WG_SW128=0 is bench/gemm_task.cu's A/B: codegen's page maps are 128-byte swizzled (stream.WgmmaRowBytes)"
 #endif
 
 namespace mpk_gen {
@@ -30,7 +30,7 @@ namespace mpk_gen {
 using Ring = mpk::Ring<kRingSlots>;
 constexpr int kScratchOffset = mpk::ring_bars_bytes<kRingSlots>() + kRingPages * mpk::kPageBytes;
 // With wgmma streams the ring's pages start 1,024-byte aligned (the pattern
-// of their 64-byte-swizzled pages, which the tensor map's copy and wgmma
+// of their 128-byte-swizzled pages, which the tensor map's copy and wgmma
 // both take from the address): the worker skips up to kRingAlign bytes
 // (codegen's ringBarsBytes counts them). Other modules keep the ring at the
 // start of shared memory, where every address is a constant (aligned at run
@@ -84,7 +84,7 @@ __device__ __forceinline__ uint32_t in_flight_pages(const mpk::Stream& sd) {
 #define MPK_TMA_PAGES 1
 #endif
 static_assert(!kWgmmaStreams || (MPK_TMA_PAGES && MPK_GEMM_BLOCKED_PAGES),
-              "a wgmma stream's pages are 64-byte-swizzled tensor-map boxes in column blocks");
+              "a wgmma stream's pages are swizzled tensor-map boxes in column blocks");
 
 // load_weights is the loader's loop (one lane): every page of every streamed
 // task of worker w, in queue order, at most in_flight_pages in flight. A slot
@@ -151,24 +151,24 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     // A tile page: one copy of its tensor map's box (codegen's tmapOf), or
     // its rows' segments one bulk copy each.
     // A GEMM page lands in column blocks (tasks/gemm.cuh's gemm_page_at).
-    const bool boxes = MPK_TMA_PAGES && sd.tmap >= 0, blocked = MPK_GEMM_BLOCKED_PAGES && sd.col_major;
+    const bool boxes = MPK_TMA_PAGES && sd.tmap >= 0, blocked = MPK_GEMM_BLOCKED_PAGES && sd.block_bytes > 0;
     auto fill_tile = [&](int part, int64_t r, int64_t col) {
       if (boxes) {
         const char* maps = static_cast<const char*>(st.tmaps);
-        ring.fill_box(seq, maps + 128 * (part ? sd.pair_tmap : sd.tmap), mpk::page_map_x(col, blocked), sd.tmap_row + (int)r,
+        ring.fill_box(seq, maps + 128 * (part ? sd.pair_tmap : sd.tmap), mpk::page_map_x(col, blocked ? sd.block_bytes : 0), sd.tmap_row + (int)r,
                       (uint32_t)(sd.tile_rows * sd.page_bytes), policy, blocked);
       } else {
         const char* from = (part ? static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset : src) +
                            r * sd.row_bytes + col;
         const int n = (int)min((int64_t)sd.tile_rows, rows - r);
         if (blocked)
-          ring.fill_rows_blocked(seq, from, n, sd.row_bytes, (uint32_t)sd.page_bytes, mpk::kGemmBlockBytes, sd.tile_rows,
+          ring.fill_rows_blocked(seq, from, n, sd.row_bytes, (uint32_t)sd.page_bytes, sd.block_bytes, sd.tile_rows,
                                  policy);
         else
           ring.fill_rows(seq, from, n, sd.row_bytes, (uint32_t)sd.page_bytes, policy);
       }
     };
-    if (sd.col_major) {  // a GEMM stream (tasks/gemm.cuh): each block of columns' row groups, block after block
+    if (sd.block_bytes > 0) {  // a GEMM stream (tasks/gemm.cuh): each block of columns' row groups, block after block
       // A pair's block: the first weight's row groups, then the second's.
       for (int64_t col = 0; col < sd.row_span; col += sd.page_bytes)
         for (int part = 0; part < (sd.pair_slot >= 0 ? 2 : 1); ++part)
@@ -466,7 +466,7 @@ static int32_t update_tmaps(MpkInstance* inst, void* const* slot_ptrs, cudaStrea
       return 1;
     }
     const bool blocks = MPK_GEMM_BLOCKED_PAGES && m.block_cols > 0;  // a GEMM page's map: 3-D
-    const CUresult r = mpk::encode_page_map(encode_tiled(), &inst->tmaps_host[i], m, base, blocks, m.swizzle != 0);
+    const CUresult r = mpk::encode_page_map(encode_tiled(), &inst->tmaps_host[i], m, base, blocks);
     if (r != CUDA_SUCCESS) {
       snprintf(err, errlen, "cuTensorMapEncodeTiled (pointer slot %d, %lld x %lld units of 8 bytes, rank %d): CUresult %d", m.slot,
                (long long)m.rows, (long long)m.cols, blocks ? 3 : 2, (int)r);

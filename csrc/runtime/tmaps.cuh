@@ -18,13 +18,11 @@ constexpr int kGemmBlockBytes = kGemmBlockCols * 2;  // a GEMM page's column blo
 // at base, with encode (the driver's cuTensorMapEncodeTiled): 2-D (a row's
 // units, the rows), or, for a GEMM page (s.block_cols > 0) with blocks, 3-D
 // (a column block's units, the rows, the blocks block_cols·8 bytes apart),
-// so its box lands block after block (tasks/gemm.cuh's gemm_page_at); with
-// swizzle64 each block's 16-byte chunks swizzled as wgmma reads a K-major
-// operand (tasks/wgmma_ss.cuh's sw64); swizzle128 for blocks of 128-byte
-// rows (bench/gemm_task.cu's MPK_WG_SW128).
+// so its box lands block after block (tasks/gemm.cuh's gemm_page_at); a
+// block's rows swizzled over s.swizzle bytes (64 or 128: as wgmma reads a
+// K-major operand, tasks/wgmma.cuh's wg_swizzled_desc; 0: not).
 template <typename Encode>
-inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec& s, const void* base, bool blocks,
-                                bool swizzle64 = false, bool swizzle128 = false) {
+inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec& s, const void* base, bool blocks) {
   const int64_t unit = blocks ? s.block_cols : s.cols;
   const cuuint64_t dims[3] = {(cuuint64_t)unit, (cuuint64_t)s.rows, (cuuint64_t)(s.cols / unit)},
                    strides[2] = {(cuuint64_t)s.row_bytes, (cuuint64_t)(unit * kTmapUnit)};
@@ -33,17 +31,18 @@ inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec&
                    step[3] = {1, 1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT64, blocks ? 3 : 2, const_cast<void*>(base), dims, strides, box, step,
                 CU_TENSOR_MAP_INTERLEAVE_NONE,
-                blocks && swizzle128  ? CU_TENSOR_MAP_SWIZZLE_128B
-                : blocks && swizzle64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                      : CU_TENSOR_MAP_SWIZZLE_NONE,
+                blocks && s.swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                : blocks && s.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                            : CU_TENSOR_MAP_SWIZZLE_NONE,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 // page_map_x is the box coordinate of a page that starts col bytes into its
-// rows: in units, or in column blocks for a GEMM page's 3-D map.
-__host__ __device__ constexpr int page_map_x(int64_t col, bool blocks) {
-  return (int)(col / (blocks ? kGemmBlockBytes : kTmapUnit));
+// rows: in units, or, for a GEMM page's 3-D map, in column blocks of
+// block_bytes (StreamDesc.block_bytes; 0: a 2-D map).
+__host__ __device__ constexpr int page_map_x(int64_t col, int block_bytes) {
+  return (int)(col / (block_bytes > 0 ? block_bytes : kTmapUnit));
 }
 
 }  // namespace mpk

@@ -13,10 +13,11 @@
 //   2t + 8..) and splits them into bf16 hi + lo there (x keeps ~16
 //   significant bits; a wgmma each).
 // - the weights are B, from the ring: a page holds 64 weight rows × 128
-//   columns as four column blocks of 64 rows × 64 bytes, 64-byte swizzled
-//   by the loader's tensor map (16-byte chunk c of row r at c ^ (r/2 % 4)),
-//   which is wgmma's K-major 64-byte-swizzle layout (8-row groups 512 bytes
-//   apart; a k16 step 32 bytes into a block). Pages land 1,024-byte aligned.
+//   columns as two column blocks of 64 rows × 128 bytes, 128-byte swizzled
+//   by the loader's tensor map (16-byte chunk c of row r at c ^ (r % 8)),
+//   which is wgmma's K-major 128-byte-swizzle layout (8-row groups 1,024
+//   bytes apart; a k16 step 32 bytes into a block). Pages land 1,024-byte
+//   aligned (the pattern's period).
 // A block is two pages a weight (its column halves; a pair's: the halves'
 // pages of gate, then of up, the loader's column-major order). Warpgroup w
 // reads one page of a block and no other warpgroup waits for it: a pair's
@@ -32,17 +33,16 @@ namespace mpk {
 
 constexpr int kWgWarpgroups = MPK_THREADS / 128;
 constexpr int kWgPageRows = 64, kWgPageCols = 128;  // a wgmma stream's page (stream.WgmmaPageRows, WgmmaCols)
-// MPK_WG_SW128 (0; 1 only in bench/gemm_task.cu, whose maps it changes): a
+// MPK_WG_SW128 (1; 0 only in bench/gemm_task.cu, whose maps it changes): a
 // page's column blocks of 64 columns (128-byte rows, 128-byte swizzle)
-// rather than 32 (64-byte rows and swizzle). The block's bound on the H200
-// fits its shared-memory traffic at ~63 bytes a clock (bench/NOTES.md,
-// forty-first session), half the peak; wgmma's reads of 64-byte swizzled
-// rows may be what runs at half rate.
+// rather than 32 (64-byte rows and swizzle): the qwen3-8b chunk's GEMM
+// blocks 4-8% faster alone on the H200 (bench/NOTES.md, forty-second
+// session). Codegen's page maps (stream.WgmmaRowBytes) are 128-byte ones.
 #ifndef MPK_WG_SW128
-#define MPK_WG_SW128 0
+#define MPK_WG_SW128 1
 #endif
 constexpr int kWgRowBytes = MPK_WG_SW128 ? 128 : 64;         // a column block's row (the swizzle's span)
-constexpr int kWgBlockBytes = kWgPageRows * kWgRowBytes;    // a page's column block: 4 KB (8 KB with SW128)
+constexpr int kWgBlockBytes = kWgPageRows * kWgRowBytes;    // a page's column block: 8 KB (4 KB with 64-byte rows)
 constexpr int kWgBlockSteps = kWgRowBytes / 32;             // k16 steps a column block
 constexpr int kWgPitch = kGemmCols + 8;  // x's staged row (fp32): the fragments' float2 loads free of bank conflicts
 
@@ -79,14 +79,17 @@ __device__ __forceinline__ void wg_zero_acc(float (&acc)[R]) {
 // Generic-proxy stores to shared memory become visible to wgmma's reads.
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
-// wg_sw64_desc is the descriptor of a K-major, 64-byte-swizzled operand at
-// addr (a 512-byte-aligned group of 8 rows, plus a k16 step's 32 bytes):
-// 8-row groups 512 bytes apart (SBO), LBO unused. With MPK_WG_SW128, 128-byte
-// swizzled (layout 1): groups 1,024 bytes apart.
-__device__ __forceinline__ uint64_t wg_sw64_desc(uint32_t addr) {
-  return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(8 * kWgRowBytes >> 4) << 32 |
-         (uint64_t)(MPK_WG_SW128 ? 1 : 2) << 62;
+// wg_swizzled_desc is the descriptor of a K-major operand of ROW_BYTES-byte
+// swizzled rows (64 or 128) at addr (an aligned group of 8 rows, plus a k16
+// step's 32 bytes): 8-row groups 8·ROW_BYTES apart (SBO), LBO unused.
+template <int ROW_BYTES>
+__device__ __forceinline__ uint64_t wg_swizzled_desc(uint32_t addr) {
+  static_assert(ROW_BYTES == 64 || ROW_BYTES == 128, "wgmma's 64- and 128-byte swizzles");
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 | (uint64_t)(8 * ROW_BYTES >> 4) << 32 |
+         (uint64_t)(ROW_BYTES == 128 ? 1 : 2) << 62;
 }
+// wg_page_desc: the same for a weight page's column block (kWgRowBytes).
+__device__ __forceinline__ uint64_t wg_page_desc(uint32_t addr) { return wg_swizzled_desc<kWgRowBytes>(addr); }
 
 // wgmma_rs_64: D[64][64] += A[64][16] (registers: this warp's 16 rows) ·
 // B[16][64] (shared memory, descriptor b), bf16 in, fp32 accumulate. (The
@@ -165,7 +168,7 @@ __device__ __forceinline__ void wg_block_dots(float (&acc)[32], uint32_t wp, int
 #pragma unroll
     for (int st = 0; st < 2; ++st) {
       const int step = step0 + 2 * gi + st;
-      const uint64_t b = wg_sw64_desc(wp + step / kWgBlockSteps * kWgBlockBytes + 32 * (step % kWgBlockSteps));
+      const uint64_t b = wg_page_desc(wp + step / kWgBlockSteps * kWgBlockBytes + 32 * (step % kWgBlockSteps));
 #if defined(MPK_TRACE) && defined(MPK_PROBE_WG_NO_MMA)
       // Probe (not for use; results wrong): the A loads and splits without
       // the wgmmas.

@@ -266,7 +266,7 @@ type streamEntry struct {
 	slot, pageBytes             int64
 	offset, bytes               int64
 	tileRows, rowSpan, rowBytes int64
-	colMajor                    int64
+	blockBytes                  int64
 	pairSlot, pairOffset        int64
 	kvJ0                        int64
 	tmap, pairTmap, tmapRow     int64
@@ -277,7 +277,7 @@ var noStream = streamEntry{pairSlot: -1, kvJ0: -1, tmap: -1, pairTmap: -1}
 
 func (e streamEntry) String() string {
 	return fmt.Sprintf("  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", e.slot, e.pageBytes, e.offset, e.bytes,
-		e.tileRows, e.rowSpan, e.rowBytes, e.colMajor, e.pairSlot, e.pairOffset, e.kvJ0, e.tmap, e.pairTmap, e.tmapRow)
+		e.tileRows, e.rowSpan, e.rowBytes, e.blockBytes, e.pairSlot, e.pairOffset, e.kvJ0, e.tmap, e.pairTmap, e.tmapRow)
 }
 
 // writeStreams emits the loader's table: for every task, the weight bytes
@@ -318,7 +318,7 @@ func (gen *generator) streamOf(t *tgraph.Task, split []int) streamEntry {
 		// rows RowStride apart, K of each read.
 		e.tileRows = stream.TileRows
 		if p.Gemm {
-			e.tileRows, e.colMajor = stream.GemmPageRows, 1
+			e.tileRows, e.blockBytes = stream.GemmPageRows, p.BlockBytes()
 		}
 		if p.Wgmma {
 			e.tileRows = stream.WgmmaPageRows

@@ -42,7 +42,7 @@ type tmapSpec struct {
 	RowBytes         int64
 	BoxCols, BoxRows int64
 	BlockCols        int64
-	Swizzle          bool // a wgmma stream's page: each block's 16-byte chunks 64-byte swizzled (mpk::wg_sw64_desc)
+	Swizzle          int64 // bytes a block's rows are swizzled over (a wgmma stream's page: mpk::wg_page_desc), 0 none
 }
 
 // tmapOf returns the tensor map whose boxes are the pages of stream plan p
@@ -56,9 +56,11 @@ func (gen *generator) tmapOf(p stream.Plan, w ir.View, pageRows int64) (tmapSpec
 		Cols: p.K * p.ElemBytes / tmapUnit, Rows: w.Shape[0], RowBytes: p.RowStride * p.ElemBytes,
 		BoxCols: p.Cols * p.ElemBytes / tmapUnit, BoxRows: pageRows}
 	if p.Gemm {
-		s.BlockCols = stream.GemmBlockCols * p.ElemBytes / tmapUnit
+		s.BlockCols = p.BlockBytes() / tmapUnit
 	}
-	s.Swizzle = p.Wgmma
+	if p.Wgmma {
+		s.Swizzle = stream.WgmmaRowBytes
+	}
 	ok := s.Offset%16 == 0 && s.RowBytes%16 == 0 && (p.K*p.ElemBytes)%tmapUnit == 0 && (p.Cols*p.ElemBytes)%16 == 0 &&
 		s.BoxCols >= 1 && s.BoxCols <= tmapMaxBox && s.BoxRows <= tmapMaxBox && s.Rows >= 1 &&
 		s.BoxCols*tmapUnit*s.BoxRows <= stream.PageBytes &&
@@ -84,12 +86,8 @@ func (gen *generator) writeTmaps(src *strings.Builder) {
 	fmt.Fprintf(src, "constexpr int kNumTmaps = %d;\n", len(gen.tmaps))
 	fmt.Fprintf(src, "static const mpk::TmapSpec kTmaps[%d] = {\n", max(1, len(gen.tmaps)))
 	for _, s := range gen.tmaps {
-		swizzle := 0
-		if s.Swizzle {
-			swizzle = 1
-		}
 		fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d, %d},\n", s.Slot, s.BoxRows, s.Offset, s.Cols, s.Rows, s.RowBytes, s.BoxCols,
-			s.BlockCols, swizzle)
+			s.BlockCols, s.Swizzle)
 	}
 	if len(gen.tmaps) == 0 {
 		src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, 0},\n")

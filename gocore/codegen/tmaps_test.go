@@ -25,6 +25,14 @@ func TestTmapOf(t *testing.T) {
 	if !ok || s != want {
 		t.Fatalf("GEMM weight: %+v %v, want %+v", s, ok, want)
 	}
+	// A wgmma stream's pages: 64 rows × 128 columns, column blocks of 128
+	// bytes swizzled over their rows (mpk::wg_page_desc).
+	wg := stream.Plan{K: 2048, ElemBytes: 2, Cols: stream.WgmmaCols, RowStride: 2048, Gemm: true, Wgmma: true}
+	s, ok = gen.tmapOf(wg, view(0, 8192, 2048, 2048), stream.WgmmaPageRows)
+	if want := (tmapSpec{Slot: 5, Offset: 0, Cols: 512, Rows: 8192, RowBytes: 4096, BoxCols: 32, BoxRows: 64, BlockCols: 16,
+		Swizzle: 128}); !ok || s != want {
+		t.Fatalf("wgmma weight: %+v %v, want %+v", s, ok, want)
+	}
 	// A K-split part: columns [512, 1024) of the rows, its own map from its first column.
 	part := stream.Plan{K: 512, ElemBytes: 2, Cols: 256, RowStride: 2048, Gemm: true}
 	s, ok = gen.tmapOf(part, view(512, 8192, 512, 2048), stream.GemmPageRows)

@@ -281,12 +281,12 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		}
 		if r[11] >= 0 {
 			m := tmaps[TF*r[11] : TF*r[11]+TF]
-			block, swizzle := 0, 0 // GEMM pages land in column blocks of 64 bytes, wgmma's 64-byte swizzled
-			if kind == "gemm" || kind == "wgmma" {
+			block, swizzle := 0, 0 // GEMM pages land in column blocks of 64 bytes, wgmma's of 128, swizzled
+			if kind == "gemm" {
 				block = 64 / 8
 			}
 			if kind == "wgmma" {
-				swizzle = 1
+				block, swizzle = 128/8, 128
 			}
 			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, block,
 				swizzle}
@@ -308,13 +308,13 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
 			}
 		case "gemm": // pages of 32 rows' segments of 256 columns
-			if r[4] != 32 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || r[1] != 256*int(esz) || r[7] != 1 ||
+			if r[4] != 32 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || r[1] != 256*int(esz) || r[7] != 32*int(esz) ||
 				task.Box.Lo[1]%32 != 0 || n > 64 || (n%32 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
 				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want GEMM pages of 32 segments, got %v", name, i,
 					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)
 			}
 		case "wgmma": // pages of 64 rows' segments of 128 columns (wgmma's n of 64)
-			if r[4] != 64 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || r[1] != 128*int(esz) || r[7] != 1 ||
+			if r[4] != 64 || int64(r[5]) != K*esz || int64(r[6]) != stride*esz || r[1] != 128*int(esz) || r[7] != 128 ||
 				task.Box.Lo[1]%32 != 0 || n > 64 || (n%32 != 0 && task.Box.Hi[1] != op.Out.Shape[1]) {
 				t.Fatalf("%s: task %d (%s, rows [%d, %d) of K %d): want wgmma pages of 64 segments, got %v", name, i,
 					comp.Tasks.Name(i), task.Box.Lo[1], task.Box.Hi[1], K, r)

@@ -60,6 +60,11 @@ const (
 	WgmmaPageRows = 64
 	WgmmaCols     = 128
 	wgmmaPitch    = GemmCols + 8
+	// WgmmaRowBytes is a row of a wgmma page's column block, the span its
+	// tensor map swizzles (mpk::kWgRowBytes): 64 columns, 128-byte swizzled
+	// (4-8% faster a block than 64-byte rows: bench/NOTES.md, forty-second
+	// session).
+	WgmmaRowBytes = 128
 )
 
 // Plan is how one Linear streams. With Tiles, x's M rows meet the weights on
@@ -82,7 +87,7 @@ type Plan struct {
 	Gemm bool
 	// Wgmma: a Gemm plan of an fp32 x whose products run on wgmma
 	// (mpk::linear_wgmma): the same tasks and blocks, pages of
-	// WgmmaPageRows rows × WgmmaCols columns (64-byte swizzled tensor-map
+	// WgmmaPageRows rows × WgmmaCols columns (128-byte swizzled tensor-map
 	// boxes), x staged a block at a time as for Gemm.
 	Wgmma bool
 	// Pair: a paired Linear (ir.Epilogue.Pair) streams the task's rows of
@@ -152,6 +157,16 @@ func (p Plan) XBytes() int64 {
 		return TileXBytes(p.K, p.M, p.ElemBytes, p.XLow)
 	}
 	return p.M * p.K * 4
+}
+
+// BlockBytes is the bytes of a row a Gemm plan's page holds a column
+// block at a time (mpk::gemm_page_at, mpk::kWgBlockBytes): the page lands
+// block after block.
+func (p Plan) BlockBytes() int64 {
+	if p.Wgmma {
+		return WgmmaRowBytes
+	}
+	return GemmBlockCols * p.ElemBytes
 }
 
 // Unit is the weight rows a task's tile is a multiple of (but the last).

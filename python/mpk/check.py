@@ -410,10 +410,10 @@ LOWERING_FLAGS = (
     ("pair_gemm", True, "a prompt chunk's gate and up GEMM streams then run as two stages, each staging every "
                         "block of x for its own weight's rows (pair_linears pairs them: one task streams both "
                         "weights' rows, half the x bytes a weight byte)"),
-    ("balance_gemm_tail", False, "a GEMM stream whose tasks end in a short last round on the workers (qwen3-8b's "
-                                 "64-token chunk: the gate and up pair's 192 tasks on 132 workers) runs that round's "
-                                 "weight rows as two streams over halves of x's rows, side by side (off until timed "
-                                 "on the GPU)"),
+    ("balance_gemm_tail", True, "a GEMM stream whose tasks end in a short last round on the workers (qwen3-8b's "
+                                "64-token chunk: the gate and up pair's 192 tasks on 132 workers) then runs that "
+                                "round as it does the others, rather than its weight rows as two streams over halves "
+                                "of x's rows, side by side"),
     ("kv_pages", True, "a single sequence's decode attention then reads its K and V rows from the cache itself, in "
                        "chunks of a round of every warp, after its inputs are ready"),
     ("weight_affinity", False, "the blocks of rows of a prompt chunk's Linear that read the same weight rows run on "
