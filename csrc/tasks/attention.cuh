@@ -1555,6 +1555,11 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   for (int c0 = 0, buf = 0; c0 < n_task; c0 += C, buf ^= 1) {
     const int nc = min(C, n_task - c0), ncg = (nc + 15) / 16 * 16;
     const int tile = buf * CT * KP;  // this tile's buffer
+#ifdef MPK_TRACE
+    // Trace builds: a task's stall is its tiles' zero fills, mask adds
+    // (their loads' round trips) and waits for K, V and the other warps.
+    const uint64_t t_wait = threadIdx.x == 0 ? globaltimer() : 0;
+#endif
     // The last group's rows past the chunk: zeros (a finite V for P = 0).
     for (int i = threadIdx.x; i < (ncg - nc) * D; i += MPK_THREADS) {
       const int j = nc + i / D, c = i % D;
@@ -1583,13 +1588,10 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
         }
       }
     }
-#ifdef MPK_TRACE
-    const uint64_t t_wait = threadIdx.x == 0 ? globaltimer() : 0;
-#endif
     cp_async_wait_all();
     consumer_sync();
 #ifdef MPK_TRACE
-    if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t_wait);  // the tile's K, V and mask adds
+    if (threadIdx.x == 0) s_trace_stall += (uint32_t)(globaltimer() - t_wait);
 #endif
     // The other buffer was last read before the barrier that ended the tile before.
     if (c0 + C < n_task)
