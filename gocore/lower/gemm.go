@@ -63,35 +63,61 @@ func gemmKParts(op *ir.Op, workers int, extra int64) int64 {
 	return best
 }
 
-// Costs of a GEMM stream's tasks in units of GemmRows weight rows × GemmCols
-// columns × 16 rows of x (an m-tile): ~1.2 us on the H100, where a task
-// spends ~2.5 us staging x besides, and a stage of K-split sums ~14 us with
-// its hop (bench/NOTES.md, twenty-ninth session: the 64-token chunk's trace).
+// Costs of a GEMM stream's tasks, in fifths of a unit of GemmRows weight
+// rows × GemmCols columns × 16 rows of x (an m-tile) on mma.sync: ~1.2 us on
+// the H100, where a task spends ~2.5 us staging x besides, and a stage of
+// K-split sums ~14 us with its hop (bench/NOTES.md, twenty-ninth session:
+// the 64-token chunk's trace).
 const (
-	gemmTaskUnits = 2
-	gemmSumUnits  = 12
+	gemmTaskCost = 10
+	gemmSumCost  = 60
+	gemmTileCost = 5
+)
+
+// A wgmma stream's, in fifths of a quarter of its block of 64 rows of x
+// (2.15 us on the H200): a block of at most 32 rows, hi and lo stacked in
+// one m64 tile, costs 0.65 of it (1.39 us), not half; staging ~1.8 us; a
+// stage of sums with its hop ~11 us (bench/NOTES.md, forty-second session:
+// with the old units qwen3-8b's down projection took two streams of 32
+// rows, which its 64-token chunk ran 3.7% slower than K slices).
+const (
+	wgmmaTaskCost    = 15
+	wgmmaSumCost     = 100
+	wgmmaBlockCost   = 20
+	wgmmaStackedCost = 13
 )
 
 // gemmRowBlocks is how many blocks of GemmMinRows rows of x a GEMM stream
 // cut into parts slices of K (gemmKParts; its rows in blocks of
 // GemmMaxRows) would rather take: each block's tasks stream every weight row
 // (all but the first block's from L2) and no sum follows, where slices
-// leave a stage of sums; 0 where the slices cost less by the units above,
+// leave a stage of sums; 0 where the slices cost less by the costs above,
 // or x's rows are one block. A 64-token chunk's q, k, v and o projections
-// take 2 blocks of 32; its down projection (K = 8,192) keeps 4 slices; a
-// 512-token chunk's k and v take 16 blocks of 32 rather than 2 slices of
-// each block of 64.
+// take 2 blocks of 32 (llama-3.2-1b's k and v; qwen3-8b's k and v keep 8
+// slices); its down projection keeps its slices (K = 8,192: 4; qwen3-8b's
+// 12,288: 2); a 512-token chunk's k and v take 16 blocks of 32 rather than
+// 2 slices of each block of 64.
 func gemmRowBlocks(op *ir.Op, workers int, parts int64) int64 {
 	M, K, N := op.Out.Shape[0], op.LinearK(), op.Out.Shape[1]
 	if parts < 2 || M%stream.GemmMinRows != 0 || M/stream.GemmMinRows < 2 || !rowSliceable(op) {
 		return 0
 	}
+	task, sum := int64(gemmTaskCost), int64(gemmSumCost)
+	block := func(rows int64) int64 { return gemmTileCost * ((rows + 15) / 16) } // a GemmCols block of x's rows
+	if op.Attr.Wgmma {
+		task, sum = wgmmaTaskCost, wgmmaSumCost
+		block = func(rows int64) int64 {
+			if rows <= 32 {
+				return wgmmaStackedCost
+			}
+			return wgmmaBlockCost
+		}
+	}
 	blocks, rowTasks := M/stream.GemmMinRows, (N+stream.GemmRows-1)/stream.GemmRows
 	waves := func(tasks int64) int64 { return (tasks + int64(workers) - 1) / int64(workers) }
-	mTiles := func(rows int64) int64 { return (rows + 15) / 16 }
 	sliced := (M + stream.GemmMaxRows - 1) / stream.GemmMaxRows // blocks of rows the slices keep
-	slices := waves(rowTasks*sliced*parts)*(gemmTaskUnits+K/parts/stream.GemmCols*mTiles(min(M, stream.GemmMaxRows))) + gemmSumUnits
-	rows := waves(rowTasks*blocks) * (gemmTaskUnits + K/stream.GemmCols*mTiles(stream.GemmMinRows))
+	slices := waves(rowTasks*sliced*parts)*(task+K/parts/stream.GemmCols*block(min(M, stream.GemmMaxRows))) + sum
+	rows := waves(rowTasks*blocks) * (task + K/stream.GemmCols*block(stream.GemmMinRows))
 	if rows > slices {
 		return 0
 	}

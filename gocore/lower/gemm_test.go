@@ -111,6 +111,33 @@ func TestGemm(t *testing.T) {
 	if got := kinds(b.g); got != "rmsnorm linear linear linear linear elementwise:linear_k_sum" {
 		t.Fatalf("down projection with row blocks: ops %s", got)
 	}
+	// On wgmma, a block of 32 rows costs 0.65 of one of 64 (hi and lo
+	// stacked in one m64 tile), not half: qwen3-8b's down projection (K =
+	// 12,288, N = 4,096) takes 2 slices of K and their sum rather than two
+	// streams of 32 rows, which mma.sync's costs pick; its q projection (K =
+	// 4,096) and llama-3.2-1b's (K = 2,048) keep row blocks, llama-3.2-1b's
+	// down projection its 4 slices.
+	wg := Config{Workers: 132, Gemm: true, Wgmma: true, GemmRowBlocks: true}
+	for _, c := range []struct {
+		K, N int64
+		cfg  Config
+		want string
+	}{
+		{12288, 4096, wg, "rmsnorm linear linear elementwise:linear_k_sum"},
+		{12288, 4096, rb, "rmsnorm linear linear"},
+		{4096, 4096, wg, "rmsnorm linear linear"},
+		{2048, 2048, wg, "rmsnorm linear linear"},
+		{8192, 2048, wg, "rmsnorm linear linear linear linear elementwise:linear_k_sum"},
+	} {
+		b, _, _ = build(64, c.K, c.N)
+		Rewrite(b.g, c.cfg)
+		if got := kinds(b.g); got != c.want {
+			t.Fatalf("K %d, N %d, wgmma %v: ops %s, want %s", c.K, c.N, c.cfg.Wgmma, got, c.want)
+		}
+		if c.cfg.Wgmma && !b.g.Ops[1].Attr.Wgmma {
+			t.Fatalf("K %d, N %d: not a wgmma stream", c.K, c.N)
+		}
+	}
 	for _, c := range []struct {
 		M, K int64
 		cfg  Config
