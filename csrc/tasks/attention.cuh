@@ -1431,15 +1431,20 @@ __device__ __forceinline__ int rows_seen(const Op& op, const Slots<N>& s, int ro
   return seen_in_chunk(row_end(op, s, row, j_lo + n), j_lo, n);
 }
 
-// longest_extent_warp is, with FLAG_EXTENT, the largest extent of the rows
-// lane, lane + MPK_THREADS, ... of B (every warp's share; the block's is
-// the largest of its warps'); 0 without.
+// longest_extent_lane is, with FLAG_EXTENT, the largest extent of the rows
+// threadIdx.x, threadIdx.x + MPK_THREADS, ... of B; 0 without.
+// longest_extent_warp is its largest over the warp (every warp's share; the
+// block's is the largest of its warps').
 template <int N>
-__device__ __forceinline__ int longest_extent_warp(const Op& op, const Slots<N>& s, int B) {
+__device__ __forceinline__ int longest_extent_lane(const Op& op, const Slots<N>& s, int B) {
   if (!(op.flags & FLAG_EXTENT)) return 0;
   int e = 0;
   for (int r = threadIdx.x; r < B; r += MPK_THREADS) e = max(e, row_end(op, s, r, 0));
-  return __reduce_max_sync(0xffffffffu, e);
+  return e;
+}
+template <int N>
+__device__ __forceinline__ int longest_extent_warp(const Op& op, const Slots<N>& s, int B) {
+  return __reduce_max_sync(0xffffffffu, longest_extent_lane(op, s, B));
 }
 
 // attention_rows_mma is attention_rows on the tensor cores (m16n8k16, fp32
@@ -1480,7 +1485,9 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
   constexpr int QE = (G * 16 * D + MPK_THREADS - 1) / MPK_THREADS;  // query elements a thread
   const int hm = mask_hs != 0 ? G : 1;  // heads of staged mask adds
   const int my_end = threadIdx.x < rows && threadIdx.x < 16 ? row_end(op, s, r0 + threadIdx.x, S) : 0;
-  const int longest = live ? longest_extent_warp(op, s, B) : 0;
+  // Reduced over the warp once the queries' loads are issued (a reduction
+  // before them waited for the extents: two round trips, not one).
+  const int lane_longest = live ? longest_extent_lane(op, s, B) : 0;
   float qx[QE];
 #pragma unroll
   for (int e = 0; e < QE; ++e) {
@@ -1490,6 +1497,7 @@ __device__ void attention_rows_mma(const Op& op, int lo, int hi, const Slots<N>&
                            (h0 + uu) * q.stride[1] + d * q.stride[3])
                 : 0.f;
   }
+  const int longest = live ? __reduce_max_sync(0xffffffffu, lane_longest) : 0;
   if (threadIdx.x < 16) seen[threadIdx.x] = my_end;
   if (live && lane == 0) reinterpret_cast<int*>(mw)[warp] = longest;  // mw holds row maxima only after the tiles
 #pragma unroll
