@@ -155,8 +155,8 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
     auto fill_tile = [&](int part, int64_t r, int64_t col) {
       if (boxes) {
         const char* maps = static_cast<const char*>(st.tmaps);
-        ring.fill_box(seq, maps + 128 * (part ? sd.pair_tmap : sd.tmap), mpk::page_map_x(col, blocked ? sd.block_bytes : 0), sd.tmap_row + (int)r,
-                      (uint32_t)(sd.tile_rows * sd.page_bytes), policy, blocked);
+        ring.fill_box(seq, maps + 128 * (part ? sd.pair_tmap : sd.tmap), mpk::page_map_x(col, blocked ? sd.block_bytes : 0),
+                      sd.tmap_row + (int)r, (uint32_t)(sd.tile_rows * sd.page_bytes), policy, blocked);
       } else {
         const char* from = (part ? static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset : src) +
                            r * sd.row_bytes + col;
