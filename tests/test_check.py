@@ -214,8 +214,10 @@ def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
     assert "linear_k_sum" not in labels, labels
     assert labels.count("linear") == (1 + 2 + 2) * 2 + 1, \
         f"want q whole and k and v in 2 blocks in each layer, then the LM head: {labels}"
-    # (the gate pairs with the up projection: pair_gemm, on by default)
-    assert labels.count("pair:linear+silu_mul") == 2, labels
+    # (the gate pairs with the up projection, pair_gemm, and the pair's short
+    # last round runs as two streams of 32 rows, balance_gemm_tail: three
+    # pair ops a layer, both on by default)
+    assert labels.count("pair:linear+silu_mul") == 6, labels
 
 
 def test_check_long_attention_chunks(core_lib, fresh_dynamo):
@@ -232,8 +234,9 @@ def test_check_long_attention_chunks(core_lib, fresh_dynamo):
 def test_check_pair_gemm(core_lib, fresh_dynamo):
     """pair_gemm (on by default): a 64-token chunk's gate GEMM stream folds
     into the up projection whose SiLU·mul reads it, in both layers (one op
-    streams both weights), and the step still passes the check."""
-    labels = wide_chunk({"pair_gemm": True}).summary.get("op_labels", [])
+    streams both weights; balance_gemm_tail off, which would cut the pair's
+    last round into two more), and the step still passes the check."""
+    labels = wide_chunk({"pair_gemm": True, "balance_gemm_tail": False}).summary.get("op_labels", [])
     assert sum(l.startswith("pair:linear") for l in labels) == 2, labels
 
 
