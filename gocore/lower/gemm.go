@@ -92,11 +92,11 @@ const (
 // GemmMaxRows) would rather take: each block's tasks stream every weight row
 // (all but the first block's from L2) and no sum follows, where slices
 // leave a stage of sums; 0 where the slices cost less by the costs above,
-// or x's rows are one block. A 64-token chunk's q, k, v and o projections
-// take 2 blocks of 32 (llama-3.2-1b's k and v; qwen3-8b's k and v keep 8
-// slices); its down projection keeps its slices (K = 8,192: 4; qwen3-8b's
-// 12,288: 2); a 512-token chunk's k and v take 16 blocks of 32 rather than
-// 2 slices of each block of 64.
+// or x's rows are one block. A 64-token chunk's q and o projections take 2
+// blocks of 32, as do llama-3.2-1b's k and v (qwen3-8b's keep 8 slices);
+// its down projection keeps its slices (K = 8,192: 4; qwen3-8b's 12,288:
+// 2); a 512-token chunk's k and v take 16 blocks of 32 rather than 2 slices
+// of each block of 64.
 func gemmRowBlocks(op *ir.Op, workers int, parts int64) int64 {
 	M, K, N := op.Out.Shape[0], op.LinearK(), op.Out.Shape[1]
 	if parts < 2 || M%stream.GemmMinRows != 0 || M/stream.GemmMinRows < 2 || !rowSliceable(op) {
