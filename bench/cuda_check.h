@@ -1,6 +1,8 @@
 // CK: a CUDA runtime call in the bench programs, exiting with the call and
-// its error on failure; copy_bandwidth: the device copy rate they compare with.
+// its error on failure; CK_DRIVER the same for a driver call (the tensor-map
+// encoder); copy_bandwidth: the device copy rate they compare with.
 #pragma once
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,15 @@
       fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
       exit(1);                                                                             \
     }                                                                                      \
+  } while (0)
+
+#define CK_DRIVER(x)                                                           \
+  do {                                                                         \
+    const CUresult r_ = (x);                                                   \
+    if (r_ != CUDA_SUCCESS) {                                                  \
+      fprintf(stderr, "%s:%d: %s: CUresult %d\n", __FILE__, __LINE__, #x, (int)r_); \
+      exit(1);                                                                 \
+    }                                                                          \
   } while (0)
 
 // copy_bandwidth is the device's copy rate (bytes read + written per second)

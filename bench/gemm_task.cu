@@ -242,13 +242,9 @@ static CUtensorMap encode_x(const float* x, int M, int K) {
   const cuuint64_t dims[3] = {32, (cuuint64_t)M, (cuuint64_t)K / 32}, strides[2] = {(cuuint64_t)K * 4, 128};
   const cuuint32_t box[3] = {32, (cuuint32_t)M, 8}, step[3] = {1, 1, 1};
   CUtensorMap m;
-  const CUresult r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(x), dims, strides,
-                                            box, step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    fprintf(stderr, "cuTensorMapEncodeTiled (x): error %d\n", (int)r);
-    exit(1);
-  }
+  CK_DRIVER(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(x), dims, strides, box,
+                                   step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
   return m;
 }
 
@@ -262,11 +258,7 @@ static CUtensorMap encode(const void* w, int64_t rows, int K) {
   spec.block_cols = (WGMMA == 1 || WGMMA >= 3 ? mpk::kWgRowBytes : mpk::kGemmBlockBytes) / mpk::kTmapUnit;
   spec.swizzle = WGMMA == 1 || WGMMA >= 3 ? mpk::kWgRowBytes : WGMMA ? 64 : 0;
   CUtensorMap m;
-  const CUresult r = mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES);
-  if (r != CUDA_SUCCESS) {
-    fprintf(stderr, "cuTensorMapEncodeTiled: error %d\n", (int)r);
-    exit(1);
-  }
+  CK_DRIVER(mpk::encode_page_map(cuTensorMapEncodeTiled, &m, spec, w, MPK_GEMM_BLOCKED_PAGES));
   return m;
 }
 
