@@ -341,12 +341,21 @@ type Epilogue struct {
 	PairDType DType
 }
 
+// PairInput is the index in In of a paired Linear's second weight
+// (Epilogue.Pair), or -1.
+func (op *Op) PairInput() int {
+	if op.Kind != Linear || op.Attr.Epi == nil || op.Attr.Epi.Pair == 0 {
+		return -1
+	}
+	return op.Attr.Epi.First + op.Attr.Epi.Pair - 1
+}
+
 // PairWeight returns the second weight of a paired Linear (Epilogue.Pair).
 func (op *Op) PairWeight() (View, bool) {
-	if op.Kind != Linear || op.Attr.Epi == nil || op.Attr.Epi.Pair == 0 {
-		return View{}, false
+	if i := op.PairInput(); i >= 0 {
+		return op.In[i], true
 	}
-	return op.In[op.Attr.Epi.First+op.Attr.Epi.Pair-1], true
+	return View{}, false
 }
 
 // XKey identifies the x a Linear stages: its prologue's kind, parameters

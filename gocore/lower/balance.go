@@ -70,7 +70,7 @@ func colSliceable(op *ir.Op) bool {
 	if op.Attr.Pro != nil || op.Out.Rank() != 2 {
 		return false
 	}
-	pair := pairIndex(op)
+	pair := op.PairInput()
 	for i, v := range op.In {
 		if i > 1 && i != pair && !equalShape(v.Shape, op.Out.Shape) {
 			return false
@@ -80,21 +80,13 @@ func colSliceable(op *ir.Op) bool {
 	return e == nil || e.Expr == nil || !hasIndex(e.Expr)
 }
 
-// pairIndex is the input index of a paired Linear's second weight, or -1.
-func pairIndex(op *ir.Op) int {
-	if e := op.Attr.Epi; op.Kind == ir.Linear && e != nil && e.Pair > 0 {
-		return e.First + e.Pair - 1
-	}
-	return -1
-}
-
 // sliceCols is op over weight rows [n0, n0+n): those rows of its weights
 // (a pair's second too), and those columns of its output and of every other
 // operand but x (colSliceable).
 func sliceCols(op *ir.Op, n0, n int64) *ir.Op {
 	c := *op
 	c.In = make([]ir.View, len(op.In))
-	pair := pairIndex(op)
+	pair := op.PairInput()
 	for i, v := range op.In {
 		switch {
 		case i == 0:

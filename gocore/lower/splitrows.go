@@ -42,7 +42,7 @@ func rowSliceable(op *ir.Op) bool {
 	if op.Out.Rank() == 0 {
 		return false
 	}
-	M, pair := op.Out.Shape[0], pairIndex(op)
+	M, pair := op.Out.Shape[0], op.PairInput()
 	for i, v := range append([]ir.View{op.Out}, op.In...) {
 		if i == 2 || pair >= 0 && i == pair+1 { // In[1] and a pair's second weight
 			continue
@@ -73,7 +73,7 @@ func sliceRowBlocks(op *ir.Op, rows int64) []*ir.Op {
 func sliceRows(op *ir.Op, r0, n int64) *ir.Op {
 	c := *op
 	c.In = make([]ir.View, len(op.In))
-	pair := pairIndex(op)
+	pair := op.PairInput()
 	for i, v := range op.In {
 		if i == 1 || i == pair {
 			c.In[i] = v.Clone()
