@@ -195,9 +195,10 @@ def test_check_gemm(core_lib, fresh_dynamo, mask):
     for a tile stream, so every Linear is a GEMM stream: its RMSNorms stay
     ops of their own (writing x in bf16), and the k and v projections (N =
     512: 8 tasks of 64 rows) run as 2 slices of K on 16 workers, summed
-    (without gemm_row_blocks, which runs them over blocks of rows instead);
-    the reference target runs the same op graph the cuda target would."""
-    res = wide_chunk({"gemm_row_blocks": False}, mask=mask)
+    (without gemm_row_blocks, which runs them over blocks of rows instead,
+    and gemm_siblings, which weighs q, k and v as one stage); the reference
+    target runs the same op graph the cuda target would."""
+    res = wide_chunk({"gemm_row_blocks": False, "gemm_siblings": False}, mask=mask)
     labels = res.summary.get("op_labels", [])
     assert labels.count("rmsnorm") == 2 * 2 + 1, f"want the norms unfolded (2 a layer and the last): {labels}"
     assert not any(l.startswith("rmsnorm+") for l in labels), labels
@@ -208,8 +209,9 @@ def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
     """gemm_row_blocks (on by default): the k and v projections of a
     64-token chunk (8 tasks of 64 weight rows on 16 workers) run as 2 GEMM
     streams over blocks of 32 rows of x, K whole, where test_check_gemm
-    cuts K into 2 slices and sums them: no sum op, and the same results."""
-    res = wide_chunk({"gemm_row_blocks": True})
+    cuts K into 2 slices and sums them: no sum op, and the same results
+    (gemm_siblings off: each projection cut as if it ran alone)."""
+    res = wide_chunk({"gemm_row_blocks": True, "gemm_siblings": False})
     labels = res.summary.get("op_labels", [])
     assert "linear_k_sum" not in labels, labels
     assert labels.count("linear") == (1 + 2 + 2) * 2 + 1, \
@@ -218,6 +220,17 @@ def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
     # last round runs as two streams of 32 rows, balance_gemm_tail: three
     # pair ops a layer, both on by default)
     assert labels.count("pair:linear+silu_mul") == 6, labels
+
+
+def test_check_gemm_siblings(core_lib, fresh_dynamo):
+    """gemm_siblings (on by default): a 64-token chunk's q, k and v GEMM
+    streams (16 + 8 + 8 tasks of 64 weight rows on 16 workers) are weighed
+    as one stage: uncut, two rounds of 95 units, where cut one at a time
+    (test_check_gemm_row_blocks) their 64 tasks over blocks of 32 rows take
+    four rounds of 67; the step passes the check."""
+    labels = wide_chunk({}).summary.get("op_labels", [])
+    assert labels.count("linear") == 3 * 2 + 1, f"want q, k and v whole in each layer, then the LM head: {labels}"
+    assert not any(l.startswith("linear_k_sum") for l in labels), labels
 
 
 def test_check_long_attention_chunks(core_lib, fresh_dynamo):

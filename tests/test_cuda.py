@@ -122,12 +122,26 @@ def test_cuda_gemm(core_lib, fresh_dynamo, model, batch, prefill, workers, mask)
 def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
     """gemm_row_blocks (on by default) on the GPU: a 64-token chunk's GEMM
     streams that would be cut along K (k and v on 16 workers; q, k, v and o
-    on 132) run over 2 blocks of 32 rows of x, K whole, with no sum op."""
+    on 132) run over 2 blocks of 32 rows of x, K whole, with no sum op
+    (gemm_siblings off: each cut as if it ran alone)."""
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", prefill=64, cache_tokens=16, steps=2, seed=0,
-                          workers=workers, log=lines.append, mask=True, options={"gemm_row_blocks": True})
+                          workers=workers, log=lines.append, mask=True,
+                          options={"gemm_row_blocks": True, "gemm_siblings": False})
     assert res.ok, "\n".join(lines)
     assert not any(l.startswith("linear_k_sum") for l in res.summary.get("op_labels", [])), res.summary.get("op_labels")
+
+
+def test_cuda_gemm_siblings(core_lib, fresh_dynamo):
+    """gemm_siblings (on by default) on the GPU: on 16 workers a 64-token
+    chunk's q, k and v run uncut, their 32 wgmma tasks of 64 weight rows
+    side by side (test_check_gemm_siblings)."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", dtype="bfloat16", prefill=64, cache_tokens=16, steps=2,
+                          seed=0, workers=16, log=lines.append, mask=True)
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    assert labels.count("linear") == 3 * 2 + 1 and "linear_k_sum" not in labels, labels
 
 
 @pytest.mark.parametrize("model,batch,prefill,workers,options", [

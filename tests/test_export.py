@@ -41,7 +41,7 @@ def test_export_small_graph(fake_core):
                               "skip_validate": False, "drop_dependency": False, "check_ir": False, "trace": False,
                               "round_intermediates": False, "split_rows": True,
                               "prefill_rows": True, "split_k": True, "gemm": True, "wgmma": True,
-                              "gemm_row_blocks": True, "long_attention_chunks": True,
+                              "gemm_row_blocks": True, "gemm_siblings": True, "long_attention_chunks": True,
                               "round_gemm_inputs": False, "coarse_events": True, "fresh_rows": True,
                               "pair_linears": True, "pair_gemm": True, "balance_gemm_tail": True, "kv_pages": True, "weight_affinity": False,
                               "arena_reuse": True}

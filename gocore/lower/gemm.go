@@ -102,17 +102,7 @@ func gemmRowBlocks(op *ir.Op, workers int, parts int64) int64 {
 	if parts < 2 || M%stream.GemmMinRows != 0 || M/stream.GemmMinRows < 2 || !rowSliceable(op) {
 		return 0
 	}
-	task, sum := int64(gemmTaskCost), int64(gemmSumCost)
-	block := func(rows int64) int64 { return gemmTileCost * ((rows + 15) / 16) } // a GemmCols block of x's rows
-	if op.Attr.Wgmma {
-		task, sum = wgmmaTaskCost, wgmmaSumCost
-		block = func(rows int64) int64 {
-			if rows <= 32 {
-				return wgmmaStackedCost
-			}
-			return wgmmaBlockCost
-		}
-	}
+	task, sum, block := gemmCosts(op)
 	blocks, rowTasks := M/stream.GemmMinRows, (N+stream.GemmRows-1)/stream.GemmRows
 	waves := func(tasks int64) int64 { return (tasks + int64(workers) - 1) / int64(workers) }
 	sliced := (M + stream.GemmMaxRows - 1) / stream.GemmMaxRows // blocks of rows the slices keep
@@ -122,4 +112,19 @@ func gemmRowBlocks(op *ir.Op, workers int, parts int64) int64 {
 		return 0
 	}
 	return blocks
+}
+
+// gemmCosts is a GEMM stream's costs by the units above: a task's own
+// (staging, store), a stage of sums with its hop, and a GemmCols block of
+// `rows` rows of x.
+func gemmCosts(op *ir.Op) (task, sum int64, block func(rows int64) int64) {
+	if op.Attr.Wgmma {
+		return wgmmaTaskCost, wgmmaSumCost, func(rows int64) int64 {
+			if rows <= 32 {
+				return wgmmaStackedCost
+			}
+			return wgmmaBlockCost
+		}
+	}
+	return gemmTaskCost, gemmSumCost, func(rows int64) int64 { return gemmTileCost * ((rows + 15) / 16) }
 }

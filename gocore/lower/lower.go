@@ -60,6 +60,10 @@ type Config struct {
 	// cover the workers cut x's rows into blocks instead of K into slices
 	// and their sum, where that costs less (gemmRowBlocks).
 	GemmRowBlocks bool
+	// GemmSiblings cuts a run of sibling GEMM streams (a chunk's q, k and
+	// v projections) as one stage, by its cost (gemmRunCuts), rather than
+	// each as if it ran alone.
+	GemmSiblings bool
 	// FreshRows folds a decode attention's RoPE and the step's new K and V
 	// rows into it (freshRows): one dependent stage fewer a layer.
 	FreshRows bool
@@ -82,7 +86,7 @@ type Config struct {
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks,
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks, GemmSiblings: o.GemmSiblings,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
 		PairLinears: o.PairLinears, PairGemm: o.PairGemm, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages}
 }

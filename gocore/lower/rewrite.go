@@ -35,7 +35,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		}
 	}
 	if cfg.SplitK || cfg.Gemm { // before split_rows: a Linear whose K slices stream needs no blocks of rows
-		splitLinearK(g, cfg.Workers, cfg.SplitK, cfg.GemmRowBlocks)
+		splitLinearK(g, cfg.Workers, cfg.SplitK, cfg.GemmRowBlocks, cfg.GemmSiblings)
 		g.Renumber()
 	}
 	if cfg.SplitRows { // last: it copies each Linear as the passes above left it

@@ -27,10 +27,25 @@ const maxSliceInputs = 8
 // would not cover the workers (gemmKParts), or with rowBlocks into blocks
 // of x's rows where those cost less (gemmRowBlocks); others only with
 // splitK.
-func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks bool) {
+//
+// With siblings, a run of sibling GEMM streams (a chunk's q, k and v) is
+// cut as one stage (gemmRunCuts).
+func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks, siblings bool) {
 	written := stream.Writers(g)
 	var ops []*ir.Op
-	for _, op := range g.Ops {
+	for i := 0; i < len(g.Ops); i++ {
+		op := g.Ops[i]
+		if siblings && workers > 0 {
+			if j := gemmRunEnd(g.Ops, i); j-i > 1 {
+				if cuts := gemmRunCuts(g.Ops[i:j], workers, rowBlocks); cuts != nil {
+					for k, c := range cuts {
+						ops = append(ops, cutGemm(g, g.Ops[i+k], c)...)
+					}
+					i = j - 1
+					continue
+				}
+			}
+		}
 		var parts int64
 		if op.Attr.Gemm {
 			parts = gemmKParts(op, workers, int64(len(sumInputs(op))))

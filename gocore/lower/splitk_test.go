@@ -27,7 +27,7 @@ func TestSplitLinearK(t *testing.T) {
 		return b, l
 	}
 	b, l := build(16, 8192, false)
-	splitLinearK(b.g, 132, true, false)
+	splitLinearK(b.g, 132, true, false, false)
 	if got := kinds(b.g); got != "linear linear linear linear elementwise:linear_k_sum+residual" {
 		t.Fatalf("ops %s", got)
 	}
@@ -47,7 +47,7 @@ func TestSplitLinearK(t *testing.T) {
 	b, l = build(16, 8192, false)
 	l.Attr.Residual, l.Label = false, "linear+residual_add"
 	l.Attr.Epi = &ir.Epilogue{First: 2, DType: ir.F32, Expr: ir.Cast(ir.F32, ir.Apply(ir.EAdd, ir.Load(1), ir.Load(0)))}
-	splitLinearK(b.g, 132, true, false)
+	splitLinearK(b.g, 132, true, false, false)
 	sum = b.g.Ops[4]
 	// the slices summed in order, rounded to fp32, then the epilogue (in4 the residual)
 	want := "float32(float32(add(in4,float32(float32(add(float32(add(float32(add(in0,in1)),in2)),in3))))))"
@@ -59,7 +59,7 @@ func TestSplitLinearK(t *testing.T) {
 	// 1,536 stream, but their sum would read 9 inputs with the residual;
 	// 6 slices of 2,048 stream too and keep it within maxSliceInputs.
 	b, _ = build(16, 12288, false)
-	splitLinearK(b.g, 132, true, false)
+	splitLinearK(b.g, 132, true, false, false)
 	if got := kinds(b.g); got != "linear linear linear linear linear linear elementwise:linear_k_sum+residual" ||
 		len(b.g.Ops[6].In) != 7 || b.g.Ops[0].In[0].Shape[1] != 2048 || b.g.Ops[0].Attr.KParts != 6 {
 		t.Fatalf("K = 12,288: ops %s", got)
@@ -69,7 +69,7 @@ func TestSplitLinearK(t *testing.T) {
 		norm bool
 	}{{4, 8192, false}, {8, 8192, false}, {16, 8192, true}} {
 		b, _ := build(c.M, c.K, c.norm)
-		splitLinearK(b.g, 132, true, false)
+		splitLinearK(b.g, 132, true, false, false)
 		if got := kinds(b.g); got != "linear:linear+residual" {
 			t.Errorf("%+v: ops %s", c, got)
 		}

@@ -99,6 +99,9 @@ type Options struct {
 	// workers run as blocks of x's rows rather than slices of K and their
 	// sum, where that costs less (lower.Config).
 	GemmRowBlocks bool `json:"gemm_row_blocks"`
+	// GemmSiblings cuts a run of sibling GEMM streams (a chunk's q, k and
+	// v projections) as one stage, by its cost (lower.Config).
+	GemmSiblings bool `json:"gemm_siblings"`
 	// LongAttentionChunks gives a prompt chunk's attention with shared K
 	// and V chunks of positions long enough for its tasks to fit one wave
 	// of the workers (lower.Config).

@@ -19,12 +19,12 @@ from .targets import compile_request
 TARGETS = ("cuda", "reference")
 DEFAULT_REFERENCE_WORKERS = 132
 _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round_intermediates", "split_rows",
-                 "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "long_attention_chunks", "round_gemm_inputs",
-                 "coarse_events", "fresh_rows", "pair_linears", "pair_gemm", "balance_gemm_tail", "kv_pages",
+                 "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "gemm_siblings", "long_attention_chunks",
+                 "round_gemm_inputs", "coarse_events", "fresh_rows", "pair_linears", "pair_gemm", "balance_gemm_tail", "kv_pages",
                  "weight_affinity", "arena_reuse")
-_ON_BY_DEFAULT = ("split_rows", "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "long_attention_chunks",
-                  "coarse_events", "fresh_rows", "pair_linears", "pair_gemm", "balance_gemm_tail", "kv_pages",
-                  "arena_reuse")
+_ON_BY_DEFAULT = ("split_rows", "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "gemm_siblings",
+                  "long_attention_chunks", "coarse_events", "fresh_rows", "pair_linears", "pair_gemm",
+                  "balance_gemm_tail", "kv_pages", "arena_reuse")
 # Python-side only: poison (NaN-fill float outputs before a run; default on for
 # reference, off for cuda), sync (cuda: synchronise after each launch and read
 # the status), build_only (cuda: compile, keep the core's result, run the ATen

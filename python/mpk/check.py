@@ -397,6 +397,9 @@ LOWERING_FLAGS = (
     ("gemm_row_blocks", True, "a GEMM stream with too few weight rows for the workers (a 64-token chunk's q, k, v "
                                "and o projections) then runs as slices of K and a stage of their sums rather than "
                                "blocks of 32 rows of x"),
+    ("gemm_siblings", True, "each of a run of sibling GEMM streams (a 64-token chunk's q, k and v projections) is "
+                             "then cut as if it ran alone, filling every worker by itself, rather than the run's "
+                             "cuts chosen together for one stage"),
     ("long_attention_chunks", True, "a prompt chunk's attention with shared K and V then takes a tile of 64 "
                                      "positions a task rather than chunks long enough for its tasks to fit one wave "
                                      "of the workers"),
