@@ -98,21 +98,19 @@ func gemmCutTasks(op *ir.Op, c gemmCut) (tasks, cost int64) {
 // streams' sums run side by side); and the tasks in all.
 func gemmRunCost(run []*ir.Op, cuts []gemmCut, workers int) (cost, tasks int64) {
 	load := make([]int64, workers)
-	sliced := false
+	var sums int64 // the dearest stage of sums among the sliced streams'
 	for i, op := range run {
 		n, c := gemmCutTasks(op, cuts[i])
 		for range n {
 			load[tasks%int64(workers)] += c
 			tasks++
 		}
-		sliced = sliced || cuts[i].Parts > 1
+		if cuts[i].Parts > 1 {
+			_, sum, _ := gemmCosts(op)
+			sums = max(sums, sum)
+		}
 	}
-	cost = slices.Max(load)
-	if sliced {
-		_, sum, _ := gemmCosts(run[0])
-		cost += sum
-	}
-	return cost, tasks
+	return slices.Max(load) + sums, tasks
 }
 
 // gemmRunCuts picks the cut of every stream of a sibling run with the least
