@@ -92,3 +92,33 @@ func TestGemmRunCost(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmRunEnd: a run holds the GEMM streams that follow one another over
+// one x; a stream over another x (here the run's own product), one of
+// another count of rows, one that reads a run member's product (as its
+// residual), or an op that is no GEMM stream ends it.
+func TestGemmRunEnd(t *testing.T) {
+	b := newBuilder()
+	x := b.input("x", ir.F32, 64, 1024)
+	lin := func(name string, in ir.View, N int64) *ir.Op {
+		op := b.op(ir.Linear, b.temp(name, ir.F32, in.Shape[0], N), in, b.param("w"+name, ir.BF16, N, in.Shape[1]))
+		op.Attr.Gemm = true
+		return op
+	}
+	q := lin("q", x, 1024)
+	lin("k", x, 256)
+	lin("v", x, 256)
+	lin("after_q", q.Out, 1024)                                 // reads q's product
+	lin("short", strided(x, 0, sh(32, 1024), sh(1024, 1)), 256) // 32 rows of x
+	lin("k2", x, 256)
+	b.ew(b.temp("e", ir.F32, 64, 256), ir.Load(0), b.g.Ops[5].Out)
+	lin("v2", x, 256)
+	res := lin("res", x, 256) // x · W + v2's product: same x, but not v2's sibling
+	res.In = append(res.In, b.g.Ops[7].Out)
+	res.Attr.Residual = true
+	for _, c := range []struct{ i, want int }{{0, 3}, {3, 4}, {4, 5}, {5, 6}, {6, 7}, {7, 8}, {8, 9}} {
+		if got := gemmRunEnd(b.g.Ops, c.i); got != c.want {
+			t.Errorf("run from op %d (%s) ends at %d, want %d", c.i, b.g.Ops[c.i].Out.Buf.Name, got, c.want)
+		}
+	}
+}
