@@ -38,16 +38,8 @@ func gemmRunEnd(ops []*ir.Op, i int) int {
 	j := i + 1
 	for ; j < len(ops); j++ {
 		op := ops[j]
-		if !gemmSibling(op) || op.XKey() != first.XKey() || op.Out.Shape[0] != first.Out.Shape[0] {
-			break
-		}
-		independent := true
-		for _, r := range ops[i:j] {
-			if readsBuf(op.In, r.Out.Buf) || readsBuf(r.In, op.Out.Buf) || r.Out.Buf == op.Out.Buf {
-				independent = false
-			}
-		}
-		if !independent {
+		if !gemmSibling(op) || op.XKey() != first.XKey() || op.Out.Shape[0] != first.Out.Shape[0] ||
+			!independent(ops[i:j], op) {
 			break
 		}
 	}

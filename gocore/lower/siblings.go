@@ -35,9 +35,12 @@ func shareSiblingWorkers(g *ir.Graph, workers int) {
 // along K.
 func siblings(run []*ir.Op, op *ir.Op) bool {
 	first := run[0]
-	if !shareable(first) || !shareable(op) || first.XKey() != op.XKey() {
-		return false
-	}
+	return shareable(first) && shareable(op) && first.XKey() == op.XKey() && independent(run, op)
+}
+
+// independent says whether op and every op of run neither read each
+// other's products nor write one buffer.
+func independent(run []*ir.Op, op *ir.Op) bool {
 	for _, r := range run {
 		if readsBuf(op.In, r.Out.Buf) || readsBuf(r.In, op.Out.Buf) || r.Out.Buf == op.Out.Buf {
 			return false
