@@ -411,6 +411,42 @@ __device__ __forceinline__ void kv_write_rows(const Op& op, int lo, int hi, cons
   }
 }
 
+// kv_write_warp_rows is kv_write_rows for int64 positions and rows of at
+// most 128 floats (a multiple of 32) in a tile not cut along them: a warp
+// per row, its offsets and position computed once a row rather than once an
+// element (64-bit index arithmetic on every element: a 64-token chunk's V
+// write, a KV head's 64 rows of 128 a task, took 27 us, now 10 on the H200;
+// bench/NOTES.md, forty-fourth session). One row a warp at a time: batching
+// a warp's rows spilled across the megakernel, whose noinline tasks share
+// its registers (forty-third session).
+template <int N>
+__device__ __forceinline__ void kv_write_warp_rows(const Op& op, int lo, int hi, const Slots<N>& s) {
+  const View& ids = op.in[0];
+  const View& src = op.in[1];
+  const long long* positions = reinterpret_cast<const long long*>(base(s, ids));
+  const int d = op.dim, per = (int)(src.shape[src.rank - 1] / 32);
+  const int64_t rows = rows_of(src.shape, src.rank, op.split_dim, lo, hi), size = op.out.shape[d];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
+  constexpr int kMaxPer = 4;
+  for (int64_t row = warp; row < rows; row += warps) {
+    int64_t idx[MPK_MAX_RANK];
+    row_index(idx, row, src.shape, src.rank, op.split_dim, lo, hi);
+    const int64_t so = offset_of(src, idx);
+    float v[kMaxPer];
+    // Every load unconditional (k past per reloads the last), the position's with them.
+#pragma unroll
+    for (int k = 0; k < kMaxPer; ++k) v[k] = ld_float(base(s, src), src.dtype, so + min(k, per - 1) * 32 + lane);
+    const int64_t raw = __ldcg(positions + offset_of(ids, idx + d));
+    idx[d] = 0;
+    const int64_t at = offset_of(op.out, idx) + lane;  // the row's offset in the cache at position 0
+    const int64_t pos = checked_index(raw, size);
+    if (pos < 0) continue;  // an out-of-range position writes nothing
+#pragma unroll
+    for (int k = 0; k < kMaxPer; ++k)
+      if (k < per) st_float(base(s, op.out), op.out.dtype, at + pos * op.out.stride[d] + k * 32, v[k]);
+  }
+}
+
 // kv_write is index_copy in place: out.select(dim, index[i]) = src.select(dim, i).
 // The tile iterates over the source rows.
 template <int N>
@@ -420,7 +456,11 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
   const int d = op.dim;
   const int r = src.rank - 1;
   if (d < r && float_row(src) && float_row(op.out)) {
-    with_index(base(s, ids), ids, [&](auto ix) { kv_write_rows(op, lo, hi, s, ix); });
+    const int64_t D = src.shape[r];
+    if (op.split_dim != r && D % 32 == 0 && D <= 128 && ids.dtype == DT_INT64)
+      kv_write_warp_rows(op, lo, hi, s);
+    else
+      with_index(base(s, ids), ids, [&](auto ix) { kv_write_rows(op, lo, hi, s, ix); });
     return;
   }
   for_each_index(src.shape, src.rank, op.split_dim, lo, hi, [&](const int64_t* idx) {
