@@ -196,9 +196,10 @@ def test_check_gemm(core_lib, fresh_dynamo, mask):
     ops of their own (writing x in bf16), and the k and v projections (N =
     512: 8 tasks of 64 rows) run as 2 slices of K on 16 workers, summed
     (without gemm_row_blocks, which runs them over blocks of rows instead,
-    and gemm_siblings, which weighs q, k and v as one stage); the reference
-    target runs the same op graph the cuda target would."""
-    res = wide_chunk({"gemm_row_blocks": False, "gemm_siblings": False}, mask=mask)
+    and gemm_siblings, which weighs q, k and v as one stage; timed_schedule
+    off, which cuts the down projection too); the reference target runs the
+    same op graph the cuda target would."""
+    res = wide_chunk({"gemm_row_blocks": False, "gemm_siblings": False, "timed_schedule": False}, mask=mask)
     labels = res.summary.get("op_labels", [])
     assert labels.count("rmsnorm") == 2 * 2 + 1, f"want the norms unfolded (2 a layer and the last): {labels}"
     assert not any(l.startswith("rmsnorm+") for l in labels), labels
@@ -210,8 +211,9 @@ def test_check_gemm_row_blocks(core_lib, fresh_dynamo):
     64-token chunk (8 tasks of 64 weight rows on 16 workers) run as 2 GEMM
     streams over blocks of 32 rows of x, K whole, where test_check_gemm
     cuts K into 2 slices and sums them: no sum op, and the same results
-    (gemm_siblings off: each projection cut as if it ran alone)."""
-    res = wide_chunk({"gemm_row_blocks": True, "gemm_siblings": False})
+    (gemm_siblings off: each projection cut as if it ran alone; timed_schedule
+    off: it cuts the down projection along K)."""
+    res = wide_chunk({"gemm_row_blocks": True, "gemm_siblings": False, "timed_schedule": False})
     labels = res.summary.get("op_labels", [])
     assert "linear_k_sum" not in labels, labels
     assert labels.count("linear") == (1 + 2 + 2) * 2 + 1, \
@@ -227,8 +229,9 @@ def test_check_gemm_siblings(core_lib, fresh_dynamo):
     streams (16 + 8 + 8 tasks of 64 weight rows on 16 workers) are weighed
     as one stage: uncut, two rounds of 95 units, where cut one at a time
     (test_check_gemm_row_blocks) their 64 tasks over blocks of 32 rows take
-    four rounds of 67; the step passes the check."""
-    labels = wide_chunk({}).summary.get("op_labels", [])
+    four rounds of 67; the step passes the check (timed_schedule off: it
+    cuts the down projection along K)."""
+    labels = wide_chunk({"timed_schedule": False}).summary.get("op_labels", [])
     assert labels.count("linear") == 3 * 2 + 1, f"want q, k and v whole in each layer, then the LM head: {labels}"
     assert not any(l.startswith("linear_k_sum") for l in labels), labels
 
@@ -257,12 +260,28 @@ def test_check_balance_gemm_tail(core_lib, fresh_dynamo):
     """balance_gemm_tail (on by default): on 16 workers a 64-token chunk's
     paired gate and up streams have 24 tasks, 8 of them a second round;
     those rows then run as two streams over 32 rows of x each (three pair
-    ops a layer, not one), and the step still passes the check."""
+    ops a layer, not one), and the step still passes the check
+    (timed_schedule off: it keeps the tail whole, test_check_timed_schedule)."""
     pairs = {}
     for on in (False, True):
-        labels = wide_chunk({"balance_gemm_tail": on}).summary.get("op_labels", [])
+        labels = wide_chunk({"balance_gemm_tail": on, "timed_schedule": False}).summary.get("op_labels", [])
         pairs[on] = sum(l.startswith("pair:linear") for l in labels)
     assert pairs == {False: 2, True: 6}, pairs
+
+
+def test_check_timed_schedule(core_lib, fresh_dynamo):
+    """timed_schedule (on by default): on 16 workers a 64-token chunk's
+    paired gate and up streams have 24 tasks, 8 of them a second round; the
+    down projection that reads their product (uncut without the option: its
+    tasks cover the workers) then takes 2 slices of K, the first over the
+    first round's columns, which the 8 workers that round leaves idle can
+    run, and the pair keeps its tail (one pair op a layer, where
+    balance_gemm_tail cuts it into three); the step passes the check."""
+    counts = {}
+    for on in (False, True):
+        labels = wide_chunk({"timed_schedule": on}).summary.get("op_labels", [])
+        counts[on] = (sum(l.startswith("pair:linear") for l in labels), sum(l.startswith("linear_k_sum") for l in labels))
+    assert counts == {False: (6, 0), True: (2, 2)}, counts
 
 
 def test_check_round_gemm_inputs(core_lib, fresh_dynamo):

@@ -123,11 +123,12 @@ def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
     """gemm_row_blocks (on by default) on the GPU: a 64-token chunk's GEMM
     streams that would be cut along K (k and v on 16 workers; q, k, v and o
     on 132) run over 2 blocks of 32 rows of x, K whole, with no sum op
-    (gemm_siblings off: each cut as if it ran alone)."""
+    (gemm_siblings off: each cut as if it ran alone; timed_schedule off: it
+    cuts the down projection along K)."""
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", prefill=64, cache_tokens=16, steps=2, seed=0,
                           workers=workers, log=lines.append, mask=True,
-                          options={"gemm_row_blocks": True, "gemm_siblings": False})
+                          options={"gemm_row_blocks": True, "gemm_siblings": False, "timed_schedule": False})
     assert res.ok, "\n".join(lines)
     assert not any(l.startswith("linear_k_sum") for l in res.summary.get("op_labels", [])), res.summary.get("op_labels")
 
@@ -135,13 +136,28 @@ def test_cuda_gemm_row_blocks(core_lib, fresh_dynamo, workers):
 def test_cuda_gemm_siblings(core_lib, fresh_dynamo):
     """gemm_siblings (on by default) on the GPU: on 16 workers a 64-token
     chunk's q, k and v run uncut, their 32 wgmma tasks of 64 weight rows
-    side by side (test_check_gemm_siblings)."""
+    side by side (test_check_gemm_siblings; timed_schedule off: it cuts the
+    down projection along K)."""
+    lines = []
+    res = check.run_check(model="wide-llama", target="cuda", dtype="bfloat16", prefill=64, cache_tokens=16, steps=2,
+                          seed=0, workers=16, log=lines.append, mask=True, options={"timed_schedule": False})
+    assert res.ok, "\n".join(lines)
+    labels = res.summary.get("op_labels", [])
+    assert labels.count("linear") == 3 * 2 + 1 and "linear_k_sum" not in labels, labels
+
+
+def test_cuda_timed_schedule(core_lib, fresh_dynamo):
+    """timed_schedule (on by default) on the GPU: on 16 workers a 64-token
+    chunk's down projection runs as K slices beside the gate/up pair's short
+    last round, the pair keeps its tail, and the GEMM tasks sit on the
+    workers a timed schedule gives them (test_check_timed_schedule)."""
     lines = []
     res = check.run_check(model="wide-llama", target="cuda", dtype="bfloat16", prefill=64, cache_tokens=16, steps=2,
                           seed=0, workers=16, log=lines.append, mask=True)
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
-    assert labels.count("linear") == 3 * 2 + 1 and "linear_k_sum" not in labels, labels
+    assert sum(l.startswith("pair:linear") for l in labels) == 2, labels
+    assert sum(l.startswith("linear_k_sum") for l in labels) == 2, labels
 
 
 @pytest.mark.parametrize("model,batch,prefill,workers,options", [
@@ -246,10 +262,11 @@ def test_cuda_balance_gemm_tail(core_lib, fresh_dynamo, model, batch, prefill, m
     """balance_gemm_tail (on by default) on the GPU: on 16 workers the
     paired gate and up streams' last round (8 of 24 tasks) runs as two
     paired streams over 32 rows of x each (stacked hi and lo), beside the
-    first rounds' stream: a 64-token chunk and a batch of 64."""
+    first rounds' stream: a 64-token chunk and a batch of 64 (timed_schedule
+    off: it cuts the down projection into K slices beside that round)."""
     lines = []
     res = check.run_check(model=model, target="cuda", dtype="bfloat16", batch=batch, prefill=prefill, cache_tokens=16,
-                          steps=2, seed=0, workers=16, log=lines.append, mask=mask)
+                          steps=2, seed=0, workers=16, log=lines.append, mask=mask, options={"timed_schedule": False})
     assert res.ok, "\n".join(lines)
     labels = res.summary.get("op_labels", [])
     assert sum(l.startswith("pair:linear") for l in labels) == 6, labels

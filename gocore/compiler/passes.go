@@ -57,6 +57,9 @@ var passes = []pass{
 		if c.Options.WeightAffinity {
 			decompose.WeightAffinity(c.Ops, c.Tasks)
 		}
+		if c.Options.TimedSchedule {
+			decompose.EstimateTimes(c.Ops, c.Tasks)
+		}
 		return tooLarge(c.Tasks)
 	}},
 	{"depend", func(c *Compiled, _ *wire.Request) *wire.Error {
@@ -88,7 +91,7 @@ var passes = []pass{
 		return nil
 	}},
 	{"schedule", func(c *Compiled, _ *wire.Request) *wire.Error {
-		tgraph.Schedule(c.Tasks)
+		tgraph.Schedule(c.Tasks, c.Options.TimedSchedule)
 		return nil
 	}},
 	{"arena", func(c *Compiled, _ *wire.Request) *wire.Error {

@@ -18,20 +18,25 @@ import (
 // halves then take a worker each), and where the stream is the only reader
 // of its weight (a long prompt's blocks of rows, split_rows', fill the
 // rounds among themselves). Runs after pairLinears: a pair is cut as one.
-func balanceGemmTail(g *ir.Graph, workers int) {
+// With overlap (a timed schedule) a stream whose product K-sliced GEMM
+// streams read keeps its tail: their first slices fill the idle workers
+// (tailOverlapParts).
+func balanceGemmTail(g *ir.Graph, workers int, overlap bool) {
 	if workers <= 0 {
 		return
 	}
 	readers := map[*ir.Buffer]int{}
+	sliced := map[*ir.Buffer]bool{} // x of a K-sliced GEMM stream
 	for _, op := range g.Ops {
 		if op.Kind == ir.Linear {
 			readers[op.In[1].Buf]++
+			sliced[op.In[0].Buf] = sliced[op.In[0].Buf] || op.Attr.Gemm && op.Attr.KParts > 1
 		}
 	}
 	var ops []*ir.Op
 	for _, op := range g.Ops {
 		head, ok := tailSplit(op, workers)
-		if !ok || readers[op.In[1].Buf] > 1 {
+		if !ok || readers[op.In[1].Buf] > 1 || overlap && sliced[op.Out.Buf] {
 			ops = append(ops, op)
 			continue
 		}

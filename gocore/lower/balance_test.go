@@ -26,7 +26,7 @@ func pairedGemm(M, N int64) (*builder, *ir.Op) {
 // another Linear reads too are left as they are.
 func TestBalanceGemmTail(t *testing.T) {
 	b, up := pairedGemm(64, 640)
-	run(t, b.g, func(g *ir.Graph) { balanceGemmTail(g, 8) })
+	run(t, b.g, func(g *ir.Graph) { balanceGemmTail(g, 8, false) })
 	if len(b.g.Ops) != 3 {
 		t.Fatalf("ops: %s", kinds(b.g))
 	}
@@ -67,9 +67,24 @@ func TestBalanceGemmTail(t *testing.T) {
 			c.edit(b, op)
 		}
 		n := len(b.g.Ops)
-		run(t, b.g, func(g *ir.Graph) { balanceGemmTail(g, c.workers) })
+		run(t, b.g, func(g *ir.Graph) { balanceGemmTail(g, c.workers, false) })
 		if len(b.g.Ops) != n {
 			t.Errorf("%s: cut anyway: %s", name, kinds(b.g))
+		}
+	}
+}
+
+// TestBalanceGemmTailOverlap: with overlap (a timed schedule) a pair whose
+// product a K-sliced GEMM stream reads keeps its tail (the slices fill the
+// idle workers: tailOverlapParts); without overlap it is cut.
+func TestBalanceGemmTailOverlap(t *testing.T) {
+	for overlap, want := range map[bool]int{false: 4, true: 2} {
+		b, up := pairedGemm(64, 640)
+		slice := b.op(ir.Linear, b.temp("y", ir.F32, 64, 64), up.Out, b.param("Wd", ir.BF16, 64, 640))
+		slice.Attr.Gemm, slice.Attr.KParts = true, 2
+		run(t, b.g, func(g *ir.Graph) { balanceGemmTail(g, 8, overlap) })
+		if len(b.g.Ops) != want {
+			t.Errorf("overlap %v: ops %s, want %d", overlap, kinds(b.g), want)
 		}
 	}
 }

@@ -128,3 +128,70 @@ func gemmCosts(op *ir.Op) (task, sum int64, block func(rows int64) int64) {
 	}
 	return gemmTaskCost, gemmSumCost, func(rows int64) int64 { return gemmTileCost * ((rows + 15) / 16) }
 }
+
+// tailOverlapParts is how many slices of K a GEMM stream op takes under a
+// timed schedule when its x is the product of a GEMM stream whose tasks end
+// in a short last round (at most half the workers; qwen3-8b's 64-token
+// chunk: the gate/up pair's 192 tasks on 132 workers, then the down
+// projection): the slices over the columns of the producer's full rounds
+// run on the workers that round leaves idle, and only the rest wait for
+// its end. Of the counts from parts (gemmKParts') up, the one whose slices
+// end soonest after the producer's by the schedule's estimates
+// (stream.TaskNs: the early slices' work past the last round, then the late
+// ones' rounds), the fewest on a tie; 0 where op's x has no such producer.
+func tailOverlapParts(u uses, op *ir.Op, workers int, parts, extra int64) int64 {
+	p := u.soleWriter(op.In[0].Buf)
+	if p == nil || p.Kind != ir.Linear || !p.Attr.Gemm || p.Attr.KParts > 1 || p.Out.Rank() != 2 ||
+		p.Out.Shape[0] != op.Out.Shape[0] || p.Out.Shape[1] != op.LinearK() {
+		return 0
+	}
+	W := int64(workers)
+	M, K := op.Out.Shape[0], op.LinearK()
+	if M > stream.GemmMaxRows {
+		return 0
+	}
+	tasksP := (p.Out.Shape[1] + stream.GemmRows - 1) / stream.GemmRows
+	tail := tasksP % W
+	if tasksP <= W || tail == 0 || 2*tail > W {
+		return 0
+	}
+	// a pair's tasks stream two weights (pairLinears, after this pass, folds a gate into p)
+	pair := p.PairInput() >= 0 || pairedLater(u, p)
+	pBytes := stream.GemmRows * p.LinearK() * p.In[1].DType().Size()
+	if pair {
+		pBytes *= 2
+	}
+	lastRound := stream.TaskNs(pBytes, true, pair, M)
+	fullCols := (tasksP - tail) * stream.GemmRows // the producer's full rounds write x's columns [0, fullCols)
+	rowTasks := (op.Out.Shape[1] + stream.GemmRows - 1) / stream.GemmRows
+	ceil := func(a, b int64) int64 { return (a + b - 1) / b }
+	best, bestCost := int64(0), int64(-1)
+	for n := max(parts, 2); n <= maxKParts && n+extra <= maxSliceInputs; n++ {
+		if K%(n*stream.GemmCols) != 0 {
+			continue
+		}
+		slice := stream.TaskNs(stream.GemmRows*K/n*op.In[1].DType().Size(), true, false, M)
+		early := fullCols * n / K * rowTasks
+		late := n*rowTasks - early
+		cost := max(0, ceil(early, W-tail)*slice-lastRound) + ceil(late, W)*slice
+		if bestCost < 0 || cost < bestCost {
+			best, bestCost = n, cost
+		}
+	}
+	return best
+}
+
+// pairedLater says whether p's epilogue reads the product of another GEMM
+// stream over the same x (a gate projection), which pairLinears folds into
+// p's tasks.
+func pairedLater(u uses, p *ir.Op) bool {
+	if p.Attr.Epi == nil {
+		return false
+	}
+	for _, v := range p.In[p.Attr.Epi.First:] {
+		if w := u.soleWriter(v.Buf); w != nil && w != p && w.Kind == ir.Linear && w.Attr.Gemm && w.In[0].Buf == p.In[0].Buf {
+			return true
+		}
+	}
+	return false
+}

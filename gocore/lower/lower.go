@@ -76,6 +76,11 @@ type Config struct {
 	// BalanceGemmTail runs the short last round of a GEMM stream's tasks
 	// as two streams over halves of x's rows (balanceGemmTail).
 	BalanceGemmTail bool
+	// TimedSchedule: the tasks go to workers by estimated times
+	// (tgraph.Schedule), so a K-sliced GEMM stream reading a stage with a
+	// short last round takes slices for that round's idle workers
+	// (tailOverlapParts) and that stage's tail is not balanced.
+	TimedSchedule bool
 	// KVPages cuts a single sequence's decode attention into chunks of
 	// kvPagePositions positions, a unit of a KV head's query heads each
 	// (splitAttention), so that codegen can stream each task's K and V
@@ -88,7 +93,8 @@ func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
 		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks, GemmSiblings: o.GemmSiblings,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
-		PairLinears: o.PairLinears, PairGemm: o.PairGemm, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages}
+		PairLinears: o.PairLinears, PairGemm: o.PairGemm, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages,
+		TimedSchedule: o.TimedSchedule}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

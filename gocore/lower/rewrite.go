@@ -35,7 +35,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		}
 	}
 	if cfg.SplitK || cfg.Gemm { // before split_rows: a Linear whose K slices stream needs no blocks of rows
-		splitLinearK(g, cfg.Workers, cfg.SplitK, cfg.GemmRowBlocks, cfg.GemmSiblings)
+		splitLinearK(g, cfg.Workers, cfg.SplitK, cfg.GemmRowBlocks, cfg.GemmSiblings, cfg.TimedSchedule)
 		g.Renumber()
 	}
 	if cfg.SplitRows { // last: it copies each Linear as the passes above left it
@@ -47,7 +47,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 	}
 	if cfg.BalanceGemmTail { // after pairing: a pair's tail is cut as one
-		balanceGemmTail(g, cfg.Workers)
+		balanceGemmTail(g, cfg.Workers, cfg.TimedSchedule)
 		g.Renumber()
 	}
 	if cfg.Workers > 0 {

@@ -29,9 +29,12 @@ const maxSliceInputs = 8
 // splitK.
 //
 // With siblings, a run of sibling GEMM streams (a chunk's q, k and v) is
-// cut as one stage (gemmRunCuts).
-func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks, siblings bool) {
+// cut as one stage (gemmRunCuts). With overlap (a timed schedule), a GEMM
+// stream after a stage with a short last round takes tailOverlapParts'
+// slices.
+func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks, siblings, overlap bool) {
 	written := stream.Writers(g)
+	u := analyze(g)
 	var ops []*ir.Op
 	for i := 0; i < len(g.Ops); i++ {
 		op := g.Ops[i]
@@ -48,8 +51,15 @@ func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks, siblings bool) {
 		}
 		var parts int64
 		if op.Attr.Gemm {
-			parts = gemmKParts(op, workers, int64(len(sumInputs(op))))
-			if rowBlocks {
+			extra := int64(len(sumInputs(op)))
+			parts = gemmKParts(op, workers, extra)
+			n := int64(0)
+			if overlap {
+				n = tailOverlapParts(u, op, workers, parts, extra)
+			}
+			if n > 0 {
+				parts = n // not blocks of rows: those wait for every column of x
+			} else if rowBlocks {
 				if blocks := gemmRowBlocks(op, workers, parts); blocks > 1 {
 					ops = append(ops, sliceRowBlocks(op, op.Out.Shape[0]/blocks)...)
 					continue

@@ -170,7 +170,14 @@ func Linearize(g *Graph) error {
 // from L2 after, where round-robin workers read them at different times (a
 // 512-token chunk in blocks of 64 rows read every weight 8 times). The keys
 // of one row range (Task.Rows) go to different workers.
-func Schedule(g *Graph) {
+//
+// Timed (each Task.Time estimated), a task marked Timed goes to the worker
+// that can start it first by the estimates (list scheduling; ties to the
+// round-robin one): round-robin deals the next op's tasks to workers still
+// busy with a stage's short last round while others idle (a 64-token
+// chunk's K slices of qwen3-8b's down projection, behind the 60 tasks past
+// the gate/up pair's first 132).
+func Schedule(g *Graph, timed bool) {
 	g.Queues = make([][]int, g.Workers)
 	consumers := g.Consumers()
 	producers := g.Producers()
@@ -183,12 +190,18 @@ func Schedule(g *Graph) {
 	home := map[int]int{}             // affinity key → worker
 	keyed := make([]int64, g.Workers) // the cost of keyed tasks a worker has or will have
 	taken := map[int][]int{}          // weight rows (Task.Rows) → the workers its keys have
+	clock := newClock(g)
 	for i, t := range g.Tasks {
 		t.Worker = i % g.Workers
+		byClock := timed && t.Timed && t.Affinity == 0
 		if t.Wait != None && len(consumers[t.Wait]) == 1 {
 			if w := soleWorker(g, producers[t.Wait], t.ID); w >= 0 {
 				t.Worker = w
+			} else if byClock {
+				t.Worker = clock.earliest(t, t.Worker)
 			}
+		} else if byClock {
+			t.Worker = clock.earliest(t, t.Worker)
 		} else if t.Affinity > 0 {
 			w, ok := home[t.Affinity]
 			if !ok {
@@ -202,6 +215,71 @@ func Schedule(g *Graph) {
 			t.Worker = w
 		}
 		g.Queues[t.Worker] = append(g.Queues[t.Worker], t.ID)
+		clock.run(t)
+	}
+}
+
+// HopNs is the estimated time from an event's last trigger to a waiter on
+// another worker starting (its counter read through global memory: ~1.5 us
+// between a prompt chunk's stages on the H200, bench/NOTES.md).
+const HopNs = 1500
+
+// clock replays a schedule by the tasks' estimated times: when each worker
+// is free, when each event's last trigger ends, and which worker triggered
+// it (a waiter there starts without the hop).
+type clock struct {
+	free  []int64
+	ready []int64
+	home  []int // the worker of every trigger so far; -1: none yet, -2: several
+}
+
+func newClock(g *Graph) *clock {
+	c := &clock{free: make([]int64, g.Workers), ready: make([]int64, len(g.Events)), home: make([]int, len(g.Events))}
+	for e := range c.home {
+		c.home[e] = -1
+	}
+	return c
+}
+
+// startOn is when t could start on worker w. Every trigger of its event
+// comes before it in the linearization, so ready holds the last one's end.
+func (c *clock) startOn(t *Task, w int) int64 {
+	if t.Wait == None {
+		return c.free[w]
+	}
+	r := c.ready[t.Wait]
+	if c.home[t.Wait] != w {
+		r += HopNs
+	}
+	return max(c.free[w], r)
+}
+
+// earliest is the worker that can start t first, searched from `from` on
+// so that ties keep the round-robin order.
+func (c *clock) earliest(t *Task, from int) int {
+	best, at := from, c.startOn(t, from)
+	for k := 1; k < len(c.free); k++ {
+		w := (from + k) % len(c.free)
+		if s := c.startOn(t, w); s < at {
+			best, at = w, s
+		}
+	}
+	return best
+}
+
+// run places t on its worker's clock and records its trigger.
+func (c *clock) run(t *Task) {
+	end := c.startOn(t, t.Worker) + max(t.Time, 1)
+	c.free[t.Worker] = end
+	if e := t.Trigger; e != None {
+		c.ready[e] = max(c.ready[e], end)
+		switch c.home[e] {
+		case -1:
+			c.home[e] = t.Worker
+		case t.Worker:
+		default:
+			c.home[e] = -2
+		}
 	}
 }
 

@@ -64,6 +64,11 @@ type Task struct {
 	// the workers' keyed tasks by it, a down projection's block of K = 8,192
 	// costing four of a gate's of 2,048.
 	Cost int64
+	// Time is the task's estimated run time in ns (decompose.EstimateTimes),
+	// for a timed Schedule; 0 when not estimated. Timed: a timed Schedule
+	// places the task by its clock (the others keep round-robin).
+	Time  int64
+	Timed bool
 }
 
 // Event is a counter: it is ready when Needed producer tasks have triggered it.

@@ -267,7 +267,7 @@ func TestSchedule(t *testing.T) {
 	}
 	for _, c := range cases {
 		g := tasks(c.tasks, c.workers)
-		Schedule(g)
+		Schedule(g, false)
 		if !reflect.DeepEqual(g.Queues, c.want) {
 			t.Errorf("%d tasks on %d workers: queues %v, want %v", c.tasks, c.workers, g.Queues, c.want)
 		}
@@ -283,7 +283,7 @@ func TestSchedule(t *testing.T) {
 	if err := Linearize(g); err != nil {
 		t.Fatal(err)
 	}
-	Schedule(g)
+	Schedule(g, false)
 	total := 0
 	for w, q := range g.Queues {
 		total += len(q)
@@ -327,7 +327,7 @@ func TestScheduleLocalWaits(t *testing.T) {
 	if err := Linearize(g); err != nil {
 		t.Fatal(err)
 	}
-	Schedule(g)
+	Schedule(g, false)
 	byOp := map[int]*Task{}
 	for _, tk := range g.Tasks {
 		byOp[tk.Op] = tk
@@ -360,5 +360,26 @@ func TestScheduleLocalWaits(t *testing.T) {
 	slices.Reverse(q)
 	if LocalWaits(g)[byOp[2].ID] {
 		t.Errorf("op 2's wait is local with its producer after it in queue %v", q)
+	}
+}
+
+// TestScheduleTimed: three tasks on two workers, the first 100 ns long and
+// the others 10; then a task waiting on the third, which follows it to its
+// worker either way (its wait is then local). Round-robin deals the third
+// behind the long task; timed, it goes to the worker free at 10.
+func TestScheduleTimed(t *testing.T) {
+	for timed, want := range map[bool][][]int{false: {{0, 2, 3}, {1}}, true: {{0}, {1, 2, 3}}} {
+		g := tasks(4, 2)
+		for i, d := range []int64{100, 10, 10, 10} {
+			g.Tasks[i].Time, g.Tasks[i].Timed = d, true
+		}
+		Normalize(g, FuseEvents(g, [][]int{nil, nil, nil, {2}}))
+		if err := Linearize(g); err != nil {
+			t.Fatal(err)
+		}
+		Schedule(g, timed)
+		if !reflect.DeepEqual(g.Queues, want) {
+			t.Errorf("timed %v: queues %v, want %v", timed, g.Queues, want)
+		}
 	}
 }

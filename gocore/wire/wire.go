@@ -130,6 +130,11 @@ type Options struct {
 	// BalanceGemmTail runs the short last round of a GEMM stream's tasks
 	// as two streams over halves of x's rows (lower.Config).
 	BalanceGemmTail bool `json:"balance_gemm_tail"`
+	// TimedSchedule places each task on the worker that can start it first
+	// by estimated task times (tgraph.Schedule), rather than round-robin,
+	// and cuts the GEMM stream after a stage with a short last round so its
+	// slices fill that round's idle workers (lower.Config).
+	TimedSchedule bool `json:"timed_schedule"`
 	// KVPages makes a single sequence's fresh-row decode attention read
 	// its K and V chunks from the weight ring, streamed there by the
 	// loader ahead of the attention's inputs (lower.Config).

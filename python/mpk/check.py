@@ -423,6 +423,11 @@ LOWERING_FLAGS = (
                                "one worker or a few, one after another (off: the GEMMs are bound by the tensor cores, "
                                "not by HBM, and a 512-token chunk ran 10%% faster round-robin)"),
     ("arena_reuse", True, "every temporary then keeps arena bytes of its own"),
+    ("timed_schedule", True, "a GEMM stream's tasks then go to the workers round-robin rather than to the worker "
+                             "that can start each first by estimated task times, and the GEMM stream after a stage "
+                             "with a short last round (qwen3-8b's 64-token chunk: the down projection after the "
+                             "gate/up pair) is cut as if it ran alone rather than into K slices that fill that "
+                             "round's idle workers"),
     ("split_rows", True, "a Linear whose x is too tall for one weight stream then reads its weights once per row"),
 )
 
