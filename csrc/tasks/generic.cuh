@@ -474,6 +474,23 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
   });
 }
 
+// rope_store_row rotates a row a warp holds (lane l: elements l, l + 32, ...;
+// element k·32 + l's partner (k + HP)·32 + l) and stores it from oo (the
+// row's start plus the lane), each product and sum rounded as eager rounds
+// them (rotate_pair's sums, written out).
+template <int HP>
+__device__ __forceinline__ void rope_store_row(char* out, int32_t dt, int64_t oo, const float* v, const float* cv,
+                                               const float* sv) {
+#pragma unroll
+  for (int k = 0; k < HP; ++k) {
+    const float x1 = v[k], x2 = v[k + HP];
+    const float r1 = round_float(dt, round_float(dt, x1 * cv[k]) + round_float(dt, round_float(dt, -x2) * sv[k]));
+    const float r2 = round_float(dt, round_float(dt, x2 * cv[k + HP]) + round_float(dt, round_float(dt, x1) * sv[k + HP]));
+    st_float(out, dt, oo + k * 32, r1);
+    st_float(out, dt, oo + (k + HP) * 32, r2);
+  }
+}
+
 // rope_normed is rope with an RMSNorm prologue (op.pro_first > 0): each row of
 // x is normalised first (in[0] is the norm's input, in[pro_first] its weight),
 // rounded to pro_dtype as the norm's output was. A warp takes a row: lane l
@@ -503,7 +520,7 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
       int64_t idx[MPK_MAX_RANK];
       row_index(idx, row, shape, op.out.rank, split, lo, hi);
       const int64_t xo = offset_of(x, idx), co = offset_of(c, idx), so = offset_of(sn, idx);
-      const int64_t wo = has_w ? offset_of(w, idx) : 0, oo = rope_out(op, idx, s);
+      const int64_t wo = has_w ? offset_of(w, idx) : 0;
       float v[kMaxPer], g[kMaxPer], cv[kMaxPer], sv[kMaxPer];
       float ss = 0.f;
       // Every load unconditional (k past per reloads the last), then the
@@ -516,6 +533,9 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
         cv[k] = ld_float(base(s, c), c.dtype, co + j);
         sv[k] = ld_float(base(s, sn), sn.dtype, so + j);
       }
+      // After the row's loads: with a cache, rope_out loads the position in
+      // a call, which issued first made the row's loads wait for it.
+      const int64_t oo = rope_out(op, idx, s);
 #pragma unroll
       for (int k = 0; k < kMaxPer; ++k) {
         if (!has_w) g[k] = 1.f;
@@ -529,18 +549,15 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
         const float y = round_float(x.dtype, v[k] * inv);
         v[k] = round_float(op.pro_dtype, has_w ? y * g[k] : y);
       }
-#pragma unroll
-      for (int k = 0; k < kMaxPer / 2; ++k) {
-        if (k >= hp) continue;
-        // rotate_pair's sums, written out: through the call ptxas schedules
-        // this loop (v at a run-time index) otherwise, and that was not measured.
-        const float x1 = v[k], x2 = v[k + hp];
-        const float r1 = round_float(dt, round_float(dt, x1 * cv[k]) + round_float(dt, round_float(dt, -x2) * sv[k]));
-        const float r2 = round_float(dt, round_float(dt, x2 * cv[k + hp]) + round_float(dt, round_float(dt, x1) * sv[k + hp]));
-        if (oo < 0) continue;  // a cache position out of range: nothing is written
-        st_float(base(s, op.out), dt, oo + k * 32 + lane, r1);
-        st_float(base(s, op.out), dt, oo + (k + hp) * 32 + lane, r2);
-      }
+      if (oo < 0) continue;  // a cache position out of range: nothing is written
+      // The partner's distance as a constant (h a multiple of 32 up to 64:
+      // hp is 1 or 2), so v stays in registers: at a run-time index ptxas
+      // kept the row's values in local memory, stored there once loaded and
+      // read back a pair at a time (SASS, forty-fourth session).
+      if (hp == 2)
+        rope_store_row<2>(base(s, op.out), dt, oo + lane, v, cv, sv);
+      else
+        rope_store_row<1>(base(s, op.out), dt, oo + lane, v, cv, sv);
     }
     return;
   }
