@@ -55,12 +55,26 @@ func gemmKParts(op *ir.Op, workers int, extra int64) int64 {
 	// tasks of GemmRows weight rows, in each block of rows (markGemm)
 	tasks := (N + stream.GemmRows - 1) / stream.GemmRows * ((M + stream.GemmMaxRows - 1) / stream.GemmMaxRows)
 	best := int64(1)
-	for parts := int64(2); parts <= maxKParts && parts+extra <= maxSliceInputs && !coversWorkers(tasks*best, workers); parts++ {
-		if K%(parts*stream.GemmCols) == 0 {
-			best = parts
+	for _, parts := range gemmSliceCounts(K, extra) {
+		if coversWorkers(tasks*best, workers) {
+			break
 		}
+		best = parts
 	}
 	return best
+}
+
+// gemmSliceCounts lists, in order, the counts of K slices a GEMM stream
+// may take: from 2, each slice whole GemmCols blocks, within maxKParts and
+// the sum's input limit (extra: its inputs besides the slices).
+func gemmSliceCounts(K, extra int64) []int64 {
+	var counts []int64
+	for parts := int64(2); parts <= maxKParts && parts+extra <= maxSliceInputs; parts++ {
+		if K%(parts*stream.GemmCols) == 0 {
+			counts = append(counts, parts)
+		}
+	}
+	return counts
 }
 
 // Costs of a GEMM stream's tasks, in fifths of a unit of GemmRows weight
@@ -166,8 +180,8 @@ func tailOverlapParts(u uses, op *ir.Op, workers int, parts, extra int64) int64 
 	rowTasks := (op.Out.Shape[1] + stream.GemmRows - 1) / stream.GemmRows
 	ceil := func(a, b int64) int64 { return (a + b - 1) / b }
 	best, bestCost := int64(0), int64(-1)
-	for n := max(parts, 2); n <= maxKParts && n+extra <= maxSliceInputs; n++ {
-		if K%(n*stream.GemmCols) != 0 {
+	for _, n := range gemmSliceCounts(K, extra) {
+		if n < parts {
 			continue
 		}
 		slice := stream.TaskNs(stream.GemmRows*K/n*op.In[1].DType().Size(), true, false, M)

@@ -60,11 +60,8 @@ func gemmCutsOf(op *ir.Op, rowBlocks bool) []gemmCut {
 	if rowBlocks && M%stream.GemmMinRows == 0 && M/stream.GemmMinRows >= 2 && rowSliceable(op) {
 		cuts = append(cuts, gemmCut{Blocks: M / stream.GemmMinRows})
 	}
-	extra := int64(len(sumInputs(op)))
-	for parts := int64(2); parts <= maxKParts && parts+extra <= maxSliceInputs; parts++ {
-		if K%(parts*stream.GemmCols) == 0 {
-			cuts = append(cuts, gemmCut{Parts: parts})
-		}
+	for _, parts := range gemmSliceCounts(K, int64(len(sumInputs(op)))) {
+		cuts = append(cuts, gemmCut{Parts: parts})
 	}
 	return cuts
 }

@@ -34,7 +34,10 @@ const maxSliceInputs = 8
 // slices.
 func splitLinearK(g *ir.Graph, workers int, splitK, rowBlocks, siblings, overlap bool) {
 	written := stream.Writers(g)
-	u := analyze(g)
+	var u uses
+	if overlap {
+		u = analyze(g) // tailOverlapParts' producers
+	}
 	var ops []*ir.Op
 	for i := 0; i < len(g.Ops); i++ {
 		op := g.Ops[i]

@@ -193,16 +193,17 @@ func Schedule(g *Graph, timed bool) {
 	clock := newClock(g)
 	for i, t := range g.Tasks {
 		t.Worker = i % g.Workers
-		byClock := timed && t.Timed && t.Affinity == 0
-		if t.Wait != None && len(consumers[t.Wait]) == 1 {
-			if w := soleWorker(g, producers[t.Wait], t.ID); w >= 0 {
-				t.Worker = w
-			} else if byClock {
-				t.Worker = clock.earliest(t, t.Worker)
-			}
-		} else if byClock {
+		joins := t.Wait != None && len(consumers[t.Wait]) == 1 // the event's only waiter
+		sole := -1
+		if joins {
+			sole = soleWorker(g, producers[t.Wait], t.ID)
+		}
+		switch {
+		case sole >= 0:
+			t.Worker = sole
+		case timed && t.Timed && t.Affinity == 0:
 			t.Worker = clock.earliest(t, t.Worker)
-		} else if t.Affinity > 0 {
+		case !joins && t.Affinity > 0:
 			w, ok := home[t.Affinity]
 			if !ok {
 				w = lightest(keyed, t.Worker, taken[t.Rows])
