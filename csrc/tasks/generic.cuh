@@ -237,35 +237,59 @@ __device__ __forceinline__ int64_t rows_of(const int64_t* shape, int rank, int s
   return rows;
 }
 
-// (32-bit arithmetic below 2^31 rows, as unflatten: runtime/runtime.cuh)
-__device__ __noinline__ void row_index_wide(int64_t* idx, int64_t row, const int64_t* shape, int rank, int split,
-                                            int lo, int hi) {
-  for (int d = rank - 2; d >= 0; --d) {
-    const int64_t ext = d == split ? (int64_t)(hi - lo) : shape[d];
-    idx[d] = row % ext + (d == split ? lo : 0);
-    row /= ext;
-  }
-}
+// RowAt is a row's element offset in each of K views, and the row's index
+// along one dim (row_offsets).
+template <int K>
+struct RowAt {
+  int64_t off[K];
+  int64_t along;
+};
 
-__device__ __forceinline__ void row_index(int64_t* idx, int64_t row, const int64_t* shape, int rank, int split,
-                                          int lo, int hi) {
-  idx[rank - 1] = 0;
-  if (row > 0x7fffffffll) {
-    row_index_wide(idx, row, shape, rank, split, lo, hi);
-    return;
-  }
-  uint32_t r = (uint32_t)row;  // below 2^31: an extent past 2^32 - 1 holds it whole
+// row_offsets gives the offsets of row `row` (flat over all dims but the
+// last, with [lo, hi) along split, last index 0) in the views v, view k's dim
+// e taken at the row's dim e + shift[k] (an index tensor read at the row's
+// position along a dim), and the row's index along dim. Straight from the
+// row number, with no index array: an array indexed at run time lives in
+// local memory, of which L1 holds little beside the megakernel's shared
+// memory, and every row task read its index back in round trips (SASS: LDLs
+// in offset_of's loop; a KV head's norm + RoPE + cache write took ~7 us a
+// row). 32-bit arithmetic below 2^31 rows, as unflatten (runtime/runtime.cuh).
+template <int K>
+__device__ __forceinline__ RowAt<K> row_offsets(const View* const (&v)[K], const int (&shift)[K], int64_t row,
+                                                const int64_t* shape, int rank, int split, int lo, int hi,
+                                                int dim = -1) {
+  RowAt<K> a;
+#pragma unroll
+  for (int k = 0; k < K; ++k) a.off[k] = v[k]->offset;
+  a.along = 0;
+  const bool narrow = row <= 0x7fffffffll;
+  uint32_t r32 = (uint32_t)row;  // below 2^31: an extent past 2^32 - 1 holds it whole
+  int64_t r64 = row;
 #pragma unroll 1
   for (int d = rank - 2; d >= 0; --d) {
     const int64_t ext = d == split ? (int64_t)(hi - lo) : shape[d];
-    const uint32_t e = ext > 0xffffffffll ? 0xffffffffu : (uint32_t)ext;
-    idx[d] = (e == 1 ? 0 : r % e) + (d == split ? lo : 0);
-    r = e == 1 ? r : r / e;
+    int64_t i;
+    if (narrow) {
+      const uint32_t e = ext > 0xffffffffll ? 0xffffffffu : (uint32_t)ext;
+      i = e == 1 ? 0 : r32 % e;
+      r32 = e == 1 ? r32 : r32 / e;
+    } else {
+      i = r64 % ext;
+      r64 /= ext;
+    }
+    i += d == split ? lo : 0;
+    if (d == dim) a.along = i;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int e = d - shift[k];
+      if (e >= 0 && e < v[k]->rank) a.off[k] += i * v[k]->stride[e];
+    }
   }
+  return a;
 }
 
 // divmod splits flat element t of rows of n into (row, column), 32-bit
-// where both fit (the usual case; see row_index).
+// where both fit (the usual case; see row_offsets).
 __device__ __forceinline__ void divmod(int64_t t, int64_t n, int64_t& row, int64_t& col) {
   if (t <= 0x7fffffffll && n <= 0x7fffffffll) {
     row = (uint32_t)t / (uint32_t)n, col = (uint32_t)t % (uint32_t)n;
@@ -392,14 +416,13 @@ __device__ __forceinline__ void kv_write_rows(const Op& op, int lo, int hi, cons
     int64_t raw[kBatch], at[kBatch];  // at: the element's offset in the cache at position 0
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      int64_t idx[MPK_MAX_RANK], row, col;
+      int64_t row, col;
       divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), D, row, col);
-      row_index(idx, row, src.shape, src.rank, split, lo, hi);
+      const RowAt<3> a = row_offsets({&src, &ids, &op.out}, {0, d, 0}, row, src.shape, src.rank, split, lo, hi, d);
       const int64_t j = j0 + col;
-      v[b] = ld_float(base(s, src), src.dtype, offset_of(src, idx) + j);
-      raw[b] = ix(offset_of(ids, idx + d));
-      idx[d] = 0;
-      at[b] = offset_of(op.out, idx) + j;
+      v[b] = ld_float(base(s, src), src.dtype, a.off[0] + j);
+      raw[b] = ix(a.off[1]);
+      at[b] = a.off[2] - a.along * op.out.stride[d] + j;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -429,16 +452,13 @@ __device__ __forceinline__ void kv_write_warp_rows(const Op& op, int lo, int hi,
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   constexpr int kMaxPer = 4;
   for (int64_t row = warp; row < rows; row += warps) {
-    int64_t idx[MPK_MAX_RANK];
-    row_index(idx, row, src.shape, src.rank, op.split_dim, lo, hi);
-    const int64_t so = offset_of(src, idx);
+    const RowAt<3> a = row_offsets({&src, &ids, &op.out}, {0, d, 0}, row, src.shape, src.rank, op.split_dim, lo, hi, d);
     float v[kMaxPer];
     // Every load unconditional (k past per reloads the last), the position's with them.
 #pragma unroll
-    for (int k = 0; k < kMaxPer; ++k) v[k] = ld_float(base(s, src), src.dtype, so + min(k, per - 1) * 32 + lane);
-    const int64_t raw = __ldcg(positions + offset_of(ids, idx + d));
-    idx[d] = 0;
-    const int64_t at = offset_of(op.out, idx) + lane;  // the row's offset in the cache at position 0
+    for (int k = 0; k < kMaxPer; ++k) v[k] = ld_float(base(s, src), src.dtype, a.off[0] + min(k, per - 1) * 32 + lane);
+    const int64_t raw = __ldcg(positions + a.off[1]);
+    const int64_t at = a.off[2] - a.along * op.out.stride[d] + lane;  // the row's offset in the cache at position 0
     const int64_t pos = checked_index(raw, size);
     if (pos < 0) continue;  // an out-of-range position writes nothing
 #pragma unroll
@@ -472,6 +492,19 @@ __device__ void kv_write(const Op& op, int lo, int hi, const Slots<N>& s, char*)
     double v = load_elem(base(s, src), src.dtype, offset_of(src, idx));
     store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, didx), v);
   });
+}
+
+// rope_dest moves oo, where a RoPE element's (or row's) stores start, to
+// its cache position with FLAG_CACHE (cache: raw, the loaded position,
+// checked); false for a position out of range (index_error reported,
+// nothing is written).
+__device__ __forceinline__ bool rope_dest(const Op& op, bool cache, int64_t raw, int64_t& oo) {
+  if (cache) {
+    const int64_t pos = checked_index(raw, op.out.shape[op.dim]);
+    if (pos < 0) return false;
+    oo += pos * op.out.stride[op.dim];
+  }
+  return true;
 }
 
 // rope_store_row rotates a row a warp holds (lane l: elements l, l + 32, ...;
@@ -516,11 +549,14 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
   if (float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
       h % 32 == 0 && D <= 32 * kMaxPer && split == op.split_dim) {
     const int per = (int)(D / 32), hp = per / 2;  // element k*32+lane's partner is (k+hp)*32+lane
+    const bool cache = op.flags & FLAG_CACHE;
+    const View& pv = cache ? op.in[op.num_in - 1] : op.out;  // the cache positions (with FLAG_CACHE)
+    const View& g_view = has_w ? w : x;
     for (int64_t row = warp; row < rows; row += warps) {
-      int64_t idx[MPK_MAX_RANK];
-      row_index(idx, row, shape, op.out.rank, split, lo, hi);
-      const int64_t xo = offset_of(x, idx), co = offset_of(c, idx), so = offset_of(sn, idx);
-      const int64_t wo = has_w ? offset_of(w, idx) : 0;
+      // views: x, cos, sin, the norm's weight, out, the positions
+      const RowAt<6> a = row_offsets({&x, &c, &sn, &g_view, &op.out, &pv}, {0, 0, 0, 0, 0, cache ? op.dim : 0}, row,
+                                     shape, op.out.rank, split, lo, hi, cache ? op.dim : -1);
+      const int64_t xo = a.off[0], co = a.off[1], so = a.off[2], wo = a.off[3];
       float v[kMaxPer], g[kMaxPer], cv[kMaxPer], sv[kMaxPer];
       float ss = 0.f;
       // Every load unconditional (k past per reloads the last), then the
@@ -529,13 +565,13 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
       for (int k = 0; k < kMaxPer; ++k) {
         const int64_t j = min(k, per - 1) * 32 + lane;
         v[k] = ld_float(base(s, x), x.dtype, xo + j);
-        g[k] = ld_float(base(s, has_w ? w : x), has_w ? w.dtype : x.dtype, (has_w ? wo : xo) + j);
+        g[k] = ld_float(base(s, g_view), g_view.dtype, wo + j);
         cv[k] = ld_float(base(s, c), c.dtype, co + j);
         sv[k] = ld_float(base(s, sn), sn.dtype, so + j);
       }
-      // After the row's loads: with a cache, rope_out loads the position in
-      // a call, which issued first made the row's loads wait for it.
-      const int64_t oo = rope_out(op, idx, s);
+      // The cache position after the row's loads: load_elem is a call, and
+      // issued first it made the row's loads wait for it.
+      const int64_t raw = cache ? (int64_t)load_elem(base(s, pv), pv.dtype, a.off[5]) : 0;
 #pragma unroll
       for (int k = 0; k < kMaxPer; ++k) {
         if (!has_w) g[k] = 1.f;
@@ -549,7 +585,8 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
         const float y = round_float(x.dtype, v[k] * inv);
         v[k] = round_float(op.pro_dtype, has_w ? y * g[k] : y);
       }
-      if (oo < 0) continue;  // a cache position out of range: nothing is written
+      int64_t oo = a.off[4] - (cache ? a.along * op.out.stride[op.dim] : 0);  // with a cache: at position 0
+      if (!rope_dest(op, cache, raw, oo)) continue;  // a cache position out of range: nothing is written
       // The partner's distance as a constant (h a multiple of 32 up to 64:
       // hp is 1 or 2), so v stays in registers: at a run-time index ptxas
       // kept the row's values in local memory, stored there once loaded and
@@ -627,19 +664,6 @@ __device__ __noinline__ void rope_any(const Op& op, int lo, int hi, const Slots<
   });
 }
 
-// rope_dest moves oo, where a RoPE element's (or row's) stores start, to
-// its cache position with FLAG_CACHE (cache: raw, the loaded position,
-// checked); false for a position out of range (index_error reported,
-// nothing is written).
-__device__ __forceinline__ bool rope_dest(const Op& op, bool cache, int64_t raw, int64_t& oo) {
-  if (cache) {
-    const int64_t pos = checked_index(raw, op.out.shape[op.dim]);
-    if (pos < 0) return false;
-    oo += pos * op.out.stride[op.dim];
-  }
-  return true;
-}
-
 // rope_rows is rope over rows of floats (no tile cut along the last dim);
 // ix reads the cache positions (NoIndex: no cache).
 template <typename IX, int N>
@@ -664,17 +688,18 @@ __device__ __forceinline__ void rope_rows(const Op& op, int lo, int hi, const Sl
     int64_t raw[kBatch], at[kBatch];  // at: the pair's offset (in the cache: at position 0)
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      int64_t idx[MPK_MAX_RANK], row, j;
+      int64_t row, j;
       divmod(min(t0 + (int64_t)b * MPK_THREADS, total - 1), h, row, j);
-      row_index(idx, row, shape, op.out.rank, op.split_dim, lo, hi);
-      const int64_t xo = offset_of(x, idx) + j, co = offset_of(c, idx) + j, so = offset_of(sn, idx) + j;
+      // views: x, cos, sin, out, the positions
+      const RowAt<5> a = row_offsets({&x, &c, &sn, &op.out, cache ? &pv : &op.out}, {0, 0, 0, 0, cache ? op.dim : 0},
+                                     row, shape, op.out.rank, op.split_dim, lo, hi, cache ? op.dim : -1);
+      const int64_t xo = a.off[0] + j, co = a.off[1] + j, so = a.off[2] + j;
       v[b][0] = ld_float(base(s, x), x.dtype, xo), v[b][1] = ld_float(base(s, x), x.dtype, xo + h);
       v[b][2] = ld_float(base(s, c), c.dtype, co), v[b][3] = ld_float(base(s, c), c.dtype, co + h);
       v[b][4] = ld_float(base(s, sn), sn.dtype, so), v[b][5] = ld_float(base(s, sn), sn.dtype, so + h);
       r[b] = rotate_pair(v[b][0], v[b][1], v[b][2], v[b][4], v[b][3], v[b][5], dt);
-      raw[b] = cache ? ix(offset_of(pv, idx + op.dim)) : 0;
-      if (cache) idx[op.dim] = 0;
-      at[b] = offset_of(op.out, idx) + j;
+      raw[b] = cache ? ix(a.off[4]) : 0;
+      at[b] = a.off[3] - (cache ? a.along * op.out.stride[op.dim] : 0) + j;
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
@@ -741,11 +766,10 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
   if (float_row(x) && float_row(op.out) && (!has_w || float_row(op.in[1])) && D % 32 == 0 && D <= 32 * kMaxPer &&
       (r == 0 || op.split_dim != r)) {
     const int per = (int)(D / 32);
+    const View& wv = has_w ? op.in[1] : x;
     for (int64_t row = warp; row < rows; row += warps) {
-      int64_t idx[MPK_MAX_RANK];
-      row_index(idx, row, x.shape, x.rank, r > 0 ? op.split_dim : -1, lo, hi);
-      const int64_t xo = offset_of(x, idx), oo = offset_of(op.out, idx);
-      const int64_t wo = has_w ? offset_of(op.in[1], idx) : 0;
+      const RowAt<3> a = row_offsets({&x, &op.out, &wv}, {0, 0, 0}, row, x.shape, x.rank, r > 0 ? op.split_dim : -1, lo, hi);
+      const int64_t xo = a.off[0], oo = a.off[1], wo = a.off[2];
       float v[kMaxPer], w[kMaxPer];
       float ss = 0.f;
       // Loads unconditional (k past per reloads the last), then the sum: a
@@ -754,7 +778,7 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
       for (int k = 0; k < kMaxPer; ++k) {
         const int64_t j = min(k, per - 1) * 32 + lane;
         v[k] = ld_float(base(s, x), x.dtype, xo + j);
-        w[k] = ld_float(base(s, has_w ? op.in[1] : x), has_w ? op.in[1].dtype : x.dtype, (has_w ? wo : xo) + j);
+        w[k] = ld_float(base(s, wv), wv.dtype, wo + j);
       }
 #pragma unroll
       for (int k = 0; k < kMaxPer; ++k) {
@@ -790,9 +814,8 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
     const View& w = has_w ? op.in[1] : x;
     __shared__ float scratch[32];
     for (int64_t row = 0; row < rows; ++row) {
-      int64_t idx[MPK_MAX_RANK];
-      row_index(idx, row, x.shape, x.rank, r > 0 ? op.split_dim : -1, lo, hi);
-      const int64_t xo = offset_of(x, idx), oo = offset_of(op.out, idx), wo = offset_of(w, idx);
+      const RowAt<3> a = row_offsets({&x, &op.out, &w}, {0, 0, 0}, row, x.shape, x.rank, r > 0 ? op.split_dim : -1, lo, hi);
+      const int64_t xo = a.off[0], oo = a.off[1], wo = a.off[2];
       float4 f[kQ], g[kQ];
       float ss = 0.f;
       // Loads clamped to the row's last 4 elements (no branch between them), then the sum.
