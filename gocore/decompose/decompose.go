@@ -310,8 +310,11 @@ func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 		}
 		G := op.Attr.Groups
 		return split(out, 1, min(W, out[1]/G), G)
-	case ir.AttnMerge: // [B, H, Sq, Dv]: heads; rows where a tile of heads would be too many intervals (exactDims)
-		if op.In[0].Shape[3] == 1 && !slices.Contains(exactDims(out), 1) { // decode partials (attn_merge_decode)
+	case ir.AttnMerge: // [B, H, Sq, Dv]: heads, or rows where they make more tasks (a prompt chunk's
+		// queries: 64 rows over 32 heads is 64 tasks of two rounds of the warps, not 32 of four) or a
+		// tile of heads would be too many intervals (exactDims)
+		byRows := min(W, out[0]) > min(W, out[1]) || !slices.Contains(exactDims(out), 1)
+		if op.In[0].Shape[3] == 1 && byRows { // decode partials (attn_merge_decode)
 			return split(out, 0, min(W, out[0]), 1)
 		}
 		return split(out, 1, min(W, out[1]), 1)
