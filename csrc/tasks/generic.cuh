@@ -569,9 +569,12 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
         cv[k] = ld_float(base(s, c), c.dtype, co + j);
         sv[k] = ld_float(base(s, sn), sn.dtype, so + j);
       }
-      // The cache position after the row's loads: load_elem is a call, and
-      // issued first it made the row's loads wait for it.
-      const int64_t raw = cache ? (int64_t)load_elem(base(s, pv), pv.dtype, a.off[5]) : 0;
+      // The cache position after the row's loads (HF's int64 cache_position
+      // inline; load_elem is a call, and issued first it made the row's loads
+      // wait for it; after them it waited for them and its own load in turn).
+      const int64_t raw = !cache                  ? 0
+                          : pv.dtype == DT_INT64 ? (int64_t)__ldcg(reinterpret_cast<const long long*>(base(s, pv)) + a.off[5])
+                                                 : (int64_t)load_elem(base(s, pv), pv.dtype, a.off[5]);
 #pragma unroll
       for (int k = 0; k < kMaxPer; ++k) {
         if (!has_w) g[k] = 1.f;
@@ -583,7 +586,7 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
       for (int k = 0; k < kMaxPer; ++k) {
         if (k >= per) continue;
         const float y = round_float(x.dtype, v[k] * inv);
-        v[k] = round_float(op.pro_dtype, has_w ? y * g[k] : y);
+        v[k] = round_float(op.pro_dtype, y * g[k]);  // g is 1 without a weight: y exactly
       }
       int64_t oo = a.off[4] - (cache ? a.along * op.out.stride[op.dim] : 0);  // with a cache: at position 0
       if (!rope_dest(op, cache, raw, oo)) continue;  // a cache position out of range: nothing is written
@@ -791,7 +794,7 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
       for (int k = 0; k < kMaxPer; ++k) {
         if (k < per) {
           const float y = round_float(x.dtype, v[k] * inv);
-          st_float(base(s, op.out), op.out.dtype, oo + k * 32 + lane, has_w ? y * w[k] : y);
+          st_float(base(s, op.out), op.out.dtype, oo + k * 32 + lane, y * w[k]);  // w is 1 without a weight
         }
       }
     }
@@ -866,6 +869,74 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
       if (has_w) y *= load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
       store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), y);
     }
+  }
+}
+
+// rmsnorm_pro is rmsnorm of a 2-D x that E computes from the op's inputs
+// (in[0], then in[pro_first..]: a K-split's slices and the residual),
+// rounded to pro_dtype as the folded op stored it, so the norm need not wait
+// a stage for that op (lower's foldSumIntoNorm). The block takes a row at a
+// time: its x in shared memory (smem) between the sum of squares and the
+// stores, each thread's inputs loaded 16 bytes at a time where every view's
+// rows allow it.
+template <typename E, int N>
+__device__ void rmsnorm_pro(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  const View& o = op.out;
+  const View& w = op.in[1];
+  const int64_t D = o.shape[1];
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  const int first = op.pro_first, ne = 1 + op.num_in - first;  // E's inputs: in[0], in[first..]
+  auto ein = [&](int i) -> const View& { return op.in[i == 0 ? 0 : first + i - 1]; };
+  float* xs = reinterpret_cast<float*>(smem);
+  __shared__ float scratch[32];
+  bool vec = D % 4 == 0;
+  for (int i = 0; i < ne; ++i) {
+    const View& v = ein(i);
+    vec = vec && float_kind(v.dtype) && v.stride[1] == 1 && v.offset % 4 == 0 && v.stride[0] % 4 == 0 &&
+          reinterpret_cast<uintptr_t>(base(s, v)) % 16 == 0;
+  }
+  const int64_t r0 = op.split_dim == 0 ? lo : 0, r1 = op.split_dim == 0 ? hi : o.shape[0];
+  for (int64_t m = r0; m < r1; ++m) {
+    float ss = 0.f;
+    if (vec) {
+      for (int64_t j = 4 * (int64_t)threadIdx.x; j < D; j += 4 * MPK_THREADS) {
+        float4 f[MPK_MAX_INPUTS];
+#pragma unroll
+        for (int i = 0; i < MPK_MAX_INPUTS; ++i) {  // the last input repeated past ne, as in elementwise
+          const View& v = ein(min(i, ne - 1));
+          f[i] = ld_float4(base(s, v), v.dtype, v.offset + m * v.stride[0] + j);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          double in[MPK_MAX_INPUTS];
+#pragma unroll
+          for (int i = 0; i < MPK_MAX_INPUTS; ++i) in[i] = e == 0 ? f[i].x : e == 1 ? f[i].y : e == 2 ? f[i].z : f[i].w;
+          const int64_t idx[2] = {m, j + e};
+          const float v = (float)round_to(op.pro_dtype, E::eval(in, idx));
+          xs[j + e] = v;
+          ss += v * v;
+        }
+      }
+    } else {
+      for (int64_t j = threadIdx.x; j < D; j += MPK_THREADS) {
+        double in[MPK_MAX_INPUTS] = {};
+        for (int i = 0; i < ne; ++i) {
+          const View& v = ein(i);
+          in[i] = load_elem(base(s, v), v.dtype, v.offset + m * v.stride[0] + j * v.stride[1]);
+        }
+        const int64_t idx[2] = {m, j};
+        const float v = (float)round_to(op.pro_dtype, E::eval(in, idx));
+        xs[j] = v;
+        ss += v * v;
+      }
+    }
+    const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + op.eps);  // its barriers publish xs
+    for (int64_t j = threadIdx.x; j < D; j += MPK_THREADS) {
+      const float y = round_float(op.pro_dtype, xs[j] * inv);
+      const float g = has_w ? ld_float(base(s, w), w.dtype, w.offset + m * w.stride[0] + j * w.stride[1]) : 1.f;
+      st_float(base(s, o), o.dtype, o.offset + m * o.stride[0] + j * o.stride[1], y * g);
+    }
+    consumer_sync();  // xs is the next row's
   }
 }
 
