@@ -642,6 +642,15 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			flags |= flagWeight
 		}
 		code = "mpk::rmsnorm(op, lo, hi, s, c.smem)"
+		if p := op.Attr.Pro; p != nil { // x computed from the prologue's inputs (lower's foldSumIntoNorm)
+			if p.Kind != ir.Elementwise || op.Out.Rank() != 2 {
+				return "", fmt.Errorf("codegen: rmsnorm op %d with a %s prologue over %d dims is not supported on the GPU (an elementwise one over rows)",
+					op.ID, p.Kind, op.Out.Rank())
+			}
+			proFirst, proDType = p.First, int(p.DType)
+			code = fmt.Sprintf("mpk::rmsnorm_pro<Expr%d>(op, lo, hi, s, c.smem)", gen.expr(p.Expr, touchesF64(op)))
+			gen.smem = max(gen.smem, 4*int(op.Out.Shape[1])) // a row of x
+		}
 	case ir.RoPE:
 		if p := op.Attr.Pro; p != nil { // an RMSNorm of each row first
 			proFirst, proDType, eps = p.First, int(p.DType), p.Eps
