@@ -872,69 +872,96 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
   }
 }
 
-// rmsnorm_pro is rmsnorm of a 2-D x that E computes from the op's inputs
-// (in[0], then in[pro_first..]: a K-split's slices and the residual),
-// rounded to pro_dtype as the folded op stored it, so the norm need not wait
-// a stage for that op (lower's foldSumIntoNorm). The block takes a row at a
-// time: its x in shared memory (smem) between the sum of squares and the
-// stores, each thread's inputs loaded 16 bytes at a time where every view's
-// rows allow it.
-template <typename E, int N>
+// rmsnorm_pro is rmsnorm of a 2-D x that E computes from the op's NE
+// inputs (in[0], then in[pro_first..]: a K-split's slices and the
+// residual), rounded to pro_dtype as the folded op stored it, so the norm
+// need not wait a stage for that op (lower's foldSumIntoNorm). The block
+// takes a row at a time. Where every view's rows allow 16-byte loads and a
+// row is at most NB groups of 4 a thread, a thread loads all its inputs of
+// the row at once and keeps x in registers, its weights loading during the
+// sum of squares' barriers: one round trip a row
+// (first written with x in shared memory, each thread's groups one after
+// another and the weights read after the sum of squares: 15.9 us a row on
+// qwen3-8b's chunk, against 6-7 for the plain norm; bench/NOTES.md,
+// forty-fifth session). Otherwise x goes through shared memory (smem).
+template <typename E, int NE, int NB, int N>
 __device__ void rmsnorm_pro(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
+  static_assert(NE >= 1 && NE <= MPK_MAX_INPUTS && NB >= 1, "codegen and rmsnorm_pro disagree");
   const View& o = op.out;
-  const View& w = op.in[1];
+  const View& w = op.in[op.flags & FLAG_WEIGHT ? 1 : 0];  // without a weight: x's first input, never used
   const int64_t D = o.shape[1];
   const bool has_w = op.flags & FLAG_WEIGHT;
-  const int first = op.pro_first, ne = 1 + op.num_in - first;  // E's inputs: in[0], in[first..]
-  auto ein = [&](int i) -> const View& { return op.in[i == 0 ? 0 : first + i - 1]; };
-  float* xs = reinterpret_cast<float*>(smem);
+  auto ein = [&](int i) -> const View& { return op.in[i == 0 ? 0 : op.pro_first + i - 1]; };
+  auto rows4 = [&](const View& v) {
+    return float_kind(v.dtype) && v.stride[1] == 1 && v.offset % 4 == 0 && v.stride[0] % 4 == 0 &&
+           reinterpret_cast<uintptr_t>(base(s, v)) % 16 == 0;
+  };
+  bool vec = D % 4 == 0 && D <= 4 * NB * MPK_THREADS && rows4(w);
+  for (int i = 0; i < NE; ++i) vec = vec && rows4(ein(i));
   __shared__ float scratch[32];
-  bool vec = D % 4 == 0;
-  for (int i = 0; i < ne; ++i) {
-    const View& v = ein(i);
-    vec = vec && float_kind(v.dtype) && v.stride[1] == 1 && v.offset % 4 == 0 && v.stride[0] % 4 == 0 &&
-          reinterpret_cast<uintptr_t>(base(s, v)) % 16 == 0;
-  }
   const int64_t r0 = op.split_dim == 0 ? lo : 0, r1 = op.split_dim == 0 ? hi : o.shape[0];
   for (int64_t m = r0; m < r1; ++m) {
-    float ss = 0.f;
     if (vec) {
-      for (int64_t j = 4 * (int64_t)threadIdx.x; j < D; j += 4 * MPK_THREADS) {
-        float4 f[MPK_MAX_INPUTS];
+      float4 f[NB][NE], g[NB];
 #pragma unroll
-        for (int i = 0; i < MPK_MAX_INPUTS; ++i) {  // the last input repeated past ne, as in elementwise
-          const View& v = ein(min(i, ne - 1));
-          f[i] = ld_float4(base(s, v), v.dtype, v.offset + m * v.stride[0] + j);
+      for (int b = 0; b < NB; ++b) {  // loads clamped to the row's last group (no branch between them)
+        const int64_t j = min(4 * ((int64_t)threadIdx.x + b * MPK_THREADS), D - 4);
+#pragma unroll
+        for (int i = 0; i < NE; ++i) {
+          const View& v = ein(i);
+          f[b][i] = ld_float4(base(s, v), v.dtype, v.offset + m * v.stride[0] + j);
         }
+      }
+      float x[NB][4], ss = 0.f;
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const int64_t j = 4 * ((int64_t)threadIdx.x + b * MPK_THREADS);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          double in[MPK_MAX_INPUTS];
+          double in[NE];
 #pragma unroll
-          for (int i = 0; i < MPK_MAX_INPUTS; ++i) in[i] = e == 0 ? f[i].x : e == 1 ? f[i].y : e == 2 ? f[i].z : f[i].w;
+          for (int i = 0; i < NE; ++i) in[i] = e == 0 ? f[b][i].x : e == 1 ? f[b][i].y : e == 2 ? f[b][i].z : f[b][i].w;
           const int64_t idx[2] = {m, j + e};
-          const float v = (float)round_to(op.pro_dtype, E::eval(in, idx));
-          xs[j + e] = v;
-          ss += v * v;
+          x[b][e] = (float)round_to(op.pro_dtype, E::eval(in, idx));
+          if (j < D) ss += x[b][e] * x[b][e];
         }
       }
-    } else {
-      for (int64_t j = threadIdx.x; j < D; j += MPK_THREADS) {
-        double in[MPK_MAX_INPUTS] = {};
-        for (int i = 0; i < ne; ++i) {
-          const View& v = ein(i);
-          in[i] = load_elem(base(s, v), v.dtype, v.offset + m * v.stride[0] + j * v.stride[1]);
+#pragma unroll
+      for (int b = 0; b < NB; ++b)  // the weights in flight during the sum's barriers, x's inputs no longer held
+        g[b] = ld_float4(base(s, w), w.dtype, w.offset + m * w.stride[0] + min(4 * ((int64_t)threadIdx.x + b * MPK_THREADS), D - 4));
+      const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + op.eps);
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const int64_t j = 4 * ((int64_t)threadIdx.x + b * MPK_THREADS);
+        if (j >= D) continue;
+        const float gv[4] = {g[b].x, g[b].y, g[b].z, g[b].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float y = round_float(op.pro_dtype, x[b][e] * inv);
+          st_float(base(s, o), o.dtype, o.offset + m * o.stride[0] + (j + e) * o.stride[1], has_w ? y * gv[e] : y);
         }
-        const int64_t idx[2] = {m, j};
-        const float v = (float)round_to(op.pro_dtype, E::eval(in, idx));
-        xs[j] = v;
-        ss += v * v;
       }
+      consumer_sync();  // scratch is the next row's
+      continue;
+    }
+    float* xs = reinterpret_cast<float*>(smem);
+    float ss = 0.f;
+    for (int64_t j = threadIdx.x; j < D; j += MPK_THREADS) {
+      double in[NE];
+      for (int i = 0; i < NE; ++i) {
+        const View& v = ein(i);
+        in[i] = load_elem(base(s, v), v.dtype, v.offset + m * v.stride[0] + j * v.stride[1]);
+      }
+      const int64_t idx[2] = {m, j};
+      const float v = (float)round_to(op.pro_dtype, E::eval(in, idx));
+      xs[j] = v;
+      ss += v * v;
     }
     const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + op.eps);  // its barriers publish xs
     for (int64_t j = threadIdx.x; j < D; j += MPK_THREADS) {
       const float y = round_float(op.pro_dtype, xs[j] * inv);
-      const float g = has_w ? ld_float(base(s, w), w.dtype, w.offset + m * w.stride[0] + j * w.stride[1]) : 1.f;
-      st_float(base(s, o), o.dtype, o.offset + m * o.stride[0] + j * o.stride[1], y * g);
+      const float gv = has_w ? (float)load_elem(base(s, w), w.dtype, w.offset + m * w.stride[0] + j * w.stride[1]) : 1.f;
+      st_float(base(s, o), o.dtype, o.offset + m * o.stride[0] + j * o.stride[1], y * gv);
     }
     consumer_sync();  // xs is the next row's
   }
