@@ -507,11 +507,11 @@ __device__ __forceinline__ bool rope_dest(const Op& op, bool cache, int64_t raw,
   return true;
 }
 
-// rope_store_row rotates a row a warp holds (lane l: elements l, l + 32, ...;
-// element k·32 + l's partner (k + HP)·32 + l) and stores it from oo (the
-// row's start plus the lane), each product and sum rounded as eager rounds
-// them (rotate_pair's sums, written out).
-template <int HP>
+// rope_store_row rotates a row G lanes hold (lane l of them: elements l,
+// l + G, ...; element k·G + l's partner (k + HP)·G + l) and stores it from oo
+// (the row's start plus the lane), each product and sum rounded as eager
+// rounds them (rotate_pair's sums, written out).
+template <int HP, int G>
 __device__ __forceinline__ void rope_store_row(char* out, int32_t dt, int64_t oo, const float* v, const float* cv,
                                                const float* sv) {
 #pragma unroll
@@ -519,18 +519,96 @@ __device__ __forceinline__ void rope_store_row(char* out, int32_t dt, int64_t oo
     const float x1 = v[k], x2 = v[k + HP];
     const float r1 = round_float(dt, round_float(dt, x1 * cv[k]) + round_float(dt, round_float(dt, -x2) * sv[k]));
     const float r2 = round_float(dt, round_float(dt, x2 * cv[k + HP]) + round_float(dt, round_float(dt, x1) * sv[k + HP]));
-    st_float(out, dt, oo + k * 32, r1);
-    st_float(out, dt, oo + (k + HP) * 32, r2);
+    st_float(out, dt, oo + k * G, r1);
+    st_float(out, dt, oo + (k + HP) * G, r2);
   }
 }
 
 // rope_normed is rope with an RMSNorm prologue (op.pro_first > 0): each row of
 // x is normalised first (in[0] is the norm's input, in[pro_first] its weight),
-// rounded to pro_dtype as the norm's output was. A warp takes a row: lane l
-// holds elements l, l+32, ..., so with h a multiple of 32 both halves of every
-// rotated pair sit in one lane and the row never leaves registers.
+// rounded to pro_dtype as the norm's output was. G lanes take a row (a warp,
+// or with MPK_ROPE_HALF_WARP half of one): lane l holds elements l, l+G, ...,
+// so with h a multiple of G both halves of every rotated pair sit in one lane
+// and the row never leaves registers.
 template <int N>
 __device__ __noinline__ void rope_normed_any(const Op& op, int lo, int hi, const Slots<N>& s);
+
+// MPK_ROPE_HALF_WARP (0; 1 an A/B knob): rows of 128 take half a warp, so a
+// chunk's KV-head task (64 rows on 16 warps) runs 2 rounds of rows, not 4
+// (bench/NOTES.md, forty-fifth session: ~3.75 us a round).
+#ifndef MPK_ROPE_HALF_WARP
+#define MPK_ROPE_HALF_WARP 0
+#endif
+
+// rope_normed_rows is rope_normed's fast path, G lanes a row (the two rows
+// of a warp's halves side by side when G is 16: the loop runs alike on both
+// halves, a half past the last row repeating it and storing nothing, so the
+// shuffles see every lane).
+template <int G, int N>
+__device__ __forceinline__ void rope_normed_rows(const Op& op, int lo, int hi, const Slots<N>& s) {
+  constexpr int kMaxPer = 128 / G;  // head dims up to 128 in registers
+  const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[op.pro_first];
+  const int r = op.out.rank - 1;
+  const int64_t D = x.shape[r];
+  const int32_t dt = op.out.dtype;
+  const bool has_w = op.flags & FLAG_WEIGHT;
+  const int split = op.split_dim == r ? -1 : op.split_dim;
+  const int64_t* shape = rope_shape(op);
+  const int64_t rows = rows_of(shape, op.out.rank, split, lo, hi);
+  const int lane = threadIdx.x % G, sub = threadIdx.x % 32 / G, groups = MPK_THREADS / G;
+  const int per = (int)(D / G), hp = per / 2;  // element k*G+lane's partner is (k+hp)*G+lane
+  const bool cache = op.flags & FLAG_CACHE;
+  const View& pv = cache ? op.in[op.num_in - 1] : op.out;  // the cache positions (with FLAG_CACHE)
+  const View& g_view = has_w ? w : x;
+  for (int64_t r0 = threadIdx.x / 32 * (32 / G); r0 < rows; r0 += groups) {
+    const int64_t row = min(r0 + sub, rows - 1);  // a half past the last row repeats it
+    // views: x, cos, sin, the norm's weight, out, the positions
+    const RowAt<6> a = row_offsets({&x, &c, &sn, &g_view, &op.out, &pv}, {0, 0, 0, 0, 0, cache ? op.dim : 0}, row,
+                                   shape, op.out.rank, split, lo, hi, cache ? op.dim : -1);
+    const int64_t xo = a.off[0], co = a.off[1], so = a.off[2], wo = a.off[3];
+    float v[kMaxPer], g[kMaxPer], cv[kMaxPer], sv[kMaxPer];
+    float ss = 0.f;
+    // Every load unconditional (k past per reloads the last), then the
+    // sum: a condition around load and use would serialise the loads.
+#pragma unroll
+    for (int k = 0; k < kMaxPer; ++k) {
+      const int64_t j = min(k, per - 1) * G + lane;
+      v[k] = ld_float(base(s, x), x.dtype, xo + j);
+      g[k] = ld_float(base(s, g_view), g_view.dtype, wo + j);
+      cv[k] = ld_float(base(s, c), c.dtype, co + j);
+      sv[k] = ld_float(base(s, sn), sn.dtype, so + j);
+    }
+    // The cache position after the row's loads (HF's int64 cache_position
+    // inline; load_elem is a call, and issued first it made the row's loads
+    // wait for it; after them it waited for them and its own load in turn).
+    const int64_t raw = !cache                  ? 0
+                        : pv.dtype == DT_INT64 ? (int64_t)__ldcg(reinterpret_cast<const long long*>(base(s, pv)) + a.off[5])
+                                               : (int64_t)load_elem(base(s, pv), pv.dtype, a.off[5]);
+#pragma unroll
+    for (int k = 0; k < kMaxPer; ++k) {
+      if (!has_w) g[k] = 1.f;
+      if (k < per) ss += v[k] * v[k];
+    }
+    for (int o = G / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss / (float)D + op.eps);
+#pragma unroll
+    for (int k = 0; k < kMaxPer; ++k) {
+      if (k >= per) continue;
+      const float y = round_float(x.dtype, v[k] * inv);
+      v[k] = round_float(op.pro_dtype, y * g[k]);  // g is 1 without a weight: y exactly
+    }
+    int64_t oo = a.off[4] - (cache ? a.along * op.out.stride[op.dim] : 0);  // with a cache: at position 0
+    if (r0 + sub >= rows || !rope_dest(op, cache, raw, oo)) continue;  // past the rows, or a position out of range
+    // The partner's distance as a constant, so v stays in registers: at a
+    // run-time index ptxas kept the row's values in local memory, stored
+    // there once loaded and read back a pair at a time (SASS, forty-fourth
+    // session).
+    if (hp == kMaxPer / 2)
+      rope_store_row<kMaxPer / 2, G>(base(s, op.out), dt, oo + lane, v, cv, sv);
+    else
+      rope_store_row<kMaxPer / 4, G>(base(s, op.out), dt, oo + lane, v, cv, sv);
+  }
+}
 
 // Out of line, like the other RoPE paths: the plain rotation stays a small
 // body with few registers (a task runs its code cold, once per layer).
@@ -539,66 +617,15 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
   const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[op.pro_first];
   const int r = op.out.rank - 1;
   const int64_t D = x.shape[r], h = D / 2;
-  const int32_t dt = op.out.dtype;
   const bool has_w = op.flags & FLAG_WEIGHT;
-  const int split = op.split_dim == r ? -1 : op.split_dim;
-  const int64_t* shape = rope_shape(op);
-  const int64_t rows = rows_of(shape, op.out.rank, split, lo, hi);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
-  constexpr int kMaxPer = 4;  // head dims up to 128 in registers; wider ones take rope_normed_any
-  if (float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
-      h % 32 == 0 && D <= 32 * kMaxPer && split == op.split_dim) {
-    const int per = (int)(D / 32), hp = per / 2;  // element k*32+lane's partner is (k+hp)*32+lane
-    const bool cache = op.flags & FLAG_CACHE;
-    const View& pv = cache ? op.in[op.num_in - 1] : op.out;  // the cache positions (with FLAG_CACHE)
-    const View& g_view = has_w ? w : x;
-    for (int64_t row = warp; row < rows; row += warps) {
-      // views: x, cos, sin, the norm's weight, out, the positions
-      const RowAt<6> a = row_offsets({&x, &c, &sn, &g_view, &op.out, &pv}, {0, 0, 0, 0, 0, cache ? op.dim : 0}, row,
-                                     shape, op.out.rank, split, lo, hi, cache ? op.dim : -1);
-      const int64_t xo = a.off[0], co = a.off[1], so = a.off[2], wo = a.off[3];
-      float v[kMaxPer], g[kMaxPer], cv[kMaxPer], sv[kMaxPer];
-      float ss = 0.f;
-      // Every load unconditional (k past per reloads the last), then the
-      // sum: a condition around load and use would serialise the loads.
-#pragma unroll
-      for (int k = 0; k < kMaxPer; ++k) {
-        const int64_t j = min(k, per - 1) * 32 + lane;
-        v[k] = ld_float(base(s, x), x.dtype, xo + j);
-        g[k] = ld_float(base(s, g_view), g_view.dtype, wo + j);
-        cv[k] = ld_float(base(s, c), c.dtype, co + j);
-        sv[k] = ld_float(base(s, sn), sn.dtype, so + j);
-      }
-      // The cache position after the row's loads (HF's int64 cache_position
-      // inline; load_elem is a call, and issued first it made the row's loads
-      // wait for it; after them it waited for them and its own load in turn).
-      const int64_t raw = !cache                  ? 0
-                          : pv.dtype == DT_INT64 ? (int64_t)__ldcg(reinterpret_cast<const long long*>(base(s, pv)) + a.off[5])
-                                                 : (int64_t)load_elem(base(s, pv), pv.dtype, a.off[5]);
-#pragma unroll
-      for (int k = 0; k < kMaxPer; ++k) {
-        if (!has_w) g[k] = 1.f;
-        if (k < per) ss += v[k] * v[k];
-      }
-      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      const float inv = rsqrtf(ss / (float)D + op.eps);
-#pragma unroll
-      for (int k = 0; k < kMaxPer; ++k) {
-        if (k >= per) continue;
-        const float y = round_float(x.dtype, v[k] * inv);
-        v[k] = round_float(op.pro_dtype, y * g[k]);  // g is 1 without a weight: y exactly
-      }
-      int64_t oo = a.off[4] - (cache ? a.along * op.out.stride[op.dim] : 0);  // with a cache: at position 0
-      if (!rope_dest(op, cache, raw, oo)) continue;  // a cache position out of range: nothing is written
-      // The partner's distance as a constant (h a multiple of 32 up to 64:
-      // hp is 1 or 2), so v stays in registers: at a run-time index ptxas
-      // kept the row's values in local memory, stored there once loaded and
-      // read back a pair at a time (SASS, forty-fourth session).
-      if (hp == 2)
-        rope_store_row<2>(base(s, op.out), dt, oo + lane, v, cv, sv);
-      else
-        rope_store_row<1>(base(s, op.out), dt, oo + lane, v, cv, sv);
-    }
+  const bool fast = float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
+                    D <= 128 && op.split_dim != r;
+  if (MPK_ROPE_HALF_WARP && fast && D == 128) {
+    rope_normed_rows<16>(op, lo, hi, s);
+    return;
+  }
+  if (fast && h % 32 == 0) {
+    rope_normed_rows<32>(op, lo, hi, s);
     return;
   }
   rope_normed_any(op, lo, hi, s);
