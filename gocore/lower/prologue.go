@@ -32,12 +32,12 @@ func fusePrologue(g *ir.Graph) {
 			}
 			var vs []ir.View
 			for _, v := range p.In {
-				st, can := viewStrides(v.Shape, v.Strides, l.In[0].Shape)
+				w, can := viewAs(v, l.In[0].Shape)
 				if !can {
 					ok = false
 					break
 				}
-				vs = append(vs, ir.View{Buf: v.Buf, Offset: v.Offset, Shape: l.In[0].Shape, Strides: st})
+				vs = append(vs, w)
 			}
 			views = append(views, vs)
 		}

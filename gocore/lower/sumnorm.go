@@ -73,16 +73,10 @@ func sumIntoNorm(u uses, n, e *ir.Op) (out, weight ir.View, ok bool) {
 			return out, weight, false
 		}
 	}
-	out, ok = reviewed(n.Out, shape)
+	out, ok = viewAs(n.Out, shape)
 	if n.Attr.HasWeight && ok {
-		weight, ok = reviewed(n.In[1], shape)
+		weight, ok = viewAs(n.In[1], shape)
 	}
 	return out, weight, ok && len(readers) > 0 && ir.Numel(n.In[0].Shape) == ir.Numel(shape) &&
 		n.In[0].Shape[n.In[0].Rank()-1] == shape[1]
-}
-
-// reviewed is v viewed as shape without a copy, if it can be.
-func reviewed(v ir.View, shape []int64) (ir.View, bool) {
-	st, ok := viewStrides(v.Shape, v.Strides, shape)
-	return ir.View{Buf: v.Buf, Offset: v.Offset, Shape: append([]int64(nil), shape...), Strides: st}, ok
 }

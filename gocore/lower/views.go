@@ -137,12 +137,19 @@ func (l *lowerer) reshape(src ir.View, shape []int64) ir.View {
 	if ir.Numel(shape) != src.Numel() {
 		l.failf("reshape of %v elements into %v", src.Shape, shape)
 	}
-	if st, ok := viewStrides(src.Shape, src.Strides, shape); ok {
-		return ir.View{Buf: src.Buf, Offset: src.Offset, Shape: shape, Strides: st}
+	if v, ok := viewAs(src, shape); ok {
+		return v
 	}
 	dst := l.temp(src.DType(), src.Shape)
 	l.emit(&ir.Op{Kind: ir.Copy, In: []ir.View{src}, Out: dst})
 	return ir.View{Buf: dst.Buf, Shape: shape, Strides: ir.ContiguousStrides(shape)}
+}
+
+// viewAs is v viewed as shape without a copy (its own copy of shape), if
+// strides can express it.
+func viewAs(v ir.View, shape []int64) (ir.View, bool) {
+	st, ok := viewStrides(v.Shape, v.Strides, shape)
+	return ir.View{Buf: v.Buf, Offset: v.Offset, Shape: append([]int64(nil), shape...), Strides: st}, ok
 }
 
 // viewStrides computes strides for viewing (shape, strides) as newShape
