@@ -141,6 +141,15 @@ __device__ __forceinline__ void st_float(char* p, int32_t dt, int64_t i, float v
   else reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
 }
 
+// rows4_view: v is 2-D rows of floats in groups of 4 (last dim contiguous,
+// offset and row stride multiples of 4, base 16-byte aligned), read 16
+// bytes at a time by elementwise_rows4 and rmsnorm_pro.
+template <int N>
+__device__ __forceinline__ bool rows4_view(const View& v, const Slots<N>& s) {
+  return v.rank == 2 && float_kind(v.dtype) && v.stride[1] == 1 && v.offset % 4 == 0 && v.stride[0] % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(base(s, v)) % 16 == 0;
+}
+
 // elementwise_rows4 is elementwise for a 2-D op whose views are rows of
 // floats in groups of 4 (last dim contiguous, offsets, row strides and the
 // task's columns multiples of 4, bases 16-byte aligned; decompose cuts such
@@ -154,12 +163,8 @@ __device__ __forceinline__ bool elementwise_rows4(const Op& op, int lo, int hi, 
   if (o.rank != 2 || op.num_in == 0 || op.split_dim > 1) return false;
   const int64_t r0 = op.split_dim == 0 ? lo : 0, c0 = op.split_dim == 1 ? lo : 0;
   const int64_t rows = op.split_dim == 0 ? hi - lo : o.shape[0], cols = op.split_dim == 1 ? hi - lo : o.shape[1];
-  auto rows4 = [&](const View& v) {
-    return v.rank == 2 && float_kind(v.dtype) && v.stride[1] == 1 && v.offset % 4 == 0 && v.stride[0] % 4 == 0 &&
-           reinterpret_cast<uintptr_t>(base(s, v)) % 16 == 0;
-  };
-  bool ok = cols % 4 == 0 && c0 % 4 == 0 && rows4(o);
-  for (int i = 0; i < op.num_in; ++i) ok = ok && rows4(op.in[i]);
+  bool ok = cols % 4 == 0 && c0 % 4 == 0 && rows4_view(o, s);
+  for (int i = 0; i < op.num_in; ++i) ok = ok && rows4_view(op.in[i], s);
   if (!ok) return false;
   const int64_t groups = rows * (cols / 4);
   for (int64_t g = threadIdx.x; g < groups; g += MPK_THREADS) {
@@ -919,12 +924,8 @@ __device__ void rmsnorm_pro(const Op& op, int lo, int hi, const Slots<N>& s, cha
   const int64_t D = o.shape[1];
   const bool has_w = op.flags & FLAG_WEIGHT;
   auto ein = [&](int i) -> const View& { return op.in[i == 0 ? 0 : op.pro_first + i - 1]; };
-  auto rows4 = [&](const View& v) {
-    return float_kind(v.dtype) && v.stride[1] == 1 && v.offset % 4 == 0 && v.stride[0] % 4 == 0 &&
-           reinterpret_cast<uintptr_t>(base(s, v)) % 16 == 0;
-  };
-  bool vec = D % 4 == 0 && D <= 4 * NB * MPK_THREADS && rows4(w);
-  for (int i = 0; i < NE; ++i) vec = vec && rows4(ein(i));
+  bool vec = D % 4 == 0 && D <= 4 * NB * MPK_THREADS && rows4_view(w, s);
+  for (int i = 0; i < NE; ++i) vec = vec && rows4_view(ein(i), s);
   __shared__ float scratch[32];
   const int64_t r0 = op.split_dim == 0 ? lo : 0, r1 = op.split_dim == 0 ? hi : o.shape[0];
   for (int64_t m = r0; m < r1; ++m) {
