@@ -143,7 +143,7 @@ __device__ __forceinline__ void st_float(char* p, int32_t dt, int64_t i, float v
 
 // rows4_view: v is 2-D rows of floats in groups of 4 (last dim contiguous,
 // offset and row stride multiples of 4, base 16-byte aligned), read 16
-// bytes at a time by elementwise_rows4 and rmsnorm_pro.
+// bytes at a time by elementwise_rows4.
 template <int N>
 __device__ __forceinline__ bool rows4_view(const View& v, const Slots<N>& s) {
   return v.rank == 2 && float_kind(v.dtype) && v.stride[1] == 1 && v.offset % 4 == 0 && v.stride[0] % 4 == 0 &&
@@ -531,19 +531,12 @@ __device__ __forceinline__ void rope_store_row(char* out, int32_t dt, int64_t oo
 
 // rope_normed is rope with an RMSNorm prologue (op.pro_first > 0): each row of
 // x is normalised first (in[0] is the norm's input, in[pro_first] its weight),
-// rounded to pro_dtype as the norm's output was. G lanes take a row (a warp,
-// or with MPK_ROPE_HALF_WARP half of one): lane l holds elements l, l+G, ...,
+// rounded to pro_dtype as the norm's output was. G lanes take a row (half a
+// warp for rows of 128, else a warp): lane l holds elements l, l+G, ...,
 // so with h a multiple of G both halves of every rotated pair sit in one lane
 // and the row never leaves registers.
 template <int N>
 __device__ __noinline__ void rope_normed_any(const Op& op, int lo, int hi, const Slots<N>& s);
-
-// MPK_ROPE_HALF_WARP (0; 1 an A/B knob): rows of 128 take half a warp, so a
-// chunk's KV-head task (64 rows on 16 warps) runs 2 rounds of rows, not 4
-// (bench/NOTES.md, forty-fifth session: ~3.75 us a round).
-#ifndef MPK_ROPE_HALF_WARP
-#define MPK_ROPE_HALF_WARP 0
-#endif
 
 // rope_normed_rows is rope_normed's fast path, G lanes a row (the two rows
 // of a warp's halves side by side when G is 16: the loop runs alike on both
@@ -625,7 +618,9 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
   const bool has_w = op.flags & FLAG_WEIGHT;
   const bool fast = float_row(x) && float_row(c) && float_row(sn) && float_row(op.out) && (!has_w || float_row(w)) &&
                     D <= 128 && op.split_dim != r;
-  if (MPK_ROPE_HALF_WARP && fast && D == 128) {
+  if (fast && D == 128) {  // half a warp a row: a chunk's KV-head task of 64 rows on
+                           // 16 warps runs 2 rounds of rows, not 4 (qwen3-8b's chunk
+                           // 1-2% faster; bench/NOTES.md, forty-sixth session)
     rope_normed_rows<16>(op, lo, hi, s);
     return;
   }
@@ -901,97 +896,6 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
       if (has_w) y *= load_elem(base(s, op.in[1]), op.in[1].dtype, offset_of(op.in[1], idx));
       store_elem(base(s, op.out), op.out.dtype, offset_of(op.out, idx), y);
     }
-  }
-}
-
-// rmsnorm_pro is rmsnorm of a 2-D x that E computes from the op's NE
-// inputs (in[0], then in[pro_first..]: a K-split's slices and the
-// residual), rounded to pro_dtype as the folded op stored it, so the norm
-// need not wait a stage for that op (lower's foldSumIntoNorm). The block
-// takes a row at a time. Where every view's rows allow 16-byte loads and a
-// row is at most NB groups of 4 a thread, a thread loads all its inputs of
-// the row at once and keeps x in registers, its weights loading during the
-// sum of squares' barriers: one round trip a row
-// (first written with x in shared memory, each thread's groups one after
-// another and the weights read after the sum of squares: 15.9 us a row on
-// qwen3-8b's chunk, against 6-7 for the plain norm; bench/NOTES.md,
-// forty-fifth session). Otherwise x goes through shared memory (smem).
-template <typename E, int NE, int NB, int N>
-__device__ void rmsnorm_pro(const Op& op, int lo, int hi, const Slots<N>& s, char* smem) {
-  static_assert(NE >= 1 && NE <= MPK_MAX_INPUTS && NB >= 1, "codegen and rmsnorm_pro disagree");
-  const View& o = op.out;
-  const View& w = op.in[op.flags & FLAG_WEIGHT ? 1 : 0];  // without a weight: x's first input, never used
-  const int64_t D = o.shape[1];
-  const bool has_w = op.flags & FLAG_WEIGHT;
-  auto ein = [&](int i) -> const View& { return op.in[i == 0 ? 0 : op.pro_first + i - 1]; };
-  bool vec = D % 4 == 0 && D <= 4 * NB * MPK_THREADS && rows4_view(w, s);
-  for (int i = 0; i < NE; ++i) vec = vec && rows4_view(ein(i), s);
-  __shared__ float scratch[32];
-  const int64_t r0 = op.split_dim == 0 ? lo : 0, r1 = op.split_dim == 0 ? hi : o.shape[0];
-  for (int64_t m = r0; m < r1; ++m) {
-    if (vec) {
-      float4 f[NB][NE], g[NB];
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {  // loads clamped to the row's last group (no branch between them)
-        const int64_t j = min(4 * ((int64_t)threadIdx.x + b * MPK_THREADS), D - 4);
-#pragma unroll
-        for (int i = 0; i < NE; ++i) {
-          const View& v = ein(i);
-          f[b][i] = ld_float4(base(s, v), v.dtype, v.offset + m * v.stride[0] + j);
-        }
-      }
-      float x[NB][4], ss = 0.f;
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        const int64_t j = 4 * ((int64_t)threadIdx.x + b * MPK_THREADS);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          double in[NE];
-#pragma unroll
-          for (int i = 0; i < NE; ++i) in[i] = e == 0 ? f[b][i].x : e == 1 ? f[b][i].y : e == 2 ? f[b][i].z : f[b][i].w;
-          const int64_t idx[2] = {m, j + e};
-          x[b][e] = (float)round_to(op.pro_dtype, E::eval(in, idx));
-          if (j < D) ss += x[b][e] * x[b][e];
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < NB; ++b)  // the weights in flight during the sum's barriers, x's inputs no longer held
-        g[b] = ld_float4(base(s, w), w.dtype, w.offset + m * w.stride[0] + min(4 * ((int64_t)threadIdx.x + b * MPK_THREADS), D - 4));
-      const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + op.eps);
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        const int64_t j = 4 * ((int64_t)threadIdx.x + b * MPK_THREADS);
-        if (j >= D) continue;
-        const float gv[4] = {g[b].x, g[b].y, g[b].z, g[b].w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float y = round_float(op.pro_dtype, x[b][e] * inv);
-          st_float(base(s, o), o.dtype, o.offset + m * o.stride[0] + (j + e) * o.stride[1], has_w ? y * gv[e] : y);
-        }
-      }
-      consumer_sync();  // scratch is the next row's
-      continue;
-    }
-    float* xs = reinterpret_cast<float*>(smem);
-    float ss = 0.f;
-    for (int64_t j = threadIdx.x; j < D; j += MPK_THREADS) {
-      double in[NE];
-      for (int i = 0; i < NE; ++i) {
-        const View& v = ein(i);
-        in[i] = load_elem(base(s, v), v.dtype, v.offset + m * v.stride[0] + j * v.stride[1]);
-      }
-      const int64_t idx[2] = {m, j};
-      const float v = (float)round_to(op.pro_dtype, E::eval(in, idx));
-      xs[j] = v;
-      ss += v * v;
-    }
-    const float inv = rsqrtf(block_sum(ss, scratch) / (float)D + op.eps);  // its barriers publish xs
-    for (int64_t j = threadIdx.x; j < D; j += MPK_THREADS) {
-      const float y = round_float(op.pro_dtype, xs[j] * inv);
-      const float gv = has_w ? (float)load_elem(base(s, w), w.dtype, w.offset + m * w.stride[0] + j * w.stride[1]) : 1.f;
-      st_float(base(s, o), o.dtype, o.offset + m * o.stride[0] + j * o.stride[1], y * gv);
-    }
-    consumer_sync();  // xs is the next row's
   }
 }
 
