@@ -284,20 +284,6 @@ def test_check_timed_schedule(core_lib, fresh_dynamo):
     assert counts == {False: (6, 0), True: (2, 2)}, counts
 
 
-def test_check_sum_norm(core_lib, fresh_dynamo):
-    """sum_norm (off by default): the RMSNorm after a 64-token chunk's
-    K-split down projection computes its x from the slices and the residual
-    itself (in both layers: layer 1's input norm and the final norm), the
-    sum still writing the residual stream beside it on a quarter of the
-    workers; the step passes the check, as without the option."""
-    labels = {}
-    for on in (False, True):
-        labels[on] = wide_chunk({"sum_norm": on}).summary.get("op_labels", [])
-    folded = [[l for l in labels[on] if l.startswith("linear_k_sum") and l.endswith("+rmsnorm")] for on in (False, True)]
-    assert folded[0] == [] and len(folded[1]) == 2, folded
-    assert labels[True].count("rmsnorm") == labels[False].count("rmsnorm") - 2, labels
-
-
 def test_check_round_gemm_inputs(core_lib, fresh_dynamo):
     """round_gemm_inputs (off by default): a 64-token chunk's GEMM streams
     read x in bf16 (the norms', the attention's and the SiLU·mul's outputs

@@ -160,20 +160,6 @@ def test_cuda_timed_schedule(core_lib, fresh_dynamo):
     assert sum(l.startswith("linear_k_sum") for l in labels) == 2, labels
 
 
-def test_cuda_sum_norm(core_lib, fresh_dynamo):
-    """sum_norm on the GPU: a 64-token chunk's norm after the K-split down
-    projection computes its x from the slices and the residual itself
-    (mpk::rmsnorm_pro) while the sum writes the residual stream beside it
-    (on 16 workers, where wide-llama's down projection takes K slices;
-    test_check_sum_norm)."""
-    lines = []
-    res = check.run_check(model="wide-llama", target="cuda", dtype="bfloat16", prefill=64, cache_tokens=16, steps=2,
-                          seed=0, workers=16, log=lines.append, mask=True, options={"sum_norm": True})
-    assert res.ok, "\n".join(lines)
-    labels = res.summary.get("op_labels", [])
-    assert sum(l.startswith("linear_k_sum") and l.endswith("+rmsnorm") for l in labels) == 2, labels
-
-
 @pytest.mark.parametrize("model,batch,prefill,workers,options", [
     ("wide-llama", 1, 64, None, {"wgmma": False}), ("wide-llama", 48, 1, 16, {"wgmma": False}),
     ("long-mlp-llama", 32, 1, 16, {"wgmma": False}), ("wide-llama", 1, 48, 16, {"pair_gemm": True, "wgmma": False})])

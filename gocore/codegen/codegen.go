@@ -642,18 +642,6 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			flags |= flagWeight
 		}
 		code = "mpk::rmsnorm(op, lo, hi, s, c.smem)"
-		if p := op.Attr.Pro; p != nil { // x computed from the prologue's inputs (lower's foldSumIntoNorm)
-			if p.Kind != ir.Elementwise || op.Out.Rank() != 2 {
-				return "", fmt.Errorf("codegen: rmsnorm op %d with a %s prologue over %d dims is not supported on the GPU (an elementwise one over rows)",
-					op.ID, p.Kind, op.Out.Rank())
-			}
-			proFirst, proDType = p.First, int(p.DType)
-			// its inputs, and the groups of 4 of a row a thread holds (longer rows take shared memory)
-			D := op.Out.Shape[1]
-			ne, nb := 1+len(op.In)-p.First, min(4, max(1, (D+4*Threads-1)/(4*Threads)))
-			code = fmt.Sprintf("mpk::rmsnorm_pro<Expr%d, %d, %d>(op, lo, hi, s, c.smem)", gen.expr(p.Expr, touchesF64(op)), ne, nb)
-			gen.smem = max(gen.smem, 4*int(D)) // a row of x
-		}
 	case ir.RoPE:
 		if p := op.Attr.Pro; p != nil { // an RMSNorm of each row first
 			proFirst, proDType, eps = p.First, int(p.DType), p.Eps

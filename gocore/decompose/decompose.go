@@ -265,9 +265,6 @@ const maxNormRegRow = 256
 // tiles chooses the output tiles of op.
 func tiles(op *ir.Op, workers int, written func(*ir.Buffer) bool) []tgraph.Box {
 	W := int64(workers)
-	if op.Kind == ir.Elementwise && op.Attr.Workers > 0 { // beside another stage, on its share (lower's foldSumIntoNorm)
-		W = min(W, op.Attr.Workers)
-	}
 	out := op.IterShape()
 	n := ir.Numel(out)
 	small := func(d int) int64 { // parts for a cheap op split along d

@@ -47,20 +47,6 @@ func taskNs(op *ir.Op, b tgraph.Box) int64 {
 		return stream.TaskNs(bytes, op.Attr.Gemm, pair, op.Out.Shape[0])
 	case ir.Attention:
 		return attentionNs
-	case ir.Elementwise:
-		if op.Attr.Workers > 0 { // beside a stage, a few tasks of many elements: by the bytes they read
-			elems := int64(1)
-			for d := range b.Lo {
-				elems *= b.Hi[d] - b.Lo[d]
-			}
-			return otherNs + int64(len(op.In))*elems*4*1000/sideBytesPerUs
-		}
 	}
 	return otherNs
 }
-
-// sideBytesPerUs is the rate at which a task of an elementwise op beside a
-// stage reads its inputs (bytes a microsecond): a qwen3-8b chunk's K-split
-// sum of 4 slices and the residual read ~40 KB a task in 9.4 us, ~6 of it
-// a task's fixed cost (bench/NOTES.md, forty-fifth session).
-const sideBytesPerUs = 12000

@@ -291,10 +291,9 @@ type FreshRows struct {
 	QDType    DType   // the rotated query's dtype (the RoPE's output)
 }
 
-// Prologue is an op folded into a Linear's load of x (or, elementwise, into
-// an RMSNorm's: lower's foldSumIntoNorm). Its inputs, viewed in x's [M, K]
-// index space, are the op's In[0] followed by In[First:]; results round to
-// DType, the folded op's output dtype.
+// Prologue is an op folded into a Linear's load of x. Its inputs, viewed in
+// x's [M, K] index space, are the Linear's In[0] followed by In[First:];
+// results round to DType, the folded op's output dtype.
 type Prologue struct {
 	// RMSNorm or Elementwise: x in the Linear's [M, K] shape is computed
 	// from In[0] (and In[First..]) at the same index. AttnMerge: In[0] is

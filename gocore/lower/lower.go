@@ -81,10 +81,6 @@ type Config struct {
 	// short last round takes slices for that round's idle workers
 	// (tailOverlapParts) and that stage's tail is not balanced.
 	TimedSchedule bool
-	// SumNorm lets the RMSNorm ahead of a chunk's GEMM streams compute its
-	// input from the K-split sum's inputs, the sum beside it
-	// (foldSumIntoNorm): one dependent stage fewer a layer.
-	SumNorm bool
 	// KVPages cuts a single sequence's decode attention into chunks of
 	// kvPagePositions positions, a unit of a KV head's query heads each
 	// (splitAttention), so that codegen can stream each task's K and V
@@ -98,7 +94,7 @@ func ConfigFor(o wire.Options) Config {
 		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks, GemmSiblings: o.GemmSiblings,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
 		PairLinears: o.PairLinears, PairGemm: o.PairGemm, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages,
-		TimedSchedule: o.TimedSchedule, SumNorm: o.SumNorm}
+		TimedSchedule: o.TimedSchedule}
 }
 
 // Lower converts a wire graph into an op graph, then runs the rewrite passes.

@@ -50,10 +50,6 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		balanceGemmTail(g, cfg.Workers, cfg.TimedSchedule)
 		g.Renumber()
 	}
-	if cfg.Workers > 0 && cfg.SumNorm { // after split_k: the sums it folds
-		foldSumIntoNorm(g, cfg.Workers)
-		g.Renumber()
-	}
 	if cfg.Workers > 0 {
 		shareSiblingWorkers(g, cfg.Workers)
 	}

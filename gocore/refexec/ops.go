@@ -179,24 +179,15 @@ func (x *exec) reduce(op *ir.Op, b tgraph.Box) error {
 }
 
 // rmsNorm follows HF: y = x·rsqrt(mean(x²)+eps) in fp32, rounded to x's
-// dtype, then times the weight. With an elementwise prologue x is computed
-// from the prologue's inputs (lower's foldSumIntoNorm), rounded to its dtype.
+// dtype, then times the weight.
 func (x *exec) rmsNorm(op *ir.Op, b tgraph.Box) error {
 	in := op.In[0]
 	r := in.Rank() - 1
-	xdt := in.DType()
-	if op.Attr.Pro != nil {
-		xdt = op.Attr.Pro.DType
-	}
 	lead := tgraph.Box{Lo: b.Lo[:r], Hi: b.Hi[:r]}
 	var xs, ws []float64
 	out := make([]int64, in.Rank())
 	return each(lead, func(idx []int64) error {
-		if op.Attr.Pro != nil {
-			xs = x.exprRow(op, idx, xs)
-		} else {
-			xs = x.row(in, idx, xs)
-		}
+		xs = x.row(in, idx, xs)
 		if op.Attr.HasWeight {
 			ws = x.row(op.In[1], idx, ws)
 		}
@@ -207,7 +198,7 @@ func (x *exec) rmsNorm(op *ir.Op, b tgraph.Box) error {
 		inv := 1 / math.Sqrt(float64(float32(ss/float64(len(xs))))+op.Attr.Eps)
 		copy(out, idx)
 		for i, v := range xs {
-			y := round(xdt, round(ir.F32, v*inv))
+			y := round(in.DType(), round(ir.F32, v*inv))
 			if op.Attr.HasWeight {
 				y *= ws[i]
 			}
@@ -216,19 +207,6 @@ func (x *exec) rmsNorm(op *ir.Op, b tgraph.Box) error {
 		}
 		return nil
 	})
-}
-
-// exprRow is the row at lead of an elementwise prologue's result, as the
-// folded op stored it (rounded to its dtype).
-func (x *exec) exprRow(op *ir.Op, lead []int64, dst []float64) []float64 {
-	pro, fake := op.Attr.Pro, &ir.Op{In: op.ProIn()}
-	idx := append(append([]int64(nil), lead...), 0)
-	dst = dst[:0]
-	for j := int64(0); j < op.Out.Shape[len(lead)]; j++ {
-		idx[len(lead)] = j
-		dst = append(dst, round(pro.DType, x.eval(fake, pro.Expr, idx)))
-	}
-	return dst
 }
 
 // rope computes x·cos + rotate_half(x)·sin, rotate_half(x) = cat(-x₂, x₁).

@@ -135,10 +135,6 @@ type Options struct {
 	// and cuts the GEMM stream after a stage with a short last round so its
 	// slices fill that round's idle workers (lower.Config).
 	TimedSchedule bool `json:"timed_schedule"`
-	// SumNorm lets the RMSNorm ahead of GEMM streams compute its input
-	// from what the elementwise op before it reads (a K-split's slices and
-	// the residual), that op running beside it (lower.Config).
-	SumNorm bool `json:"sum_norm"`
 	// KVPages makes a single sequence's fresh-row decode attention read
 	// its K and V chunks from the weight ring, streamed there by the
 	// loader ahead of the attention's inputs (lower.Config).

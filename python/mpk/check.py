@@ -428,9 +428,6 @@ LOWERING_FLAGS = (
                              "with a short last round (qwen3-8b's 64-token chunk: the down projection after the "
                              "gate/up pair) is cut as if it ran alone rather than into K slices that fill that "
                              "round's idle workers"),
-    ("sum_norm", False, "the RMSNorm ahead of a chunk's GEMM streams computes its input from the K-split sum's "
-                        "inputs, the sum running beside it on a quarter of the workers, rather than waiting a stage "
-                        "for the sum (off until timed on the GPU)"),
     ("split_rows", True, "a Linear whose x is too tall for one weight stream then reads its weights once per row"),
 )
 
