@@ -47,7 +47,9 @@ for job in ${JOBS:-check:tiny-llama}; do
   n=$((n + 1))
   echo "== $job"
   case $kind in
-    env) export "$what=$extra"; echo "$what=$extra" ;;
+    env) # a relative path that exists is made absolute (nvcc runs elsewhere)
+      [[ -n $extra && $extra != /* && -e $extra ]] && extra=$PWD/$extra
+      export "$what=$extra"; echo "$what=$extra" ;;
     core) cp ".prebuilt/$what" python/mpk/libmpkcore.so; echo "core .prebuilt/$what" ;;
     check) timeout "${JOB_TIMEOUT:-300}" python3 -m mpk check --model "$what" --target cuda --dtype bfloat16 $extra >"$W/check_${n}_$what.log" 2>&1
            tail -1 "$W/check_${n}_$what.log" ;;
