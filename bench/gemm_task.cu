@@ -36,6 +36,9 @@
 // for WGMMA=1 MPK_PROBE_GEMM_NO_X, _GEMM_NO_SYNC, _WG_NO_MMA, _WG_NO_EPI);
 // -DWGMMA=4 the experimental body of bench/wgmma_dx.cuh (no barrier a
 // block: x by bulk copies on barriers of its own, pages released in order);
+// -DWGMMA=5 the pair as bench/wgmma_p128.cuh's m64n128k16 (a page a column
+// block of both weights, x's fragments loaded once for both), the other
+// shapes as WGMMA=1;
 // -DMPK_WG_SW128=0 (WGMMA=1 or 4) pages of 64-byte swizzled column blocks;
 // probe MPK_PROBE_WG_NO_ALOAD (trace builds): no loads of x's fragments.
 // Trace builds also print a task's phases (x staged, dots done, its end,
@@ -61,6 +64,7 @@
 #include "runtime/tmaps.cuh"
 #include "tasks/tasks.cuh"
 #include "wgmma_dx.cuh"  // the experimental task bodies (bench-only)
+#include "wgmma_p128.cuh"
 #include "wgmma_ss.cuh"
 
 #if defined(MPK_PROBE_GEMM_NO_X) || defined(MPK_PROBE_GEMM_NO_SYNC) || defined(MPK_PROBE_SS_NO_XLOAD) || \
@@ -78,13 +82,14 @@ constexpr bool kProbe = false;
 // scratch_bytes is the task's shared memory besides the ring.
 // WGMMA: the pages 64-byte swizzled, the ring and x 1,024-byte aligned.
 __host__ __device__ constexpr int scratch_bytes(int M) {
-  return WGMMA == 4   ? mpk::wgmma_dx_scratch_bytes()
+  return WGMMA == 5   ? mpk::wgmma_p128_scratch_bytes()
+         : WGMMA == 4 ? mpk::wgmma_dx_scratch_bytes()
          : WGMMA == 3 ? mpk::wgmma_ss64_scratch_bytes(!MPK_GEMM_HI_ONLY)
          : WGMMA == 2 ? mpk::wgmma_ss_scratch_bytes(!MPK_GEMM_HI_ONLY)
          : WGMMA    ? mpk::wgmma_scratch_bytes()
                     : mpk::gemm_scratch_bytes(M, true);
 }
-static_assert(!MPK_WG_SW128 || WGMMA == 0 || WGMMA == 1 || WGMMA == 4,
+static_assert(!MPK_WG_SW128 || WGMMA == 0 || WGMMA == 1 || WGMMA == 4 || WGMMA == 5,
               "bench/wgmma_ss.cuh's bodies read 64-byte swizzled pages: build WGMMA=2 and 3 with -DMPK_WG_SW128=0");
 constexpr int kAlignPad = WGMMA ? 1024 : 0;  // ring_bars_bytes rounded up to 1,024 besides
 
@@ -136,6 +141,17 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     uint32_t seq = 0;
     for (int t = blockIdx.x; t < a.tasks; t += gridDim.x) {
       const int row = a.l2 ? 0 : t / a.per_layer * a.N + t % a.per_layer * mpk::kGemmRows;
+      if (WGMMA == 5 && PAIR) {  // a page a column block: the gate's rows, then the up's (two boxes)
+        for (int cb = 0; cb < K / (mpk::kWgRowBytes / 2); ++cb, ++seq) {
+          while (!ring.slot_free(seq)) {
+          }
+          uint64_t* bar = &ring.bars->full[seq % RING];
+          mpk::mbar_expect_bytes(bar, 2 * mpk::kP128HalfBytes);
+          for (int part = 0; part < 2; ++part)
+            mpk::box_load_3d(ring.page(seq) + part * mpk::kP128HalfBytes, a.maps + part, 0, row, cb, bar, policy);
+        }
+        continue;
+      }
       if (WGMMA == 1 || WGMMA >= 3) {  // 64 rows × 128 columns a page: column half after half, each weight's
         for (int h = 0; h < K / mpk::kWgPageCols; ++h)
           for (int part = 0; part < (PAIR ? 2 : 1); ++part, ++seq) {
@@ -198,14 +214,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     }
     continue;
 #endif
-    if constexpr (WGMMA == 4)
+    if constexpr (WGMMA == 5 && PAIR)
+      c.seq = mpk::linear_wgmma_p128<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+    else if constexpr (WGMMA == 4)
       c.seq = mpk::linear_wgmma_dx<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c,
                                                                                  a.maps + 2);
     else if constexpr (WGMMA == 3)
       c.seq = mpk::linear_wgmma_ss64<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else if constexpr (WGMMA == 2)
       c.seq = mpk::linear_wgmma_ss<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
-    else if constexpr (WGMMA == 1)
+    else if constexpr (WGMMA == 1 || WGMMA == 5)
       c.seq = mpk::linear_wgmma<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else
       c.seq = mpk::linear_gemm<__nv_bfloat16, K, M, true, RING, false, EPI, SHARED>(op, lo, lo + mpk::kGemmRows, a.slots, c);
@@ -249,12 +267,14 @@ static CUtensorMap encode_x(const float* x, int M, int K) {
 }
 
 // encode maps a [rows][K] bf16 matrix as mpk_launch does a GEMM page's
-// (codegen's tmapOf spec, runtime/tmaps.cuh's encoding).
-static CUtensorMap encode(const void* w, int64_t rows, int K) {
+// (codegen's tmapOf spec, runtime/tmaps.cuh's encoding); one_block: a box
+// of one column block (WGMMA=5's pair, two boxes a page).
+static CUtensorMap encode(const void* w, int64_t rows, int K, bool one_block = false) {
   mpk::TmapSpec spec = {};
   spec.box_rows = WGMMA == 1 || WGMMA >= 3 ? mpk::kWgPageRows : mpk::kGemmPageRows;
   spec.cols = (int64_t)K * 2 / mpk::kTmapUnit, spec.rows = rows, spec.row_bytes = (int64_t)K * 2;
   spec.box_cols = (WGMMA == 1 || WGMMA >= 3 ? mpk::kWgPageCols : mpk::kGemmCols) * 2 / mpk::kTmapUnit;
+  if (one_block) spec.box_cols = mpk::kWgRowBytes / mpk::kTmapUnit;
   spec.block_cols = (WGMMA == 1 || WGMMA >= 3 ? mpk::kWgRowBytes : mpk::kGemmBlockBytes) / mpk::kTmapUnit;
   spec.swizzle = WGMMA == 1 || WGMMA >= 3 ? mpk::kWgRowBytes : WGMMA ? 64 : 0;
   CUtensorMap m;
@@ -300,7 +320,9 @@ static void run(const char* name, int N, int L, int sms, double copy) {
   unsigned long long* phases;
   CK(cudaMalloc(&phases, 5 * sizeof(unsigned long long)));
   CK(cudaMemset(abort_flag, 0, 4));
-  CUtensorMap hm[3] = {encode(w[0], (int64_t)L * N, K), encode(w[PAIR ? 1 : 0], (int64_t)L * N, K), encode_x(x, M, K)};
+  const bool one_block = WGMMA == 5 && PAIR;
+  CUtensorMap hm[3] = {encode(w[0], (int64_t)L * N, K, one_block), encode(w[PAIR ? 1 : 0], (int64_t)L * N, K, one_block),
+                       encode_x(x, M, K)};
   CK(cudaMalloc(&maps, sizeof(hm)));
   CK(cudaMemcpy(maps, hm, sizeof(hm), cudaMemcpyHostToDevice));
   CK(cudaFuncSetAttribute(gemm_tasks<K, M, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
