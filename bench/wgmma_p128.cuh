@@ -21,8 +21,20 @@
 // fragments loaded twice, as many loads as linear_wgmma's).
 #pragma once
 #include "tasks/wgmma.cuh"
+#include "wgmma_ss.cuh"  // ss_fast_x
 
 namespace mpk {
+
+// An accumulator's operands in a wgmma's inline asm, 8 and 32 at a time.
+#define WG_ACC8(d, i)                                                                                   \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define WG_ACC32(d, i) WG_ACC8(d, i), WG_ACC8(d, i + 8), WG_ACC8(d, i + 16), WG_ACC8(d, i + 24)
+// The asm's names of 64 accumulators.
+#define WG_D64                                                                                                  \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "      \
+  "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 
 // wgmma_rs_128: D[64][128] += A[64][16] (registers) · B[16][128] (shared
 // memory, descriptor b), bf16 in, fp32 accumulate.
@@ -30,19 +42,9 @@ __device__ __forceinline__ void wgmma_rs_128(float (&d)[64], const uint32_t (&a)
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      WG_D64
       "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : WG_ACC32(d, 0), WG_ACC32(d, 32)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
@@ -69,8 +71,7 @@ __device__ __forceinline__ uint32_t linear_wgmma_p128(const Op& op, int lo, int 
   constexpr int NB = 2;  // x's staged blocks
   const View& x = op.in[0];
   const bool rows4 = rows4_ok<K>(x, s);
-  const bool copy = x.dtype == DT_FLOAT32 && float_row2(x) && x.stride[0] % 4 == 0 &&
-                    (reinterpret_cast<uintptr_t>(base(s, x)) + x.offset * 4) % 16 == 0;
+  const bool copy = ss_fast_x(x, s);  // as linear_wgmma's
   float* xs = reinterpret_cast<float*>(c.smem);
   auto buffer = [&](int kb) { return xs + kb % NB * 64 * kWgPitch; };
   const Ring<P> ring = ring_at<P>(c.ring);
