@@ -24,6 +24,17 @@ def test_cuda_steps_bf16_rule(core_lib, fresh_dynamo, model):
     assert lines[-1].startswith("PASS rel_err=")
 
 
+@pytest.mark.parametrize("prefill", [1, 33])
+def test_cuda_rope_rows_of_128(core_lib, fresh_dynamo, prefill):
+    """Qwen3's q/k norm and RoPE on rows of 128 (wide-qwen3), half a warp a
+    row: a decode step, and a 33-token chunk whose KV-head tasks end on an
+    odd row (the warp's other half repeats it and stores nothing)."""
+    lines = []
+    res = check.run_check(model="wide-qwen3", target="cuda", dtype="bfloat16", prefill=prefill, cache_tokens=16,
+                          steps=2, seed=0, log=lines.append)
+    assert res.ok, "\n".join(lines)
+
+
 def test_cuda_long_cache_mostly_empty(core_lib, fresh_dynamo):
     """300 live positions in a cache of 1,024, with a mask: the chunks past
     the mask's extent are skipped on the GPU, and (16 workers) the live ones
