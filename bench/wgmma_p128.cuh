@@ -21,32 +21,10 @@
 // fragments loaded twice, as many loads as linear_wgmma's).
 #pragma once
 #include "tasks/wgmma.cuh"
-#include "wgmma_ss.cuh"  // ss_fast_x
+#include "wgmma_ops.cuh"  // wgmma_rs_128
+#include "wgmma_ss.cuh"   // ss_fast_x
 
 namespace mpk {
-
-// An accumulator's operands in a wgmma's inline asm, 8 and 32 at a time.
-#define WG_ACC8(d, i)                                                                                   \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
-      "+f"(d[i + 7])
-#define WG_ACC32(d, i) WG_ACC8(d, i), WG_ACC8(d, i + 8), WG_ACC8(d, i + 16), WG_ACC8(d, i + 24)
-// The asm's names of 64 accumulators.
-#define WG_D64                                                                                                  \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "      \
-  "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-
-// wgmma_rs_128: D[64][128] += A[64][16] (registers) · B[16][128] (shared
-// memory, descriptor b), bf16 in, fp32 accumulate.
-__device__ __forceinline__ void wgmma_rs_128(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      WG_D64
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : WG_ACC32(d, 0), WG_ACC32(d, 32)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
 
 constexpr int kP128HalfBytes = kWgBlockBytes;  // one weight's column block in a page: 64 rows x 128 bytes
 
