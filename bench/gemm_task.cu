@@ -38,9 +38,9 @@
 // block: x by bulk copies on barriers of its own, pages released in order);
 // -DWGMMA=5 the pair as bench/wgmma_p128.cuh's m64n128k16 (a page a column
 // block of both weights, x's fragments loaded once for both), the other
-// shapes as WGMMA=1; -DWGMMA=6 the 64-row pair as bench/wgmma_xb.cuh's
-// (x as two bf16 planes staged by TMA, wgmma's B; the page its A), the other
-// shapes as WGMMA=1;
+// shapes as WGMMA=1; -DWGMMA=6 mpk::linear_wgmma with a split x (the
+// split_gemm_x option's body, linear_wgmma_split: x stored as bf16 hi and lo
+// planes, made here by the host, staged by its tensor map as wgmma's B);
 // -DMPK_WG_SW128=0 (WGMMA=1 or 4) pages of 64-byte swizzled column blocks;
 // probe MPK_PROBE_WG_NO_ALOAD (trace builds): no loads of x's fragments.
 // Trace builds also print a task's phases (x staged, dots done, its end,
@@ -67,7 +67,6 @@
 #include "tasks/tasks.cuh"
 #include "wgmma_dx.cuh"  // the experimental task bodies (bench-only)
 #include "wgmma_p128.cuh"
-#include "wgmma_xb.cuh"
 #include "wgmma_ss.cuh"
 
 #if defined(MPK_PROBE_GEMM_NO_X) || defined(MPK_PROBE_GEMM_NO_SYNC) || defined(MPK_PROBE_SS_NO_XLOAD) || \
@@ -85,9 +84,7 @@ constexpr bool kProbe = false;
 // scratch_bytes is the task's shared memory besides the ring.
 // WGMMA: the pages 64-byte swizzled, the ring and x 1,024-byte aligned.
 __host__ __device__ constexpr int scratch_bytes(int M) {
-  return WGMMA == 6   ? (mpk::wgmma_xb_scratch_bytes() > mpk::wgmma_scratch_bytes() ? mpk::wgmma_xb_scratch_bytes()
-                                                                                   : mpk::wgmma_scratch_bytes())
-         : WGMMA == 5 ? mpk::wgmma_p128_scratch_bytes()
+  return WGMMA == 5 ? mpk::wgmma_p128_scratch_bytes()
          : WGMMA == 4 ? mpk::wgmma_dx_scratch_bytes()
          : WGMMA == 3 ? mpk::wgmma_ss64_scratch_bytes(!MPK_GEMM_HI_ONLY)
          : WGMMA == 2 ? mpk::wgmma_ss_scratch_bytes(!MPK_GEMM_HI_ONLY)
@@ -118,7 +115,7 @@ struct SiluMul {
 
 struct Args {
   mpk::Slots<kSlots> slots;
-  const CUtensorMap* maps;  // the first weight's, the pair's second, then x's (WGMMA=4) or its hi and lo planes (6)
+  const CUtensorMap* maps;  // the first weight's, the pair's second, then x's (WGMMA=4 and 6)
   const int32_t* abort;
   int tasks, per_layer, N;  // tasks in all; a layer's; weight rows a layer
   bool l2;                  // every task the same rows
@@ -196,10 +193,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     op.epi_dtype = mpk::DT_FLOAT32;
     op.xkey = -1;
     op.in[0] = view2(0, 0, M, K);
+    if (WGMMA == 6) op.in[0].dtype = mpk::DT_SPLIT_BF16, op.in[0].tmap = 1;  // maps[2]: Ctx.tmaps's first
     op.in[1] = view2(1, 0, a.N, K);
     op.in[1].dtype = mpk::DT_BFLOAT16;
   }
-  mpk::Ctx c{smem + mpk::ring_bars_bytes<RING>() + RING * mpk::kPageBytes, smem, 0, a.abort, false};
+  mpk::Ctx c{smem + mpk::ring_bars_bytes<RING>() + RING * mpk::kPageBytes, smem, 0, a.abort, false,
+             reinterpret_cast<const char*>(a.maps + 2)};
 #ifdef MPK_TRACE
   unsigned long long phase[5] = {0, 0, 0, 0, 0};  // thread 0's sums: staged, dots, end, stall, tasks
 #endif
@@ -219,9 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
     }
     continue;
 #endif
-    if constexpr (WGMMA == 6 && PAIR && M == 64)
-      c.seq = mpk::linear_wgmma_xb<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c,
-                                                                                 a.maps + 2);
+    if constexpr (WGMMA == 6)
+      c.seq = mpk::linear_wgmma<__nv_bfloat16, K, M, true, RING, false, EPI, true>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else if constexpr (WGMMA == 5 && PAIR)
       c.seq = mpk::linear_wgmma_p128<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else if constexpr (WGMMA == 4)
@@ -231,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_tasks(const Args a) {
       c.seq = mpk::linear_wgmma_ss64<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else if constexpr (WGMMA == 2)
       c.seq = mpk::linear_wgmma_ss<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
-    else if constexpr (WGMMA == 1 || WGMMA >= 5)
-      c.seq = mpk::linear_wgmma<__nv_bfloat16, K, M, true, RING, false, EPI>(op, lo, lo + mpk::kGemmRows, a.slots, c);
+    else if constexpr (WGMMA == 1 || WGMMA == 5)
+      c.seq = mpk::linear_wgmma<__nv_bfloat16, K, M, true, RING, false, EPI, false>(op, lo, lo + mpk::kGemmRows, a.slots, c);
     else
       c.seq = mpk::linear_gemm<__nv_bfloat16, K, M, true, RING, false, EPI, SHARED>(op, lo, lo + mpk::kGemmRows, a.slots, c);
 #ifdef MPK_TRACE
@@ -271,6 +269,16 @@ static CUtensorMap encode_x(const float* x, int M, int K) {
   CK_DRIVER(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(x), dims, strides, box,
                                    step, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  return m;
+}
+
+// encode_split_x maps a split x as mpk_launch does (codegen's splitXMap).
+static CUtensorMap encode_split_x(const float* x, int M, int K) {
+  mpk::TmapSpec spec = {};
+  spec.cols = K / mpk::kSplitGroup, spec.rows = M, spec.row_bytes = (int64_t)K * 4, spec.box_rows = M <= 32 ? 32 : 64;
+  spec.swizzle = 128, spec.split_x = 1;
+  CUtensorMap m;
+  CK_DRIVER(mpk::encode_split_x_map(cuTensorMapEncodeTiled, &m, spec, x));
   return m;
 }
 
@@ -329,21 +337,19 @@ static void run(const char* name, int N, int L, int sms, double copy) {
   CK(cudaMalloc(&phases, 5 * sizeof(unsigned long long)));
   CK(cudaMemset(abort_flag, 0, 4));
   const bool one_block = WGMMA == 5 && PAIR;
-  // WGMMA=6: x as two bf16 planes, hi and lo (x - hi), a box a column block of 64 rows
-  const bool planes = WGMMA == 6 && PAIR && M == 64;
-  void* xp[2] = {nullptr, nullptr};
-  if (planes) {
-    std::vector<uint16_t> hp[2] = {std::vector<uint16_t>(hx.size()), std::vector<uint16_t>(hx.size())};
-    for (size_t i = 0; i < hx.size(); ++i)
-      hp[0][i] = to_bf16(hx[i]), hp[1][i] = to_bf16((float)(hx[i] - from_bf16(hp[0][i])));
-    for (int p = 0; p < 2; ++p) {
-      CK(cudaMalloc(&xp[p], hx.size() * 2));
-      CK(cudaMemcpy(xp[p], hp[p].data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  // WGMMA=6: x split as the megakernel's ops store it (runtime.cuh's
+  // split_store: each group of 64 elements' hi values, then their lo), in
+  // x's own buffer (the same bytes as fp32), and its tensor map.
+  if (WGMMA == 6) {
+    std::vector<uint16_t> hs(2 * hx.size());
+    for (size_t i = 0; i < hx.size(); ++i) {
+      const uint16_t hi = to_bf16(hx[i]);
+      hs[mpk::split_at(i)] = hi, hs[mpk::split_at(i) + mpk::kSplitGroup] = to_bf16((float)(hx[i] - from_bf16(hi)));
     }
+    CK(cudaMemcpy(x, hs.data(), hs.size() * 2, cudaMemcpyHostToDevice));
   }
-  const CUtensorMap xm = planes ? encode(xp[0], M, K, true) : encode_x(x, M, K);
-  CUtensorMap hm[4] = {encode(w[0], (int64_t)L * N, K, one_block), encode(w[PAIR ? 1 : 0], (int64_t)L * N, K, one_block),
-                       xm, planes ? encode(xp[1], M, K, true) : xm};
+  CUtensorMap hm[3] = {encode(w[0], (int64_t)L * N, K, one_block), encode(w[PAIR ? 1 : 0], (int64_t)L * N, K, one_block),
+                       WGMMA == 6 ? encode_split_x(x, M, K) : encode_x(x, M, K)};
   CK(cudaMalloc(&maps, sizeof(hm)));
   CK(cudaMemcpy(maps, hm, sizeof(hm), cudaMemcpyHostToDevice));
   CK(cudaFuncSetAttribute(gemm_tasks<K, M, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -405,8 +411,6 @@ static void run(const char* name, int N, int L, int sms, double copy) {
   CK(cudaFree(w[0]));
   if (PAIR) CK(cudaFree(w[1]));
   CK(cudaFree(x));
-  for (void* p : xp)
-    if (p) CK(cudaFree(p));
   CK(cudaFree(out));
   CK(cudaFree(abort_flag));
   CK(cudaFree(phases));
@@ -419,7 +423,7 @@ int main() {
   const double copy = copy_bandwidth();  // as bench/decode.py's floor and gemm_pages.cu: bytes over the copy rate
   if (WGMMA == 4) printf("wgmma-dx: x %s\n", DX_XMAP ? "one 3-D box a block (DX_XMAP)" : "a bulk copy a row");
   printf("%s, ring %d pages, HI_ONLY %d, WARP_MTILES %d, BLOCKED_PAGES %d, probe %d; %d SMs, copy %.0f GB/s\n",
-         WGMMA == 6 ? "wgmma-xb" : WGMMA == 5 ? "wgmma-p128" : WGMMA == 4 ? "wgmma-dx" : WGMMA == 3 ? "wgmma-ss64" : WGMMA == 2 ? "wgmma-ss" : WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES,
+         WGMMA == 6 ? "wgmma-split" : WGMMA == 5 ? "wgmma-p128" : WGMMA == 4 ? "wgmma-dx" : WGMMA == 3 ? "wgmma-ss64" : WGMMA == 2 ? "wgmma-ss" : WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES,
          MPK_GEMM_BLOCKED_PAGES, (int)kProbe, sms, copy / 1e9);
 #ifdef QWEN8B
   // qwen3-8b's 64-token chunk: the pair (192 tasks a layer, K 4,096), a row

@@ -1,21 +1,13 @@
 // wgmma's m64n128k16 and m64n256k16 forms for the bench's bodies
-// (tasks/wgmma.cuh has rs_64, wgmma_ss.cuh ss_64): A from registers (rs) or
-// a descriptor (ss), bf16 in, fp32 accumulate.
+// (tasks/wgmma.cuh has rs_64, tasks/wgmma_ops.cuh ss_64 and ss_128 and the
+// operand macros): A from registers (rs) or a descriptor (ss), bf16 in,
+// fp32 accumulate.
 #pragma once
 #include <stdint.h>
 
-namespace mpk {
+#include "tasks/wgmma_ops.cuh"
 
-// An accumulator's operands in a wgmma's inline asm, 8 and 32 at a time.
-#define WG_ACC8(d, i)                                                                                   \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
-      "+f"(d[i + 7])
-#define WG_ACC32(d, i) WG_ACC8(d, i), WG_ACC8(d, i + 8), WG_ACC8(d, i + 16), WG_ACC8(d, i + 24)
-// The asm's names of 64 accumulators.
-#define WG_D64                                                                                                  \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
-  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "      \
-  "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+namespace mpk {
 
 // wgmma_rs_128: D[64][128] += A[64][16] (registers) · B[16][128] (shared
 // memory, descriptor b), bf16 in, fp32 accumulate.
@@ -35,16 +27,6 @@ __device__ __forceinline__ void wgmma_rs_128(float (&d)[64], const uint32_t (&a)
          "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, "     \
          "%103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, " \
          "%120, %121, %122, %123, %124, %125, %126, %127"
-
-__device__ __forceinline__ void wgmma_ss_128(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      WG_D64
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : WG_ACC32(d, 0), WG_ACC32(d, 32)
-      : "l"(a), "l"(b), "r"(1));
-}
 
 __device__ __forceinline__ void wgmma_rs_256(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
   asm volatile(

@@ -265,21 +265,6 @@ __device__ __forceinline__ uint32_t linear_wgmma_ss(const Op& op, int lo, int hi
   return seq;
 }
 
-// d[32] += A(desc a) · B(desc b): m64n64k16, bf16 in, fp32 accumulate.
-__device__ __forceinline__ void wgmma_ss_64(float (&d)[32], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(1));
-}
-
 // linear_wgmma_ss64 (bench/gemm_task.cu -DWGMMA=3, an experiment): as
 // linear_wgmma_ss, but each page holds 64 weight rows × 128 columns (four
 // column blocks of 64 rows, 4 KB each), so a wgmma takes all 64 rows of a

@@ -259,13 +259,34 @@ def test_cuda_wgmma(core_lib, fresh_dynamo, model, batch, prefill, workers, mask
     streams on Hopper's wgmma (mpk::linear_wgmma: x as A from registers,
     64-row swizzled pages as B): 64 tokens, 48 rows and 32 (tokens past x's
     rows: A rows whose products are never stored), and a 128-token chunk in
-    blocks of 64, with and without a mask; gate and up paired."""
+    blocks of 64, with and without a mask; gate and up paired. (split_gemm_x
+    off: x split in registers, as for an x another op reads;
+    test_cuda_split_gemm_x runs the default.)"""
     lines = []
     res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
-                          seed=0, workers=workers, log=lines.append, mask=mask, options={"wgmma": True})
+                          seed=0, workers=workers, log=lines.append, mask=mask,
+                          options={"wgmma": True, "split_gemm_x": False})
     assert res.ok, "\n".join(lines)
     src = res.compiled.sources["module.cu"]
     assert "mpk::linear_wgmma<" in src and "mpk::linear_gemm<" not in src
+
+
+@pytest.mark.parametrize("model,batch,prefill,workers,mask", [
+    ("wide-llama", 1, 64, None, True), ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False),
+    ("wide-llama", 1, 128, 16, True), ("wide-qwen3", 1, 33, None, True)])
+def test_cuda_split_gemm_x(core_lib, fresh_dynamo, model, batch, prefill, workers, mask):
+    """split_gemm_x (on by default) on the GPU: test_cuda_wgmma's steps with
+    every GEMM stream's x stored as bf16 hi and lo planes by the norm, the
+    attention merge and the gate/up pair's epilogue, and staged by tensor-map
+    copies as wgmma's B (mpk::linear_wgmma_split): 64 tokens, 48 rows and 32
+    (x's boxes of 64 and 32 rows, the rows past x's zero-filled), a 128-token
+    chunk in blocks of 64, and a 33-token qwen3 chunk, with the bf16 rule."""
+    lines = []
+    res = check.run_check(model=model, target="cuda", batch=batch, prefill=prefill, cache_tokens=16, steps=2,
+                          seed=0, workers=workers, log=lines.append, mask=mask, options={"split_gemm_x": True})
+    assert res.ok, "\n".join(lines)
+    xs = re.findall(r"mpk::linear_wgmma<[^;]*, (true|false)>\(", res.compiled.sources["module.cu"])
+    assert "true" in xs, xs  # the template's XS (an x some other op reads or writes is not split)
 
 
 @pytest.mark.parametrize("model,batch,prefill,mask", [("wide-llama", 1, 64, True), ("wide-llama", 64, 1, False)])

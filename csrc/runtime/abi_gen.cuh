@@ -11,7 +11,7 @@
 
 namespace mpk {
 
-enum DType : int32_t { DT_FLOAT32 = 0, DT_BFLOAT16 = 1, DT_FLOAT16 = 2, DT_FLOAT64 = 3, DT_INT64 = 4, DT_INT32 = 5, DT_INT16 = 6, DT_INT8 = 7, DT_UINT8 = 8, DT_BOOL = 9, };
+enum DType : int32_t { DT_FLOAT32 = 0, DT_BFLOAT16 = 1, DT_FLOAT16 = 2, DT_FLOAT64 = 3, DT_INT64 = 4, DT_INT32 = 5, DT_INT16 = 6, DT_INT8 = 7, DT_UINT8 = 8, DT_BOOL = 9, DT_SPLIT_BF16 = 10, };
 
 enum OpKind : int32_t { OP_ELEMENTWISE = 0, OP_REDUCE = 1, OP_RMSNORM = 2, OP_ROPE = 3, OP_LINEAR = 4, OP_MATMUL = 5, OP_ATTENTION = 6, OP_EMBEDDING = 7, OP_CAT = 8, OP_KV_WRITE = 9, OP_COPY = 10, OP_GATHER = 11, OP_ATTN_MERGE = 12, OP_EMPTY = 13, OP_MASK_EXTENT = 14, };
 
@@ -23,7 +23,7 @@ struct View {
   int32_t slot;  // pointer slot: input, output or the arena
   int32_t dtype;  // DType code
   int32_t rank;
-  int32_t pad;
+  int32_t tmap;  // a GEMM stream's split x (DT_SPLIT_BF16): 1 + its tensor map's index in kTmaps; 0: none
   int64_t offset;  // in elements from the slot's base
   int64_t shape[MPK_MAX_RANK];
   int64_t stride[MPK_MAX_RANK];  // in elements
@@ -84,6 +84,7 @@ struct TmapSpec {
   int32_t box_cols;  // 8-byte units of a row a box holds (at most 256)
   int32_t block_cols;  // GEMM pages: 8-byte units of a column block (the box lands block after block); 0: row after row
   int32_t swizzle;  // bytes a block's rows are swizzled over as wgmma reads them (128: a wgmma stream's pages); 0: none
+  int32_t split_x;  // 1: a split GEMM x (cols: its rows' 64-element groups; a box both planes of one group), not weights
 };
 
 }  // namespace mpk

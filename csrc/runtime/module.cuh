@@ -351,7 +351,8 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1)
     if (task.op >= 0) {
       // A streamed Linear finds x already staged when the previous task
       // staged the same x (q, k and v read one normalised row).
-      const mpk::Ctx c{smem + kScratchOffset, smem, seq, st.abort, f.op.xkey >= 0 && f.op.xkey == s_xkey};
+      const mpk::Ctx c{smem + kScratchOffset, smem, seq, st.abort, f.op.xkey >= 0 && f.op.xkey == s_xkey,
+                       static_cast<const char*>(st.tmaps)};
 #if defined(MPK_TRACE) && defined(MPK_PROBE_WARM)
       // Probe (not for use): an attention task runs twice and is timed the
       // second time, its code and data warm; what it writes is the same.
@@ -466,10 +467,12 @@ static int32_t update_tmaps(MpkInstance* inst, void* const* slot_ptrs, cudaStrea
       return 1;
     }
     const bool blocks = MPK_GEMM_BLOCKED_PAGES && m.block_cols > 0;  // a GEMM page's map: 3-D
-    const CUresult r = mpk::encode_page_map(encode_tiled(), &inst->tmaps_host[i], m, base, blocks);
+    const CUresult r = m.split_x ? mpk::encode_split_x_map(encode_tiled(), &inst->tmaps_host[i], m, base)
+                                 : mpk::encode_page_map(encode_tiled(), &inst->tmaps_host[i], m, base, blocks);
     if (r != CUDA_SUCCESS) {
-      snprintf(err, errlen, "cuTensorMapEncodeTiled (pointer slot %d, %lld x %lld units of 8 bytes, rank %d): CUresult %d", m.slot,
-               (long long)m.rows, (long long)m.cols, blocks ? 3 : 2, (int)r);
+      snprintf(err, errlen, "cuTensorMapEncodeTiled (pointer slot %d, %lld x %lld %s, rank %d): CUresult %d", m.slot,
+               (long long)m.rows, (long long)m.cols, m.split_x ? "groups of a split x" : "units of 8 bytes",
+               m.split_x ? 4 : blocks ? 3 : 2, (int)r);
       return 1;
     }
     inst->tmap_bases[i] = base;

@@ -89,6 +89,22 @@ __device__ __forceinline__ void box_load_3d(void* dst, const void* tmap, int x, 
       : "memory");
 }
 
+// box_load_4d copies the box at (x, y, z, w) of a 4-D tensor map (a split
+// GEMM x's: tmaps.cuh's encode_split_x_map), as box_load.
+__device__ __forceinline__ void box_load_4d(void* dst, const void* tmap, int x, int y, int z, int w, uint64_t* bar,
+                                            uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
+      "%4, %5}], [%6], %7;" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(smem_u32(bar)), "l"(policy)
+      : "memory");
+}
+
+// mbar_inval ends a barrier's use, so its bytes may serve as anything else.
+__device__ __forceinline__ void mbar_inval(uint64_t* bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
 // The barriers of a ring of P pages, in shared memory.
 template <int P>
 struct RingBars {

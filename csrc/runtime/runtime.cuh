@@ -24,14 +24,16 @@ struct Slots {
 
 // What a task gets from its worker besides its op (by value: a reference
 // would put it in local memory): the task scratch in shared memory, the
-// worker's weight ring and the consumers' place in it, the abort flag, and
-// whether x for this (streamed Linear) task is already staged in scratch.
+// worker's weight ring and the consumers' place in it, the abort flag,
+// whether x for this (streamed Linear) task is already staged in scratch,
+// and the tensor maps.
 struct Ctx {
   char* smem;
   char* ring;
   uint32_t seq;
   const int32_t* abort;
   bool x_ready;
+  const char* tmaps;  // the instance's tensor maps (State.tmaps): a split x's (View.tmap)
 };
 
 template <int N>
@@ -41,11 +43,29 @@ __device__ __forceinline__ char* base(const Slots<N>& s, const View& v) {
 
 __device__ __forceinline__ int64_t dtype_size(int32_t dt) {
   switch (dt) {
-    case DT_FLOAT32: case DT_INT32: return 4;
+    case DT_FLOAT32: case DT_INT32: case DT_SPLIT_BF16: return 4;
     case DT_BFLOAT16: case DT_FLOAT16: case DT_INT16: return 2;
     case DT_FLOAT64: case DT_INT64: return 8;
     default: return 1;
   }
+}
+
+// A split buffer (DT_SPLIT_BF16, codegen's splitX) is an fp32 temporary
+// that wgmma GEMM streams read as x: element i (from its slot's base) is
+// stored as hi = bf16(v) and lo = bf16(v - hi) (v to ~16 significant bits,
+// the split the GEMM made in registers), each group of 64 elements as its
+// 64 hi values, then its 64 lo values: 256 bytes, the group's fp32 bytes.
+// split_at is where element i's hi value sits, in bf16 elements from the
+// base; its lo value sits kSplitGroup after it.
+constexpr int kSplitGroup = 64;
+__host__ __device__ __forceinline__ int64_t split_at(int64_t i) { return 2 * i - (i & (kSplitGroup - 1)); }
+
+// split_store stores v at element i of a split buffer.
+__device__ __forceinline__ void split_store(char* p, int64_t i, float v) {
+  const __nv_bfloat16 hi = __float2bfloat16_rn(v), lo = __float2bfloat16_rn(v - __bfloat162float(hi));
+  __nv_bfloat16* at = reinterpret_cast<__nv_bfloat16*>(p) + split_at(i);
+  at[0] = hi;
+  at[kSplitGroup] = lo;
 }
 
 // dtype_of is the dtype code of a float element type.
@@ -77,6 +97,11 @@ __device__ __noinline__ double load_elem(const char* p, int32_t dt, int64_t i) {
       return __half2float(__ushort_as_half(b));
     }
     case DT_FLOAT64: return __ldcg(reinterpret_cast<const double*>(p) + i);
+    case DT_SPLIT_BF16: {
+      const unsigned short* at = reinterpret_cast<const unsigned short*>(p) + split_at(i);
+      return (double)__uint_as_float(static_cast<unsigned>(__ldcg(at)) << 16) +
+             (double)__uint_as_float(static_cast<unsigned>(__ldcg(at + kSplitGroup)) << 16);
+    }
     case DT_INT64: return (double)__ldcg(reinterpret_cast<const long long*>(p) + i);
     case DT_INT32: return (double)__ldcg(reinterpret_cast<const int*>(p) + i);
     case DT_INT16: return (double)reinterpret_cast<const volatile short*>(p)[i];
@@ -91,6 +116,7 @@ __device__ __noinline__ void store_elem(char* p, int32_t dt, int64_t i, double v
     case DT_BFLOAT16: reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn((float)v); break;
     case DT_FLOAT16: reinterpret_cast<__half*>(p)[i] = __float2half_rn((float)v); break;
     case DT_FLOAT64: reinterpret_cast<double*>(p)[i] = v; break;
+    case DT_SPLIT_BF16: split_store(p, i, (float)v); break;
     case DT_INT64: reinterpret_cast<long long*>(p)[i] = (long long)v; break;
     case DT_INT32: reinterpret_cast<int*>(p)[i] = (int)v; break;
     case DT_INT16: reinterpret_cast<short*>(p)[i] = (short)v; break;
@@ -103,7 +129,7 @@ __device__ __noinline__ void store_elem(char* p, int32_t dt, int64_t i, double v
 // round_to gives the value v takes when stored as dt (eager rounds every op).
 __device__ __noinline__ double round_to(int32_t dt, double v) {
   switch (dt) {
-    case DT_FLOAT32: return (double)(float)v;
+    case DT_FLOAT32: case DT_SPLIT_BF16: return (double)(float)v;
     case DT_BFLOAT16: return (double)__bfloat162float(__float2bfloat16_rn((float)v));
     case DT_FLOAT16: return (double)__half2float(__float2half_rn((float)v));
     case DT_FLOAT64: return v;

@@ -38,6 +38,22 @@ inline CUresult encode_page_map(Encode encode, CUtensorMap* map, const TmapSpec&
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// encode_split_x_map writes the tensor map of a split GEMM x (codegen's
+// splitXMap): 4-D, (a plane's 64 bf16 of a group, the two planes, the row's
+// groups, the rows), whose box is one group of box_rows rows, both planes,
+// 128-byte swizzled: it lands as 2·box_rows rows of 128 bytes, row m's hi
+// then its lo, K-major as wgmma reads B (tasks/wgmma.cuh, linear_wgmma's
+// XS). Rows past the x's are filled with zeros.
+template <typename Encode>
+inline CUresult encode_split_x_map(Encode encode, CUtensorMap* map, const TmapSpec& s, const void* base) {
+  const cuuint64_t dims[4] = {(cuuint64_t)kSplitGroup, 2, (cuuint64_t)s.cols, (cuuint64_t)s.rows},
+                   strides[3] = {kSplitGroup * 2, 2 * kSplitGroup * 2, (cuuint64_t)s.row_bytes};
+  const cuuint32_t box[4] = {(cuuint32_t)kSplitGroup, 2, 1, (cuuint32_t)s.box_rows}, step[4] = {1, 1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box, step,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
 // page_map_x is the box coordinate of a page that starts col bytes into its
 // rows: in units, or, for a GEMM page's 3-D map, in column blocks of
 // block_bytes (StreamDesc.block_bytes; 0: a 2-D map).

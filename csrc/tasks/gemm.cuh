@@ -250,8 +250,10 @@ __device__ __forceinline__ void gemm_store_sums(const Op& op, int lo, int hi, co
   constexpr bool kEpi = !std::is_same<EPI, NoEpi>::value;
   constexpr int NI = kEpi ? kMaxEpiInputs : 1;  // the epilogue's inputs, or the residual
   const int n_in = kEpi ? op.num_in - op.epi_first : RESID;
-  bool fast = (kEpi ? epi_fast(op) : float_row2(op.out) && (!RESID || float_row2(op.in[2]))) &&
-              rows_fit(op.out, M);
+  // (A split output's fast stores index from out.offset + lo: its groups
+  // start there, so the layout's element numbering holds from it.)
+  bool fast = (kEpi ? epi_fast(op) : op.out.rank == 2 && out_row(op.out) && (!RESID || float_row2(op.in[2]))) &&
+              rows_fit(op.out, M) && (op.out.dtype != DT_SPLIT_BF16 || (op.out.offset + lo) % kSplitGroup == 0);
   RowOf in[NI];
 #pragma unroll
   for (int j = 0; j < NI; ++j) {

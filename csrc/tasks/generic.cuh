@@ -135,10 +135,19 @@ __device__ __forceinline__ float ld_typed(const __half* p) {
   return __half2float(__ushort_as_half(__ldcg(reinterpret_cast<const unsigned short*>(p))));
 }
 
+// st_float stores element i of a float-kind array, or of a split one (a
+// GEMM's x: split_store).
 __device__ __forceinline__ void st_float(char* p, int32_t dt, int64_t i, float v) {
   if (dt == DT_FLOAT32) reinterpret_cast<float*>(p)[i] = v;
   else if (dt == DT_BFLOAT16) reinterpret_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  else if (dt == DT_SPLIT_BF16) split_store(p, i, v);
   else reinterpret_cast<__half*>(p)[i] = __float2half_rn(v);
+}
+
+// out_row: v is a float-kind row an op may store to with st_float, or a
+// split one (no loads: ld_float does not read split arrays).
+__device__ __forceinline__ bool out_row(const View& v) {
+  return (float_kind(v.dtype) || v.dtype == DT_SPLIT_BF16) && v.stride[v.rank - 1] == 1;
 }
 
 // rows4_view: v is 2-D rows of floats in groups of 4 (last dim contiguous,
@@ -793,7 +802,7 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = MPK_THREADS / 32;
   constexpr int kMaxPer = 8;  // fast path: rows of up to 256 elements held in registers
-  if (float_row(x) && float_row(op.out) && (!has_w || float_row(op.in[1])) && D % 32 == 0 && D <= 32 * kMaxPer &&
+  if (float_row(x) && out_row(op.out) && (!has_w || float_row(op.in[1])) && D % 32 == 0 && D <= 32 * kMaxPer &&
       (r == 0 || op.split_dim != r)) {
     const int per = (int)(D / 32);
     const View& wv = has_w ? op.in[1] : x;
@@ -839,7 +848,7 @@ __device__ void rmsnorm(const Op& op, int lo, int hi, const Slots<N>& s, char*) 
     for (int d = 0; d < r; ++d) ok = ok && v.stride[d] % 4 == 0;
     return ok;
   };
-  if (float_row(x) && float_row(op.out) && (!has_w || float_row(op.in[1])) && D % 4 == 0 && D <= 4 * kQ * MPK_THREADS &&
+  if (float_row(x) && out_row(op.out) && (!has_w || float_row(op.in[1])) && D % 4 == 0 && D <= 4 * kQ * MPK_THREADS &&
       aligned4(x) && (!has_w || aligned4(op.in[1])) && (r == 0 || op.split_dim != r)) {
     const View& w = has_w ? op.in[1] : x;
     __shared__ float scratch[32];

@@ -433,7 +433,7 @@ struct EpiIn {
 };
 
 __device__ __forceinline__ bool epi_fast(const Op& op) {
-  bool ok = float_row2(op.out);
+  bool ok = op.out.rank == 2 && out_row(op.out);  // stored with st_float at its element's index
   for (int j = op.epi_first; j < op.num_in; ++j) ok = ok && float_row2(op.in[j]);
   return ok;
 }
@@ -522,7 +522,7 @@ __device__ __forceinline__ void store_out(const Op& op, int64_t m, int64_t n, fl
       st_float(base(s, op.out), op.out.dtype, op.out.offset + m * op.out.stride[0] + n, v);
       return;
     }
-  } else if (float_row2(op.out) && (!RESID || float_row2(r))) {
+  } else if (op.out.rank == 2 && out_row(op.out) && (!RESID || float_row2(r))) {
     float v = acc;
     if (RESID) v = round_float(op.out.dtype, acc) + ld_float(base(s, r), r.dtype, r.offset + m * r.stride[0] + n);
     st_float(base(s, op.out), op.out.dtype, op.out.offset + m * op.out.stride[0] + n, v);

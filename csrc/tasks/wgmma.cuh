@@ -28,6 +28,7 @@
 // calls (C7510), so codegen inlines this task into the megakernel.
 #pragma once
 #include "tasks/gemm.cuh"
+#include "tasks/wgmma_ops.cuh"
 
 namespace mpk {
 
@@ -204,9 +205,124 @@ __device__ __forceinline__ void wg_put_partials(float* red, const float (&acc)[3
 #define MPK_WG_STACK_LO 1
 #endif
 
-template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, int N>
+// wgmma_ss_n is m64nNNk16 with both operands in shared memory, NN 64 or 128.
+template <int NN>
+__device__ __forceinline__ void wgmma_ss_n(float (&d)[NN / 2], uint64_t a, uint64_t b) {
+  static_assert(NN == 64 || NN == 128, "m64n64k16 or m64n128k16");
+  if constexpr (NN == 64) wgmma_ss_64(d, a, b);
+  else wgmma_ss_128(d, a, b);
+}
+
+// wait_bar waits (a warp's lane 0 polling) until bar's phase of this parity
+// completed, giving up once the kernel aborts.
+__device__ __forceinline__ void wait_bar(uint64_t* bar, uint32_t parity, const int32_t* abort) {
+  if (threadIdx.x % 32 == 0)
+    for (uint32_t polls = 0; !mbar_test(bar, parity); ++polls)
+      if ((polls & 1023) == 1023 && aborting(abort)) break;
+  __syncwarp();
+  mbar_test(bar, parity);  // every lane's acquire of the phase
+}
+
+// linear_wgmma_split is linear_wgmma for a split x (DT_SPLIT_BF16: codegen's
+// splitX) of at most 64 rows. Each group of 64 of x's columns is a box of
+// its tensor map (View.tmap), landing as R rows' hi and lo, 128 bytes each,
+// 128-byte swizzled: K-major, wgmma's B operand of N = 2R (row 2m: x's row
+// m's hi, 2m + 1: its lo; rows past x's zero). The weights' page is A (64
+// rows of 128-byte swizzled column blocks, as B took them), so D = W·xᵀ:
+// a thread's accumulators are its weight rows m and m + 8 times x's rows,
+// each row's hi and lo side by side, summed into the partials. So the
+// consumers issue only wgmmas: no loads of x's fragments and no split (the
+// op that wrote x split it: split_store). Thread 0 stages each block (four
+// groups) a block ahead on the block's own barrier; pages, partials and
+// sums are linear_wgmma's.
+template <int K, int M, int P, bool RESID, typename EPI, int N>
+__device__ __forceinline__ uint32_t linear_wgmma_split(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
+  constexpr int NW = kIsPair<EPI> ? 2 : 1;
+  constexpr int R = M <= 32 ? 32 : 64;  // x's rows a box holds (codegen's splitXBoxRows)
+  constexpr int NN = 2 * R, ACC = NN / 2;
+  constexpr int KB = K / kGemmCols, PAGES = 2 * NW, GROUPS = kGemmCols / kSplitGroup;
+  constexpr int STEPS = NW == 2 ? 8 : 4;  // a warpgroup's k16 steps a block, as linear_wgmma's
+  constexpr int WK = 4 / NW, RW = NW * kGemmRows + kGemmRedPad;
+  constexpr int kGroupBytes = NN * kWgRowBytes, kBlockBytes = GROUPS * kGroupBytes;
+  static_assert(kWgRowBytes == 2 * kSplitGroup && kWgBlockSteps == 4 && 2 * kBlockBytes + 16 <= wgmma_scratch_bytes(),
+                "a group's plane is a swizzled row of 128 bytes; two blocks of x and their barriers fit the scratch");
+  char* xs = c.smem;  // [2][GROUPS][NN][128 bytes], 1,024-byte aligned (module.cuh's kRingAlign)
+  uint64_t* full = reinterpret_cast<uint64_t*>(c.smem + 2 * kBlockBytes);
+  const void* xmap = c.tmaps + 128 * (op.in[0].tmap - 1);
+  const Ring<P> ring = ring_at<P>(c.ring);
+  uint32_t seq = c.seq;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wg = warp / 4, t = lane % 4;
+  const int ch = wg / 2, wt = NW == 2 ? wg % 2 : 0, kp = NW == 2 ? ch : wg;  // column half; weight; partial
+  const int mine = ch * NW + wt, step0 = NW == 2 ? 0 : 4 * (wg % 2);       // its page of a block; first k16 step
+  const int m = warp % 4 * 16 + lane / 4;                                   // the thread's weight rows m and m + 8
+  uint64_t policy = 0;  // x is read by every task of the stage: kept in L2
+  if (threadIdx.x == 0) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  auto stage = [&](int kb) {
+    if (threadIdx.x != 0) return;
+    uint64_t* bar = full + kb % 2;
+    mbar_expect_bytes(bar, kBlockBytes);
+    for (int g = 0; g < GROUPS; ++g)
+      box_load_4d(xs + kb % 2 * kBlockBytes + g * kGroupBytes, xmap, 0, 0, kb * GROUPS + g, 0, bar, policy);
+  };
+  // The last task's generic stores to the scratch come before these copies'
+  // writes to it; x's stores (other workers', acquired through this task's
+  // event) before the copies' reads of it.
+  fence_async_smem();
+  if (threadIdx.x == 0) {
+    mbar_init(full, 1);
+    mbar_init(full + 1, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+  }
+  consumer_sync();
+  stage(0);
+  mark_staged();
+  float acc[ACC];
+  wg_zero_acc(acc);
+#pragma unroll 1
+  for (int kb = 0; kb < KB; ++kb) {
+    if (kb + 1 < KB) stage(kb + 1);  // its buffer's last wgmmas (block kb - 1's) ended before the barrier that ended that block
+    for (int p = 0; p < PAGES; ++p)
+      if (p != mine) ring.release(seq + p);
+    wait_page(ring, seq + mine, c.abort);
+    wait_bar(full + kb % 2, (kb / 2) & 1, c.abort);
+    const uint32_t wp = smem_u32(ring.page(seq + mine)), xb = smem_u32(xs + kb % 2 * kBlockBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int st = 0; st < STEPS; ++st) {
+      const int step = step0 + st, cb = step / kWgBlockSteps, k = step % kWgBlockSteps;  // the page's column block; k16 step
+      wgmma_ss_n<NN>(acc, wg_page_desc(wp + cb * kWgBlockBytes + 32 * k),
+                     wg_swizzled_desc<128>(xb + (2 * ch + cb) * kGroupBytes + 32 * k));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    ring.release(seq + mine);
+    seq += PAGES;
+    consumer_sync();
+  }
+  if (threadIdx.x == 0) mbar_inval(full), mbar_inval(full + 1);
+  wg_fence_acc(acc);
+  mark_dots();
+  // acc[4i + e]: weight row m (e 0, 1) or m + 8 (e 2, 3) times B's row 8i +
+  // 2t + e % 2, x's row 4i + t (hi, lo); the partials go to red[kp][row][n]
+  // as linear_wgmma's.
+  float* red = reinterpret_cast<float*>(c.smem);
+#pragma unroll
+  for (int i = 0; i < ACC / 4; ++i) {
+    float* r = red + (kp * 64 + 4 * i + t) * RW + wt * kGemmRows + m;
+    r[0] = acc[4 * i] + acc[4 * i + 1];
+    r[8] = acc[4 * i + 2] + acc[4 * i + 3];
+  }
+  consumer_sync();
+  gemm_store_sums<WK, NW == 2, RW, 64, M, RESID, EPI>(op, lo, hi, red, s);
+  return seq;
+}
+
+// linear_wgmma: XS, x is split (linear_wgmma_split).
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename EPI, bool XS, int N>
 __device__ __forceinline__ uint32_t linear_wgmma(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(std::is_same<T, __nv_bfloat16>::value && LO, "wgmma streams take bf16 weights and an fp32 x");
+  if constexpr (XS) return linear_wgmma_split<K, M, P, RESID, EPI>(op, lo, hi, s, c);
   static_assert(K % kGemmCols == 0 && M >= 1 && M <= 64 && kGemmRows == kWgPageRows && 2 * kWgPageCols == kGemmCols &&
                     kWgWarpgroups == 4,
                 "codegen and the task library disagree on a wgmma stream");

@@ -51,7 +51,7 @@ var (
 		{"int32_t", "slot", "pointer slot: input, output or the arena"},
 		{"int32_t", "dtype", "DType code"},
 		{"int32_t", "rank", ""},
-		{"int32_t", "pad", ""},
+		{"int32_t", "tmap", "a GEMM stream's split x (DT_SPLIT_BF16): 1 + its tensor map's index in kTmaps; 0: none"},
 		{"int64_t", "offset", "in elements from the slot's base"},
 		{"int64_t", "shape[MPK_MAX_RANK]", ""},
 		{"int64_t", "stride[MPK_MAX_RANK]", "in elements"},
@@ -103,6 +103,7 @@ var (
 		{"int32_t", "box_cols", "8-byte units of a row a box holds (at most 256)"},
 		{"int32_t", "block_cols", "GEMM pages: 8-byte units of a column block (the box lands block after block); 0: row after row"},
 		{"int32_t", "swizzle", "bytes a block's rows are swizzled over as wgmma reads them (128: a wgmma stream's pages); 0: none"},
+		{"int32_t", "split_x", "1: a split GEMM x (cols: its rows' 64-element groups; a box both planes of one group), not weights"},
 	}
 	taskFields = []field{
 		{"int32_t", "op", "-1 for an empty relay task"},
@@ -146,6 +147,7 @@ func ABIHeader() string {
 	for i := ir.F32; i <= ir.Bool; i++ {
 		fmt.Fprintf(&b, " DT_%s = %d,", strings.ToUpper(i.String()), int(i))
 	}
+	fmt.Fprintf(&b, " DT_SPLIT_BF16 = %d,", dtSplit) // an fp32 temporary stored as bf16 hi and lo planes (splitX)
 	b.WriteString(" };\n\nenum OpKind : int32_t {")
 	for i, k := range opKinds {
 		fmt.Fprintf(&b, " OP_%s = %d,", strings.ToUpper(k.String()), i)

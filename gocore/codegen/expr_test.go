@@ -177,7 +177,7 @@ func TestGenerateRejects(t *testing.T) {
 	for _, c := range cases {
 		tg := &tgraph.Graph{Workers: 1, Tasks: c.tasks, Queues: [][]int{{0}}}
 		arena.Place(c.g, tg, false)
-		_, err := Generate(c.g, tg, false)
+		_, err := Generate(c.g, tg, Options{})
 		if err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: err %v, want %q", c.name, err, c.err)
 		}
@@ -215,7 +215,7 @@ func TestLinearWeightPaths(t *testing.T) {
 			tg.Queues = [][]int{{0, 1}}
 		}
 		arena.Place(g, tg, false)
-		m, err := Generate(g, tg, false)
+		m, err := Generate(g, tg, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

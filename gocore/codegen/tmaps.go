@@ -43,6 +43,7 @@ type tmapSpec struct {
 	BoxCols, BoxRows int64
 	BlockCols        int64
 	Swizzle          int64 // bytes a block's rows are swizzled over (a wgmma stream's page: mpk::wg_page_desc), 0 none
+	SplitX           int64 // 1: a split GEMM x (splitXMap; Cols its rows' 64-element groups), not weights
 }
 
 // tmapOf returns the tensor map whose boxes are the pages of stream plan p
@@ -86,11 +87,11 @@ func (gen *generator) writeTmaps(src *strings.Builder) {
 	fmt.Fprintf(src, "constexpr int kNumTmaps = %d;\n", len(gen.tmaps))
 	fmt.Fprintf(src, "static const mpk::TmapSpec kTmaps[%d] = {\n", max(1, len(gen.tmaps)))
 	for _, s := range gen.tmaps {
-		fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d, %d},\n", s.Slot, s.BoxRows, s.Offset, s.Cols, s.Rows, s.RowBytes, s.BoxCols,
-			s.BlockCols, s.Swizzle)
+		fmt.Fprintf(src, "  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", s.Slot, s.BoxRows, s.Offset, s.Cols, s.Rows, s.RowBytes,
+			s.BoxCols, s.BlockCols, s.Swizzle, s.SplitX)
 	}
 	if len(gen.tmaps) == 0 {
-		src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, 0},\n")
+		src.WriteString("  {0, 0, 0, 0, 0, 0, 0, 0, 0, 0},\n")
 	}
 	src.WriteString("};\n\n")
 }

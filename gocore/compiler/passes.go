@@ -118,7 +118,7 @@ var passes = []pass{
 		if c.Options.Target != "cuda" {
 			return nil
 		}
-		m, err := codegen.Generate(c.Ops, c.Tasks, c.Options.Trace)
+		m, err := codegen.Generate(c.Ops, c.Tasks, codegen.Options{Trace: c.Options.Trace, SplitGemmX: c.Options.SplitGemmX})
 		if err != nil {
 			return &wire.Error{Kind: "unsupported_op", Message: err.Error()}
 		}

@@ -225,7 +225,7 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	// the task's first row in them
 	const F = 14
 	rows := table(t, src, "mpk::Stream streams")
-	const TF = 9 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units, swizzle
+	const TF = 10 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units, swizzle, split x
 	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
 	if len(rows) != F*len(comp.Tasks.Tasks) {
 		t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", name, len(rows), F, len(comp.Tasks.Tasks))
@@ -289,7 +289,7 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 				block, swizzle = 128/8, 128
 			}
 			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, block,
-				swizzle}
+				swizzle, 0}
 			if !slices.Equal(m, want) || r[13] != int(task.Box.Lo[1]) {
 				t.Fatalf("%s: task %d (%s): tensor map %v (first row %d), want %v (first row %d)", name, i, comp.Tasks.Name(i),
 					m, r[13], want, task.Box.Lo[1])
@@ -396,5 +396,51 @@ func testKVStreamTable(t *testing.T, fixture string) {
 	}
 	if !strings.Contains(src, "mpk::attention_kv_pages<") {
 		t.Error("no attention_kv_pages variant in the module")
+	}
+}
+
+// TestSplitGemmXTables: with SplitGemmX a chunk's wgmma streams read their
+// x split (DT_SPLIT_BF16 views, XS variants), each x view naming a tensor
+// map of split_x boxes from its own first element: at most 64 rows, boxes of
+// 32 or 64, rows and start on 64-element groups.
+func TestSplitGemmXTables(t *testing.T) {
+	req := loadRequest(t, "wide-llama-prefill320.json.zst")
+	req.Options.Target, req.Options.NumWorkers = "cuda", 132
+	req.Options.Gemm, req.Options.Wgmma, req.Options.SplitRows, req.Options.SplitGemmX = true, true, true, true
+	comp, err := Compile(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := comp.Result.CUDA["module.cu"]
+	if !regexp.MustCompile(`mpk::linear_wgmma<[^;]*, true>\(`).MatchString(src) {
+		t.Fatal("no wgmma stream reads a split x")
+	}
+	const TF = 10
+	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
+	// A view of the arena (the last slot: split buffers are temporaries):
+	// slot, dtype, rank, tmap + 1, offset (elements).
+	arena := constant(t, src, "kNumSlots") - 1
+	views := regexp.MustCompile(`\{(`+strconv.Itoa(arena)+`), 10, 2, (\d+), (\d+),`).FindAllStringSubmatch(src, -1)
+	read := 0
+	for _, v := range views {
+		tm, _ := strconv.Atoi(v[2])
+		off, _ := strconv.Atoi(v[3])
+		if tm == 0 { // a writer's view
+			continue
+		}
+		read++
+		m := tmaps[TF*(tm-1) : TF*tm]
+		slot, _ := strconv.Atoi(v[1])
+		box := 64
+		if m[4] <= 32 {
+			box = 32
+		}
+		if m[9] != 1 || m[0] != slot || m[2] != 4*off || off%64 != 0 || m[4] > 64 || m[1] != box || m[5]%256 != 0 ||
+			m[8] != 128 {
+			t.Errorf("split x view at element %d (slot %d): map %v", off, slot, m)
+		}
+	}
+	if read == 0 {
+		t.Fatal("no GEMM x view names its tensor map")
 	}
 }

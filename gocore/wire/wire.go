@@ -135,6 +135,11 @@ type Options struct {
 	// and cuts the GEMM stream after a stage with a short last round so its
 	// slices fill that round's idle workers (lower.Config).
 	TimedSchedule bool `json:"timed_schedule"`
+	// SplitGemmX stores the x of a wgmma GEMM stream (a prompt chunk's
+	// normed hidden states, attention output, SiLU·mul) as bf16 hi and lo
+	// planes, made by the op that writes it and staged by the GEMM with
+	// tensor-map copies as wgmma's B operand (codegen.splitX).
+	SplitGemmX bool `json:"split_gemm_x"`
 	// KVPages makes a single sequence's fresh-row decode attention read
 	// its K and V chunks from the weight ring, streamed there by the
 	// loader ahead of the attention's inputs (lower.Config).

@@ -429,6 +429,10 @@ LOWERING_FLAGS = (
                              "gate/up pair) is cut as if it ran alone rather than into K slices that fill that "
                              "round's idle workers"),
     ("split_rows", True, "a Linear whose x is too tall for one weight stream then reads its weights once per row"),
+    ("split_gemm_x", True, "the x of each wgmma GEMM stream (a prompt chunk's normed hidden states, attention "
+                           "output, SiLU-mul) then stays fp32, split into bf16 hi and lo in registers by every "
+                           "warpgroup that multiplies it, rather than stored as the two planes by the op that "
+                           "makes it and staged by tensor-map copies as wgmma's B operand"),
 )
 
 
