@@ -61,6 +61,21 @@ def test_cuda_kv_pages_long_chunks(core_lib, fresh_dynamo, cache_tokens, capacit
     assert res.summary["tasks_by_op"]["rope+attention"] == 6 * 2, res.summary["tasks_by_op"]
 
 
+@pytest.mark.parametrize("model,batch,cache_tokens", [("wide-llama", 4, 300), ("wide-llama", 8, 200),
+                                                      ("wide-qwen3", 3, 300)])
+def test_cuda_kv_pages_batch(core_lib, fresh_dynamo, model, batch, cache_tokens):
+    """kv_pages_batch on the GPU: a masked decode batch's attention as
+    kv_pages tasks, one row's KV head over a chunk of at most 128 positions
+    each, its K and V streamed through the ring (mpk::attention_kv_pages
+    with the row from the task's unit), in rounds of 16 workers; head dims
+    64 and 128 (wide-qwen3: 2 pages of K and 2 of V a task)."""
+    lines = []
+    res = check.run_check(model=model, target="cuda", batch=batch, cache_tokens=cache_tokens, steps=3, seed=0,
+                          workers=16, log=lines.append, mask=True, options={"kv_pages_batch": True})
+    assert res.ok, "\n".join(lines)
+    assert "mpk::attention_kv_pages<" in res.compiled.sources["module.cu"]
+
+
 @pytest.mark.parametrize("batch,workers,mask", [(4, None, False), (3, 16, True), (8, 16, False), (24, 16, False)])
 def test_cuda_batch_on_tensor_cores(core_lib, fresh_dynamo, batch, workers, mask):
     """Several rows of x stream each weight once through the tensor cores
@@ -287,6 +302,20 @@ def test_cuda_split_gemm_x(core_lib, fresh_dynamo, model, batch, prefill, worker
     assert res.ok, "\n".join(lines)
     xs = re.findall(r"mpk::linear_wgmma<[^;]*, (true|false)>\(", res.compiled.sources["module.cu"])
     assert "true" in xs, xs  # the template's XS (an x some other op reads or writes is not split)
+
+
+@pytest.mark.parametrize("model,batch", [("wide-llama", 4), ("wide-llama", 8), ("wide-qwen3", 16), ("wide-llama", 24)])
+def test_cuda_gemm_batch(core_lib, fresh_dynamo, model, batch):
+    """gemm_batch on the GPU: a decode batch's Linears as wgmma GEMM streams
+    of x's split rows in boxes of 8, 16 and 32 rows (wgmma's N 16, 32 and
+    64; the rows past the batch's zero-filled), with the bf16 rule."""
+    lines = []
+    res = check.run_check(model=model, target="cuda", batch=batch, cache_tokens=16, steps=2, seed=0, workers=16,
+                          log=lines.append, options={"gemm_batch": True})
+    assert res.ok, "\n".join(lines)
+    src = res.compiled.sources["module.cu"]
+    assert re.search(rf"mpk::linear_wgmma<__nv_bfloat16, \d+, {batch}, [^;]*, true>\(", src), "no split wgmma stream"
+    assert "mpk::linear_tiles<" not in src
 
 
 @pytest.mark.parametrize("model,batch,prefill,mask", [("wide-llama", 1, 64, True), ("wide-llama", 64, 1, False)])

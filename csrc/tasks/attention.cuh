@@ -1240,7 +1240,8 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
 // codegen's kvStreamOf) the one-head units of split sp for heads h .. h +
 // UG - 1 are [lo1, lo1 + UG·SPLITS) of that numbering (DecodeUnits). Then
 // every consumer warp releases the pages, each once landed (a slot
-// released with a copy in flight could be refilled under it). Returns the
+// released with a copy in flight could be refilled under it). BATCH: the
+// op's batch rows are more than one (kv_pages_batch), a task one row's. Returns the
 // consumers' new place in the ring. LIVE (codegen's kvLiveExtent): the
 // loader streams the chunk's rows below the mask's extent only, which the
 // task reads (in[4]) and hands to it (s_kv_extent): on the fast path
@@ -1249,14 +1250,17 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
 // 4,096 cached on the H100: bench/NOTES.md, thirty-sixth session), else
 // first.
 template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, class FT, int P,
-          bool LIVE, int N>
+          bool LIVE, bool BATCH, int N>
 __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(!ROWS && !std::is_void<FT>::value && decode_fast_dims<T, D>() && R == SH::SPLITS,
-                "kv_pages: a fresh-row decode attention of one batch row, one split a group, with vector loads");
-  constexpr int splits = SH::SPLITS, S = SH::S, chunk = (S + splits - 1) / splits;
-  const int sp = lo % splits, h0 = lo / splits * UG, j0 = min(sp * chunk, S);
-  KVPages<T, D, P, UG> kv{ring_at<P>(c.ring), c.seq, 0, h0 / G, j0, min(chunk, S - j0), c.abort, LIVE};
-  const int lo1 = h0 * splits + sp, hi1 = lo1 + UG * splits;
+                "kv_pages: a fresh-row decode attention task of one batch row, one split a group, with vector loads");
+  constexpr int splits = SH::SPLITS, S = SH::S, chunk = (S + splits - 1) / splits, units = SH::H / UG;
+  // The task's unit: batch row b's head unit (codegen's kvStream.first);
+  // BATCH: the op has more than one row (kv_pages_batch).
+  const int sp = lo % splits, b = BATCH ? lo / splits / units : 0, j0 = min(sp * chunk, S);
+  const int h0 = (BATCH ? lo / splits % units : lo / splits) * UG;
+  KVPages<T, D, P, UG> kv{ring_at<P>(c.ring), c.seq, b, h0 / G, j0, min(chunk, S - j0), c.abort, LIVE};
+  const int lo1 = (b * SH::H + h0) * splits + sp, hi1 = lo1 + UG * splits;
   const bool fast = decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]));
   constexpr int rpp = KVPages<T, D, P, UG>::RPP;
   constexpr bool small_ring = 2 * ((chunk + rpp - 1) / rpp) > P;

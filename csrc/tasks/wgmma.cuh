@@ -205,13 +205,20 @@ __device__ __forceinline__ void wg_put_partials(float* red, const float (&acc)[3
 #define MPK_WG_STACK_LO 1
 #endif
 
-// wgmma_ss_n is m64nNNk16 with both operands in shared memory, NN 64 or 128.
+// wgmma_ss_n is m64nNNk16 with both operands in shared memory, NN 16, 32,
+// 64 or 128.
 template <int NN>
 __device__ __forceinline__ void wgmma_ss_n(float (&d)[NN / 2], uint64_t a, uint64_t b) {
-  static_assert(NN == 64 || NN == 128, "m64n64k16 or m64n128k16");
-  if constexpr (NN == 64) wgmma_ss_64(d, a, b);
+  static_assert(NN == 16 || NN == 32 || NN == 64 || NN == 128, "m64n{16,32,64,128}k16");
+  if constexpr (NN == 16) wgmma_ss_16(d, a, b);
+  else if constexpr (NN == 32) wgmma_ss_32(d, a, b);
+  else if constexpr (NN == 64) wgmma_ss_64(d, a, b);
   else wgmma_ss_128(d, a, b);
 }
+
+// split_box_rows is the rows of a split x's box (codegen's splitXBoxRows):
+// the fewest of 8, 16, 32 and 64 that hold x's M rows.
+constexpr int split_box_rows(int M) { return M <= 8 ? 8 : M <= 16 ? 16 : M <= 32 ? 32 : 64; }
 
 // wait_bar waits (a warp's lane 0 polling) until bar's phase of this parity
 // completed, giving up once the kernel aborts.
@@ -224,7 +231,7 @@ __device__ __forceinline__ void wait_bar(uint64_t* bar, uint32_t parity, const i
 }
 
 // linear_wgmma_split is linear_wgmma for a split x (DT_SPLIT_BF16: codegen's
-// splitX) of at most 64 rows. Each group of 64 of x's columns is a box of
+// splitX) of at most 64 rows (a decode batch's few on: N as small as 16). Each group of 64 of x's columns is a box of
 // its tensor map (View.tmap), landing as R rows' hi and lo, 128 bytes each,
 // 128-byte swizzled: K-major, wgmma's B operand of N = 2R (row 2m: x's row
 // m's hi, 2m + 1: its lo; rows past x's zero). The weights' page is A (64
@@ -238,7 +245,7 @@ __device__ __forceinline__ void wait_bar(uint64_t* bar, uint32_t parity, const i
 template <int K, int M, int P, bool RESID, typename EPI, int N>
 __device__ __forceinline__ uint32_t linear_wgmma_split(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   constexpr int NW = kIsPair<EPI> ? 2 : 1;
-  constexpr int R = M <= 32 ? 32 : 64;  // x's rows a box holds (codegen's splitXBoxRows)
+  constexpr int R = split_box_rows(M);  // x's rows a box holds
   constexpr int NN = 2 * R, ACC = NN / 2;
   constexpr int KB = K / kGemmCols, PAGES = 2 * NW, GROUPS = kGemmCols / kSplitGroup;
   constexpr int STEPS = NW == 2 ? 8 : 4;  // a warpgroup's k16 steps a block, as linear_wgmma's

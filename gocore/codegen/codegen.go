@@ -597,14 +597,17 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 					cType[op.In[fresh.First+2].DType()], cType[op.In[fresh.First+3].DType()], wT, fresh.QDType, fresh.Norm,
 					fresh.NormDType)
 			}
+			// (a kv_pages task is one batch row's unit: ROWS false)
+			ks, streamed := kvStreamOf(op)
 			args := fmt.Sprintf("%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s", T, cType[op.In[0].DType()],
-				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1, op.HeadsPerUnit(), op.In[0].Shape[1],
+				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1 && !streamed, op.HeadsPerUnit(), op.In[0].Shape[1],
 				op.Out.Shape[1], op.In[1].Shape[2], G, ft)
 			code = fmt.Sprintf("mpk::attention_partial<%s>(op, lo, hi, s, c.smem)", args)
-			if ks, ok := kvStreamOf(op); ok {
+			if streamed {
 				// kv_pages: the task's K and V chunk comes through the ring.
 				gen.kvs[op] = ks
-				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots, kKVLive>(op, lo, hi, s, c)", args), true
+				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots, kKVLive, %v>(op, lo, hi, s, c)", args,
+					op.In[0].Shape[0] > 1), true
 			}
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and

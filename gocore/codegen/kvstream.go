@@ -8,8 +8,9 @@ import (
 	"mpk/gocore/tgraph"
 )
 
-// kvStream is how a single sequence's fresh-row decode attention (option
-// kv_pages) streams each task's K and V chunk through the worker's ring:
+// kvStream is how a fresh-row decode attention (option kv_pages; a batch's
+// with kv_pages_batch) streams each task's K and V chunk through the
+// worker's ring:
 // the loader reads a task's first unit's K rows, then its V rows, into
 // pages of whole rows (mpk::KVPages mirrors the arithmetic), while the
 // task still waits for its queries. A fresh-row attention never reads the
@@ -17,19 +18,19 @@ import (
 // launch writes the cache, so its K and V rows, like weights, may be read
 // before any event; the loader's copy of the written row is never used.
 type kvStream struct {
-	D, S, G, UG, Splits int64
-	Chunk, RowsPerPage  int64
+	D, S, H, G, UG, Splits int64
+	Chunk, RowsPerPage     int64
 }
 
 // kvStreamOf reports whether op's tasks stream their K and V: a fresh-row
-// decode attention of one sequence, one split a group (a task is one chunk
-// of one unit: mpk::attention_kv_pages), whose K and V are caller-owned caches
+// decode attention, one split a group (a task is one chunk of one unit of
+// one batch row: mpk::attention_kv_pages), whose K and V are caller-owned caches
 // of 2-byte elements in contiguous rows, every row 16-byte aligned (the
 // bulk copies' rule, as for weights), a chunk within
 // stream.MaxKVPagesPerPart pages.
 func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	if op.Kind != ir.Attention || op.Attr.Fresh == nil || op.Attr.Splits < 2 || !op.DecodeUnits() ||
-		op.Attr.SharedKV || op.In[0].Shape[0] != 1 || op.Attr.Interleave != op.Attr.Splits {
+		op.Attr.SharedKV || op.Attr.Interleave != op.Attr.Splits {
 		return kvStream{}, false
 	}
 	k, v := op.In[1], op.In[2]
@@ -47,8 +48,8 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	if v.DType() != k.DType() || v.Shape[2] != k.Shape[2] {
 		return kvStream{}, false
 	}
-	ks := kvStream{D: D, S: k.Shape[2], G: max(1, op.Attr.Groups), UG: op.HeadsPerUnit(), Splits: op.Attr.Splits,
-		RowsPerPage: stream.KVRowsPerPage(D)}
+	ks := kvStream{D: D, S: k.Shape[2], H: op.In[0].Shape[1], G: max(1, op.Attr.Groups), UG: op.HeadsPerUnit(),
+		Splits: op.Attr.Splits, RowsPerPage: stream.KVRowsPerPage(D)}
 	ks.Chunk = ir.SplitChunk(ks.S, ks.Splits)
 	if ks.RowsPerPage < 1 || ks.pagesPerPart(ks.Chunk) > stream.MaxKVPagesPerPart {
 		return kvStream{}, false
@@ -66,24 +67,25 @@ func (ks kvStream) fits(ringPages int) bool { return 2*ks.pagesPerPart(ks.Chunk)
 func (ks kvStream) pagesPerPart(rows int64) int64 { return stream.KVPagesPerPart(ks.D, rows) }
 
 // first is the task's unit (one split a group: split sp covers chunk sp, as
-// mpk::attention_kv_pages reads it): its KV head and the positions
-// [j0, j0 + rows) of its chunk (rows 0: past the cache, nothing streams).
-func (ks kvStream) first(lo int64) (kvh, j0, rows int64) {
-	sp, h0 := lo%ks.Splits, lo/ks.Splits*ks.UG
+// mpk::attention_kv_pages reads it): its batch row, KV head and the
+// positions [j0, j0 + rows) of its chunk (rows 0: past the cache, nothing
+// streams). Units are numbered row by row, a row's head units by heads.
+func (ks kvStream) first(lo int64) (b, kvh, j0, rows int64) {
+	sp, u, units := lo%ks.Splits, lo/ks.Splits, ks.H/ks.UG
 	j0 = min(sp*ks.Chunk, ks.S)
-	return h0 / ks.G, j0, min(ks.Chunk, ks.S-j0)
+	return u / units, u % units * ks.UG / ks.G, j0, min(ks.Chunk, ks.S-j0)
 }
 
 // kvStreamOf is the loader's table entry of task t of op: the first unit's K
 // rows, then (a pair's second part) its V rows, in pages of whole rows.
 func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split int) streamEntry {
 	lo, _ := taskRange(op, t.Box, split)
-	kvh, j0, rows := ks.first(lo)
+	b, kvh, j0, rows := ks.first(lo)
 	if rows <= 0 || !ks.fits(gen.ringPages) {
 		return noStream
 	}
 	at := func(x ir.View) int64 {
-		return (gen.l.offset[x.Buf] + x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2
+		return (gen.l.offset[x.Buf] + x.Offset + b*x.Strides[0] + kvh*x.Strides[1] + j0*x.Strides[2]) * 2
 	}
 	k, v := op.In[1], op.In[2]
 	// Cut to the live length: the chunk's first position, and a row's bytes.
@@ -101,11 +103,12 @@ func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split i
 // live length (runtime.cuh's s_kv_extent): each kv_pages attention reads its mask's
 // extent (ir.Attrs.HasExtent: In[4], one batch row) and all read the same
 // one, so a worker's first kv_pages task can hand its value to the loader
-// (mpk::s_kv_extent) and every chunk's rows past it are never read.
+// (mpk::s_kv_extent) and every chunk's rows past it are never read. A
+// batch's rows each have their own extent: the loader streams whole chunks.
 func (gen *generator) kvLiveExtent() bool {
 	var ext *ir.View
 	for op := range gen.kvs {
-		if !op.Attr.HasExtent || len(op.In) < 5 {
+		if !op.Attr.HasExtent || len(op.In) < 5 || op.In[0].Shape[0] != 1 {
 			return false
 		}
 		if e := op.In[4]; ext == nil {

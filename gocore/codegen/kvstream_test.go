@@ -8,15 +8,18 @@ import (
 
 // kvOp is llama-3.2-1b's decode attention at a cache of 552 as kv_pages
 // lowers it: 8 units of 4 query heads x 5 splits, one a group.
-func kvOp(dt ir.DType, D int64) *ir.Op {
+func kvOp(dt ir.DType, D int64) *ir.Op { return kvBatchOp(dt, D, 1) }
+
+// kvBatchOp is kvOp for B batch rows (kv_pages_batch).
+func kvBatchOp(dt ir.DType, D, B int64) *ir.Op {
 	g := &ir.Graph{}
 	view := func(name string, kind ir.BufKind, dt ir.DType, shape ...int64) ir.View {
 		return ir.View{Buf: g.NewBuffer(name, kind, dt, ir.Numel(shape)), Shape: shape, Strides: ir.ContiguousStrides(shape)}
 	}
 	return &ir.Op{Kind: ir.Attention,
-		In: []ir.View{view("q", ir.Temp, ir.BF16, 1, 32, 1, D), view("k", ir.Input, dt, 1, 8, 552, D),
-			view("v", ir.Input, dt, 1, 8, 552, D)},
-		Out:  view("partial", ir.Temp, ir.F32, 1, 5, 32, 1, D+2),
+		In: []ir.View{view("q", ir.Temp, ir.BF16, B, 32, 1, D), view("k", ir.Input, dt, B, 8, 552, D),
+			view("v", ir.Input, dt, B, 8, 552, D)},
+		Out:  view("partial", ir.Temp, ir.F32, B, 5, 32, 1, D+2),
 		Attr: ir.Attrs{Splits: 5, Interleave: 5, UnitHeads: 4, Groups: 4, Fresh: &ir.FreshRows{}}}
 }
 
@@ -31,8 +34,18 @@ func TestKVStream(t *testing.T) {
 		t.Fatalf("kvStreamOf = %+v, %v; want chunks of 111 rows, 128 a page", ks, ok)
 	}
 	for _, c := range []struct{ lo, kvh, j0, rows int64 }{{0, 0, 0, 111}, {8, 1, 333, 111}, {39, 7, 444, 108}} {
-		if kvh, j0, rows := ks.first(c.lo); kvh != c.kvh || j0 != c.j0 || rows != c.rows {
-			t.Errorf("unit %d: KV head %d, rows [%d, +%d); want %d, [%d, +%d)", c.lo, kvh, j0, rows, c.kvh, c.j0, c.rows)
+		if b, kvh, j0, rows := ks.first(c.lo); b != 0 || kvh != c.kvh || j0 != c.j0 || rows != c.rows {
+			t.Errorf("unit %d: row %d, KV head %d, rows [%d, +%d); want 0, %d, [%d, +%d)", c.lo, b, kvh, j0, rows, c.kvh, c.j0, c.rows)
+		}
+	}
+	// A batch of 3: each row's 40 units (8 KV heads x 5 chunks) after the last row's.
+	kb, ok := kvStreamOf(kvBatchOp(ir.BF16, 64, 3))
+	if !ok {
+		t.Fatalf("a batch of 3 streams nothing")
+	}
+	for _, c := range []struct{ lo, b, kvh, j0 int64 }{{0, 0, 0, 0}, {39, 0, 7, 444}, {40, 1, 0, 0}, {93, 2, 2, 333}} {
+		if b, kvh, j0, _ := kb.first(c.lo); b != c.b || kvh != c.kvh || j0 != c.j0 {
+			t.Errorf("batch, unit %d: row %d, KV head %d, from %d; want %d, %d, %d", c.lo, b, kvh, j0, c.b, c.kvh, c.j0)
 		}
 	}
 	if ks, ok := kvStreamOf(kvOp(ir.BF16, 128)); !ok || ks.RowsPerPage != 64 || ks.pagesPerPart(ks.Chunk) != 2 {
@@ -61,7 +74,8 @@ func TestKVStream(t *testing.T) {
 
 // TestKVLiveExtent: the loader may cut the kv streams to the live length
 // only when every kv_pages attention reads one mask extent (In[4]); one
-// without an extent, or two extents, keep every chunk whole.
+// without an extent, two extents, or a batch's (an extent a row) keep every
+// chunk whole.
 func TestKVLiveExtent(t *testing.T) {
 	withExtent := func(ext ir.View) *ir.Op {
 		op := kvOp(ir.BF16, 64)
@@ -80,6 +94,7 @@ func TestKVLiveExtent(t *testing.T) {
 		{"one extent", []*ir.Op{withExtent(e1), withExtent(e1)}, true},
 		{"two extents", []*ir.Op{withExtent(e1), withExtent(e2)}, false},
 		{"no extent", []*ir.Op{withExtent(e1), kvOp(ir.BF16, 64)}, false},
+		{"a batch's extents", []*ir.Op{func() *ir.Op { op := withExtent(e1); op.In[0].Shape[0] = 4; return op }()}, false},
 		{"no kv_pages attention", nil, false},
 	} {
 		gen := &generator{kvs: map[*ir.Op]kvStream{}}

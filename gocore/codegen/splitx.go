@@ -67,13 +67,15 @@ func splitXView(v ir.View, bufOffset int64) bool {
 		(bufOffset+v.Offset)%splitGroup == 0 && v.Shape[0] >= 1 && v.Shape[0] <= stream.GemmMaxRows
 }
 
-// splitXBoxRows is the rows of a split x's box: the wgmma's N is twice them
-// (each row's hi and lo), 64 for an x of at most 32 rows, else 128.
+// splitXBoxRows is the rows of a split x's box, the fewest of 8, 16, 32 and
+// 64 that hold x's rows (a decode batch's few, a chunk's 32 or 64): the
+// wgmma's N is twice them (each row's hi and lo), mpk::split_box_rows.
 func splitXBoxRows(rows int64) int64 {
-	if rows <= 32 {
-		return 32
+	r := int64(8)
+	for r < rows && r < stream.GemmMaxRows {
+		r *= 2
 	}
-	return 64
+	return r
 }
 
 // splitXMap is the tensor map of a split GEMM x: its rows' groups, both

@@ -59,7 +59,9 @@ func TestSplitX(t *testing.T) {
 	if got != want {
 		t.Errorf("map %+v, want %+v", got, want)
 	}
-	if r := splitXBoxRows(32); r != 32 {
-		t.Errorf("an x of 32 rows: boxes of %d rows, want 32 (wgmma's N 64)", r)
+	for rows, want := range map[int64]int64{1: 8, 4: 8, 8: 8, 9: 16, 16: 16, 17: 32, 32: 32, 33: 64, 64: 64} {
+		if r := splitXBoxRows(rows); r != want {
+			t.Errorf("an x of %d rows: boxes of %d rows, want %d (wgmma's N %d)", rows, r, want, 2*want)
+		}
 	}
 }

@@ -230,6 +230,11 @@ type Attrs struct {
 	// UnitHeads > 1, on a decode Attention: a unit (DecodeUnits) takes that
 	// many query heads, all of one KV head, which share each K and V load.
 	UnitHeads int64
+	// Paged, on a decode Attention: kv_pages' layout (lower's
+	// splitAttention), a task one chunk of one unit; with an extent its
+	// splits are one a group (Interleave = Splits) however many tasks
+	// that makes (a batch's: rounds of the workers).
+	Paged bool
 	// SharedKV, on a decode Attention over a prompt chunk's queries as rows
 	// (lower's queriesAsRows: K and V broadcast over the rows), makes a task
 	// one KV head's chunk of positions for a block of rows, its K and V

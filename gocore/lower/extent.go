@@ -44,6 +44,9 @@ func boundMergeByExtent(g *ir.Graph, workers int) {
 		a.Attr.HasExtent = true
 		cells := a.In[0].Shape[0] * (a.In[0].Shape[1] / a.HeadsPerUnit()) // (batch row, head group) pairs
 		a.Attr.Interleave = max(1, min(a.Attr.Splits, int64(workers)/cells))
+		if a.Attr.Paged { // a task a chunk, as the loader streams it (a single sequence's always are)
+			a.Attr.Interleave = a.Attr.Splits
+		}
 		if a.Attr.SharedKV {
 			// Its tasks take a chunk for many rows (no interleaving), cut
 			// from the live length (ir.LiveChunk): the merge reads every

@@ -16,23 +16,28 @@ import (
 // An x of more than GemmMaxRows rows (a long prompt chunk) is marked too
 // when splitRows will cut it into blocks of GemmMaxRows rows, each a GEMM
 // stream (the weights read once a block).
-// With wgmma, those with bf16 weights multiply on wgmma (ir.Attr.Wgmma).
+// With wgmma, those with bf16 weights multiply on wgmma (ir.Attr.Wgmma);
+// with batch too, from GemmBatchMinRows rows on (a decode batch).
 // It runs before fusePrologue, which then leaves the norm or elementwise op
 // that makes such an x as its own op (a norm needs whole rows: x is staged
 // a block of K at a time).
-func markGemm(g *ir.Graph, splitRows, wgmma bool) {
+func markGemm(g *ir.Graph, splitRows, wgmma, batch bool) {
 	written := stream.Writers(g)
 	for _, op := range g.Ops {
 		if op.Kind != ir.Linear || op.Attr.Pro != nil || op.Out.Rank() != 2 {
 			continue
 		}
-		M := op.Out.Shape[0]
-		if M < stream.GemmMinRows || M > stream.GemmMaxRows && !(splitRows && rowSliceable(op)) {
+		M, onWgmma := op.Out.Shape[0], wgmma && op.In[1].DType() == ir.BF16
+		minRows := int64(stream.GemmMinRows)
+		if batch && onWgmma {
+			minRows = stream.GemmBatchMinRows
+		}
+		if M < minRows || M > stream.GemmMaxRows && !(splitRows && rowSliceable(op)) {
 			continue
 		}
 		c := *op
 		c.Attr.Gemm = true
-		c.Attr.Wgmma = wgmma && op.In[1].DType() == ir.BF16
+		c.Attr.Wgmma = onWgmma
 		c.Out = op.Out.Clone()
 		c.Out.Shape[0] = min(M, stream.GemmMaxRows) // a block's rows
 		if _, ok := stream.For(&c, written); ok {

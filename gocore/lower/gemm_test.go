@@ -118,6 +118,7 @@ func TestGemm(t *testing.T) {
 	// 4,096) and llama-3.2-1b's (K = 2,048) keep row blocks, llama-3.2-1b's
 	// down projection its 4 slices.
 	wg := Config{Workers: 132, Gemm: true, Wgmma: true, GemmRowBlocks: true}
+	wgb := Config{Workers: 132, Gemm: true, Wgmma: true, GemmBatch: true}
 	for _, c := range []struct {
 		K, N int64
 		cfg  Config
@@ -141,11 +142,22 @@ func TestGemm(t *testing.T) {
 	for _, c := range []struct {
 		M, K int64
 		cfg  Config
-	}{{16, 2048, cfg}, {64, 1000, cfg}, {64, 2048, Config{Gemm: true}}, {64, 2048, Config{Workers: 132}}} {
+	}{{16, 2048, cfg}, {64, 1000, cfg}, {64, 2048, Config{Gemm: true}}, {64, 2048, Config{Workers: 132}},
+		{16, 2048, Config{Workers: 132, Gemm: true, GemmBatch: true}}, {3, 2048, wgb}} {
 		b, _, l := build(c.M, c.K, 2048)
 		Rewrite(b.g, c.cfg)
 		if l.Attr.Gemm || l.Attr.Pro == nil {
 			t.Errorf("%d x %d, %+v: gemm %v, prologue %v: want the norm folded, no GEMM", c.M, c.K, c.cfg, l.Attr.Gemm, l.Attr.Pro)
+		}
+	}
+	// gemm_batch: a decode batch of 4 or 16 rows with bf16 weights is a
+	// wgmma GEMM stream (its norm its own op); 3 rows, or no wgmma (above),
+	// stay a tile stream with the norm folded.
+	for _, M := range []int64{4, 16} {
+		b, norm, _ = build(M, 2048, 8192)
+		Rewrite(b.g, wgb)
+		if got := kinds(b.g); got != "rmsnorm linear" || b.g.Ops[0] != norm || !b.g.Ops[1].Attr.Gemm || !b.g.Ops[1].Attr.Wgmma {
+			t.Fatalf("batch %d with gemm_batch: ops %s, gemm %v", M, got, b.g.Ops[1].Attr)
 		}
 	}
 }

@@ -48,6 +48,9 @@ type Config struct {
 	Gemm bool
 	// Wgmma marks those GEMM streams with bf16 weights for wgmma (markGemm).
 	Wgmma bool
+	// GemmBatch marks Linears with bf16 weights from GemmBatchMinRows rows
+	// of x on (a decode batch) as wgmma GEMM streams too (markGemm).
+	GemmBatch bool
 	// RoundGemmInputs keeps the x of each GEMM stream in the weights'
 	// dtype, rounded as eager rounds it, where widenTemps would widen it
 	// (gemmInputs).
@@ -86,14 +89,18 @@ type Config struct {
 	// (splitAttention), so that codegen can stream each task's K and V
 	// chunk through the ring ahead of its inputs.
 	KVPages bool
+	// KVPagesBatch gives a decode batch's attention kv_pages' layout too
+	// (pagedBatchSplit): a task a chunk of a KV head's heads of one row,
+	// its K and V streamed through the ring.
+	KVPagesBatch bool
 }
 
 // ConfigFor is the lowering a request's options ask for.
 func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
-		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmRowBlocks: o.GemmRowBlocks, GemmSiblings: o.GemmSiblings,
+		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmBatch: o.GemmBatch, GemmRowBlocks: o.GemmRowBlocks, GemmSiblings: o.GemmSiblings,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
-		PairLinears: o.PairLinears, PairGemm: o.PairGemm, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages,
+		PairLinears: o.PairLinears, PairGemm: o.PairGemm, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages, KVPagesBatch: o.KVPagesBatch,
 		TimedSchedule: o.TimedSchedule}
 }
 

@@ -63,7 +63,7 @@ func mergeGraph(alsoOutput bool, B int64) (*builder, *ir.Op) {
 // needs the merged output.
 func TestMergeFoldsIntoTheLinear(t *testing.T) {
 	b, lin := mergeGraph(false, 1)
-	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false) })
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false, false) })
 	run(t, b.g, fuseMergePrologue)
 	if got := kinds(b.g); got != "attention linear:attn_merge+linear" {
 		t.Fatalf("ops %s", got)
@@ -74,7 +74,7 @@ func TestMergeFoldsIntoTheLinear(t *testing.T) {
 	}
 
 	b, _ = mergeGraph(true, 1)
-	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false) })
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false, false) })
 	run(t, b.g, fuseMergePrologue)
 	if got := kinds(b.g); got != "attention attn_merge linear" {
 		t.Fatalf("a merge the caller reads was folded: %s", got)
@@ -82,7 +82,7 @@ func TestMergeFoldsIntoTheLinear(t *testing.T) {
 
 	// A batch stays one stage of merges: every task of the Linear would merge all its rows.
 	b, _ = mergeGraph(false, 2)
-	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false) })
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false, false) })
 	run(t, b.g, fuseMergePrologue)
 	if got := kinds(b.g); got != "attention attn_merge linear" {
 		t.Fatalf("a batch's merge was folded: %s", got)
@@ -97,7 +97,7 @@ func maskedMergeGraph(t *testing.T, B int64, splitWorkers int) (*builder, *ir.Op
 	a := b.g.Ops[0]
 	a.In = append(a.In, b.input("mask", ir.Bool, B, 4, 1, 64))
 	a.Attr.HasMask = true
-	run(t, b.g, func(g *ir.Graph) { splitAttention(g, splitWorkers, false, false, false) })
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, splitWorkers, false, false, false, false) })
 	run(t, b.g, fuseMergePrologue)
 	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 16) })
 	return b, lin, a
@@ -139,7 +139,7 @@ func TestMergeBoundByTheMaskExtent(t *testing.T) {
 
 	// Without a mask there is nothing to bound.
 	b, lin = mergeGraph(false, 1)
-	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false) })
+	run(t, b.g, func(g *ir.Graph) { splitAttention(g, 4, false, false, false, false) })
 	run(t, b.g, fuseMergePrologue)
 	run(t, b.g, func(g *ir.Graph) { boundMergeByExtent(g, 4) })
 	if got := kinds(b.g); got != "attention linear:attn_merge+linear" || lin.Attr.Pro.Chunk != 0 || b.g.Ops[0].Attr.HasExtent {

@@ -129,6 +129,9 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 	if n < 2 { // a cache of one chunk: the ordinary split
 		return 0, 0, false
 	}
+	if B := k.Shape[0]; B > 1 {
+		return pagedBatchSplit(S, n, G, k)
+	}
 	if n <= maxSplits && H/ug*n <= int64(workers) {
 		return n, ug, true
 	}
@@ -144,6 +147,20 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 	return (S + chunk - 1) / chunk, G, true
 }
 
+// pagedBatchSplit is a decode batch's kv_pages layout (kv_pages_batch): n
+// chunks of at most kvPagePositions, a unit of all G heads of a KV head, so
+// each row's K and V stream once a KV head, a task a chunk, in as many
+// rounds of the workers as the rows take (the ordinary split's tasks, fewer
+// and longer, read their rows from the cache, latency-bound: a third of
+// llama-3.2-1b's layer at batch 8, bench/NOTES.md forty-eighth session).
+func pagedBatchSplit(S, n, G int64, k ir.View) (splits, heads int64, ok bool) {
+	if n > maxSplits || k.DType().Size() != 2 || stream.KVRowsPerPage(k.Shape[3]) < 1 ||
+		stream.KVPagesPerPart(k.Shape[3], ir.SplitChunk(S, n)) > stream.MaxKVPagesPerPart {
+		return 0, 0, false
+	}
+	return n, max(G, 1), true
+}
+
 // splitAttention spreads attention over the workers: decode has one query per
 // head, so one task per KV head would leave most SMs idle while a few stream
 // the whole cache. The KV positions are cut into chunks; each chunk's task
@@ -153,7 +170,7 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 // (unitHeads) and chunks fit the workers. With longChunks a prompt chunk's
 // attention with shared K and V takes chunks long enough for its tasks to
 // fit one wave of the workers (oneWaveSplits).
-func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages, longChunks bool) {
+func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages, kvPagesBatch, longChunks bool) {
 	var ops []*ir.Op
 	for _, op := range g.Ops {
 		ops = append(ops, op)
@@ -181,7 +198,7 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages, longChunks b
 		}
 		ug, paged := unitHeads(op.Attr.Groups, Dv), false
 		// kv_pages (with a mask, whose extent then interleaves the splits one a group: boundMergeByExtent)
-		if kvPages && Sq == 1 && B == 1 && !rows && op.Attr.HasMask {
+		if kvPages && Sq == 1 && (B == 1 || kvPagesBatch) && !rows && op.Attr.HasMask {
 			if n, u, ok := pagedSplit(S, H, op.Attr.Groups, ug, k, workers); ok {
 				splits, ug, paged = n, u, true
 			}
@@ -207,7 +224,7 @@ func splitAttention(g *ir.Graph, workers int, prefillRows, kvPages, longChunks b
 		if sharedKV {
 			op.Attr.SharedKV, op.Attr.UnitHeads = true, max(1, op.Attr.Groups)
 		} else if paged || Sq == 1 && ug > 1 && B*(H/ug)*splits >= int64(workers) {
-			op.Attr.UnitHeads = ug
+			op.Attr.UnitHeads, op.Attr.Paged = ug, paged
 		}
 	}
 	g.Ops = ops

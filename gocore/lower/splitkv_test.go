@@ -23,7 +23,7 @@ func TestDecodeUnitHeads(t *testing.T) {
 		a := b.op(ir.Attention, att, q, k, v)
 		a.Attr.Scale, a.Attr.Groups = 1, 4
 		b.output(att)
-		splitAttention(b.g, 132, false, false, false)
+		splitAttention(b.g, 132, false, false, false, false)
 		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.want {
 			t.Errorf("batch %d: %d splits, %d heads a unit; want %d splits, %d heads", c.B, a.Attr.Splits, a.Attr.UnitHeads, c.splits, c.want)
 		}
@@ -76,9 +76,30 @@ func TestKVPagesChunks(t *testing.T) {
 		{1, 72, 64, true, 2, 0},     // a cache of one chunk: the ordinary split
 	} {
 		b, a := build(c.B, c.S, c.Dv, c.mask)
-		splitAttention(b.g, 132, false, true, false)
+		splitAttention(b.g, 132, false, true, false, false)
 		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.unit {
 			t.Errorf("%+v: %d splits, %d heads a unit", c, a.Attr.Splits, a.Attr.UnitHeads)
+		}
+	}
+	// kv_pages_batch: a batch's rows take chunks of at most 128 positions
+	// too, a unit of all 4 heads of a KV head (8 x 8 x 5 = 320 tasks at
+	// batch 8, rounds of the workers); unmasked, or a chunk past
+	// stream.MaxKVPagesPerPart pages, the ordinary split.
+	for _, c := range []struct {
+		B, S, Dv     int64
+		mask, paged  bool
+		splits, unit int64
+	}{
+		{8, 552, 64, true, true, 5, 4},
+		{16, 552, 128, true, true, 5, 4},
+		{8, 552, 64, false, false, 5, 4},
+		{8, 8192, 128, true, true, 64, 4}, // a long cache: 4,096 tasks
+		{2, 552, 1024, true, false, 5, 0}, // head dim 1,024: a chunk of 111 rows takes 14 pages
+	} {
+		b, a := build(c.B, c.S, c.Dv, c.mask)
+		splitAttention(b.g, 132, false, true, true, false)
+		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.unit || a.Attr.Paged != c.paged {
+			t.Errorf("batch %+v: %d splits, %d heads a unit, paged %v", c, a.Attr.Splits, a.Attr.UnitHeads, a.Attr.Paged)
 		}
 	}
 }
@@ -120,7 +141,7 @@ func TestSharedKVTasksAreBounded(t *testing.T) {
 		{4096, 16392, 8},  // 4,224 / 512
 	} {
 		b, a := promptAttention(1, c.Sq, c.S, true)
-		splitAttention(b.g, 132, true, false, false)
+		splitAttention(b.g, 132, true, false, false, false)
 		if !a.Attr.SharedKV || a.Attr.Splits != c.splits {
 			t.Errorf("%+v: shared K and V %v, %d splits", c, a.Attr.SharedKV, a.Attr.Splits)
 		}
@@ -134,14 +155,14 @@ func TestSharedKVTasksAreBounded(t *testing.T) {
 		{2048, 2056, 2, 2}, // 256 a chunk: none fits a wave, two chunks still
 	} {
 		b, a := promptAttentionHeads(1, c.Sq, c.S, c.kvHeads, true)
-		splitAttention(b.g, 132, true, false, true)
+		splitAttention(b.g, 132, true, false, false, true)
 		if !a.Attr.SharedKV || a.Attr.Splits != c.splits {
 			t.Errorf("long chunks %+v: shared K and V %v, %d splits", c, a.Attr.SharedKV, a.Attr.Splits)
 		}
 	}
 	// The most tasks a worker (a chunk of at least two).
 	b, a := promptAttention(1, 32768, 1024, true)
-	splitAttention(b.g, 132, true, false, false)
+	splitAttention(b.g, 132, true, false, false, false)
 	if a.Attr.Splits != 2 {
 		t.Errorf("32,768 queries: %d splits, want 2", a.Attr.Splits)
 	}
@@ -154,7 +175,7 @@ func TestSharedKVTasksAreBounded(t *testing.T) {
 func TestPromptQueriesAsRows(t *testing.T) {
 	b, a := promptAttention(1, 64, 576, true)
 	q0, out0 := a.In[0], a.Out
-	splitAttention(b.g, 132, true, false, false)
+	splitAttention(b.g, 132, true, false, false, false)
 	q, k, m, out := a.In[0], a.In[1], a.In[3], b.g.Ops[1].Out
 	if !a.DecodeUnits() || a.Attr.UnitHeads != 4 || b.g.Ops[1].Kind != ir.AttnMerge {
 		t.Fatalf("prompt: decode units %v, %d heads a unit, ops %s", a.DecodeUnits(), a.Attr.UnitHeads, kinds(b.g))
@@ -172,7 +193,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 	}
 	// 8 queries: rows, each with its own units (too few rows to share a chunk).
 	b, a = promptAttention(1, 8, 576, true)
-	splitAttention(b.g, 132, true, false, false)
+	splitAttention(b.g, 132, true, false, false, false)
 	if !a.DecodeUnits() || a.Attr.SharedKV {
 		t.Errorf("8 queries: decode units %v, shared K and V %v; want units, not shared", a.DecodeUnits(), a.Attr.SharedKV)
 	}
@@ -182,7 +203,7 @@ func TestPromptQueriesAsRows(t *testing.T) {
 		on   bool
 	}{{2, true, true}, {1, false, true}, {1, true, false}} { // the last: the option off
 		b, a := promptAttention(c.B, 64, 576, c.mask)
-		splitAttention(b.g, 132, c.on, false, false)
+		splitAttention(b.g, 132, c.on, false, false, false)
 		if a.DecodeUnits() || a.In[0].Shape[2] != 64 {
 			t.Errorf("%+v: rewritten as rows", c)
 		}

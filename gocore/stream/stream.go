@@ -45,6 +45,10 @@ const (
 	// the consumers' registers); GemmMinRows is where lower picks it.
 	GemmMaxRows = 64
 	GemmMinRows = 32
+	// GemmBatchMinRows is where lower picks a wgmma GEMM stream for bf16
+	// weights with the GemmBatch option (a decode batch of 4 to 31, which
+	// else streams as tiles): x's split rows are wgmma's B, N as small as 16.
+	GemmBatchMinRows = 4
 	// gemmPitch is a staged row of an x block in the weights' 2-byte type,
 	// gemmPitchF one in fp32 (x with its low part), in elements
 	// (mpk::kGemmPitch, mpk::kGemmPitchF).

@@ -140,10 +140,18 @@ type Options struct {
 	// planes, made by the op that writes it and staged by the GEMM with
 	// tensor-map copies as wgmma's B operand (codegen.splitX).
 	SplitGemmX bool `json:"split_gemm_x"`
+	// GemmBatch streams a Linear with bf16 weights whose x has
+	// stream.GemmBatchMinRows rows or more (a decode batch of 4 to 31) as a
+	// wgmma GEMM stream too, not as a tile stream (lower.Config).
+	GemmBatch bool `json:"gemm_batch"`
 	// KVPages makes a single sequence's fresh-row decode attention read
 	// its K and V chunks from the weight ring, streamed there by the
 	// loader ahead of the attention's inputs (lower.Config).
 	KVPages bool `json:"kv_pages"`
+	// KVPagesBatch extends kv_pages to a decode batch's attention: a task
+	// a chunk of one row's KV head, its K and V streamed through the ring
+	// (lower.Config).
+	KVPagesBatch bool `json:"kv_pages_batch"`
 	// WeightAffinity schedules the blocks of rows of a prompt chunk's Linear
 	// that read the same weight rows on one worker, one after another, so
 	// the rows come from HBM once (decompose.WeightAffinity).
