@@ -17,19 +17,23 @@ import (
 // when splitRows will cut it into blocks of GemmMaxRows rows, each a GEMM
 // stream (the weights read once a block).
 // With wgmma, those with bf16 weights multiply on wgmma (ir.Attr.Wgmma);
-// with batch too, from GemmBatchMinRows rows on (a decode batch).
+// with batch too, from GemmBatchMinRows rows on (a decode batch), where
+// its tasks of GemmRows weight rows cover the workers with K whole (the gate
+// and up projections, the LM head): a batch's q, k, v, o and down
+// projections as K slices and their sums' stages took longer than as tile
+// streams (bench/NOTES.md, forty-eighth session).
 // It runs before fusePrologue, which then leaves the norm or elementwise op
 // that makes such an x as its own op (a norm needs whole rows: x is staged
 // a block of K at a time).
-func markGemm(g *ir.Graph, splitRows, wgmma, batch bool) {
+func markGemm(g *ir.Graph, workers int, splitRows, wgmma, batch bool) {
 	written := stream.Writers(g)
 	for _, op := range g.Ops {
 		if op.Kind != ir.Linear || op.Attr.Pro != nil || op.Out.Rank() != 2 {
 			continue
 		}
-		M, onWgmma := op.Out.Shape[0], wgmma && op.In[1].DType() == ir.BF16
+		M, N, onWgmma := op.Out.Shape[0], op.Out.Shape[1], wgmma && op.In[1].DType() == ir.BF16
 		minRows := int64(stream.GemmMinRows)
-		if batch && onWgmma {
+		if batch && onWgmma && coversWorkers((N+stream.GemmRows-1)/stream.GemmRows, workers) {
 			minRows = stream.GemmBatchMinRows
 		}
 		if M < minRows || M > stream.GemmMaxRows && !(splitRows && rowSliceable(op)) {

@@ -143,7 +143,7 @@ func TestGemm(t *testing.T) {
 		M, K int64
 		cfg  Config
 	}{{16, 2048, cfg}, {64, 1000, cfg}, {64, 2048, Config{Gemm: true}}, {64, 2048, Config{Workers: 132}},
-		{16, 2048, Config{Workers: 132, Gemm: true, GemmBatch: true}}, {3, 2048, wgb}} {
+		{16, 2048, Config{Workers: 132, Gemm: true, GemmBatch: true}}, {3, 2048, wgb}, {16, 2048, wgb}} {
 		b, _, l := build(c.M, c.K, 2048)
 		Rewrite(b.g, c.cfg)
 		if l.Attr.Gemm || l.Attr.Pro == nil {
@@ -151,7 +151,8 @@ func TestGemm(t *testing.T) {
 		}
 	}
 	// gemm_batch: a decode batch of 4 or 16 rows with bf16 weights is a
-	// wgmma GEMM stream (its norm its own op); 3 rows, or no wgmma (above),
+	// wgmma GEMM stream (its norm its own op) where N = 8,192 (128 tasks of
+	// 64 rows) covers the workers; 3 rows, no wgmma, or N = 2,048 (above),
 	// stay a tile stream with the norm folded.
 	for _, M := range []int64{4, 16} {
 		b, norm, _ = build(M, 2048, 8192)

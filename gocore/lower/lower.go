@@ -49,7 +49,8 @@ type Config struct {
 	// Wgmma marks those GEMM streams with bf16 weights for wgmma (markGemm).
 	Wgmma bool
 	// GemmBatch marks Linears with bf16 weights from GemmBatchMinRows rows
-	// of x on (a decode batch) as wgmma GEMM streams too (markGemm).
+	// of x on (a decode batch) whose tasks cover the workers with K whole
+	// as wgmma GEMM streams too (markGemm).
 	GemmBatch bool
 	// RoundGemmInputs keeps the x of each GEMM stream in the weights'
 	// dtype, rounded as eager rounds it, where widenTemps would widen it

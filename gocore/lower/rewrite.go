@@ -8,7 +8,7 @@ import (
 func Rewrite(g *ir.Graph, cfg Config) {
 	for _, p := range rewrites {
 		if p.name == "fuse_prologue" && cfg.Gemm && cfg.Workers > 0 {
-			markGemm(g, cfg.SplitRows, cfg.Wgmma, cfg.GemmBatch) // before the prologues fold: a GEMM stream's x is a plain input
+			markGemm(g, cfg.Workers, cfg.SplitRows, cfg.Wgmma, cfg.GemmBatch) // before the prologues fold: a GEMM stream's x is a plain input
 		}
 		p.fn(g)
 		g.Renumber()

@@ -47,7 +47,8 @@ const (
 	GemmMinRows = 32
 	// GemmBatchMinRows is where lower picks a wgmma GEMM stream for bf16
 	// weights with the GemmBatch option (a decode batch of 4 to 31, which
-	// else streams as tiles): x's split rows are wgmma's B, N as small as 16.
+	// else streams as tiles; lower.markGemm says which Linears): x's split
+	// rows are wgmma's B, N as small as 16.
 	GemmBatchMinRows = 4
 	// gemmPitch is a staged row of an x block in the weights' 2-byte type,
 	// gemmPitchF one in fp32 (x with its low part), in elements

@@ -141,8 +141,9 @@ type Options struct {
 	// tensor-map copies as wgmma's B operand (codegen.splitX).
 	SplitGemmX bool `json:"split_gemm_x"`
 	// GemmBatch streams a Linear with bf16 weights whose x has
-	// stream.GemmBatchMinRows rows or more (a decode batch of 4 to 31) as a
-	// wgmma GEMM stream too, not as a tile stream (lower.Config).
+	// stream.GemmBatchMinRows rows or more (a decode batch of 4 to 31) and
+	// whose tasks cover the workers with K whole as a wgmma GEMM stream
+	// too, not as a tile stream (lower.Config).
 	GemmBatch bool `json:"gemm_batch"`
 	// KVPages makes a single sequence's fresh-row decode attention read
 	// its K and V chunks from the weight ring, streamed there by the

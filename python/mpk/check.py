@@ -433,9 +433,10 @@ LOWERING_FLAGS = (
                            "output, SiLU-mul) then stays fp32, split into bf16 hi and lo in registers by every "
                            "warpgroup that multiplies it, rather than stored as the two planes by the op that "
                            "makes it and staged by tensor-map copies as wgmma's B operand"),
-    ("gemm_batch", False, "a Linear with bf16 weights whose x has 4 to 31 rows (a decode batch) runs as a wgmma "
+    ("gemm_batch", False, "a Linear with bf16 weights whose x has 4 to 31 rows (a decode batch) and whose tasks "
+                          "cover the workers with K whole (the gate and up projections, the LM head) runs as a wgmma "
                           "GEMM stream (x's split rows as wgmma's B, N as small as 16) rather than a tile stream "
-                          "(off: slower than the tile streams at batch 4 to 16, bench/NOTES.md)"),
+                          "(off: with every Linear so it was slower at batch 4 to 16; this form is not yet timed)"),
     ("kv_pages_batch", False, "a decode batch's attention takes kv_pages' layout too: a task a chunk of at most 128 "
                               "positions of one row's KV head, its K and V streamed through the ring ahead of its "
                               "queries (off until timed on the GPU)"),
