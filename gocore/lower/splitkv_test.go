@@ -101,6 +101,13 @@ func TestKVPagesChunks(t *testing.T) {
 		if a.Attr.Splits != c.splits || a.Attr.UnitHeads != c.unit || a.Attr.Paged != c.paged {
 			t.Errorf("batch %+v: %d splits, %d heads a unit, paged %v", c, a.Attr.Splits, a.Attr.UnitHeads, a.Attr.Paged)
 		}
+		// The extent's bound keeps a paged task one chunk (one split a
+		// group), where 64 (row, KV head) cells would interleave 2 groups.
+		boundMergeByExtent(b.g, 132)
+		if c.paged && (!a.Attr.HasExtent || a.Attr.Interleave != a.Attr.Splits) {
+			t.Errorf("batch %+v: extent %v, %d groups of %d splits; want one split a group", c, a.Attr.HasExtent,
+				a.Attr.Interleave, a.Attr.Splits)
+		}
 	}
 }
 
