@@ -18,7 +18,8 @@
 // The shapes are llama-3.2-1b's 64-token chunk's GEMM streams: the gate and
 // up pair (4 pages a block, SiLU(gate)·up stored), a K slice of the down
 // projection (64 rows) and a row block of the o projection (32 rows); with
-// -DQWEN8B qwen3-8b's (the pair, row blocks of down and o).
+// -DQWEN8B qwen3-8b's (the pair, row blocks of down and o); -DDECODE_BATCH=M a decode
+// batch's (the pair and the LM head over M rows, as option gemm_batch streams them).
 // Reported: us a block of 256 columns (a task's K/256 blocks, the CTA's
 // tasks one after another) and weight bytes a second against the device copy
 // rate; hbm's first launch is checked against a host reference at sampled
@@ -275,7 +276,7 @@ static CUtensorMap encode_x(const float* x, int M, int K) {
 // encode_split_x maps a split x as mpk_launch does (codegen's splitXMap).
 static CUtensorMap encode_split_x(const float* x, int M, int K) {
   mpk::TmapSpec spec = {};
-  spec.cols = K / mpk::kSplitGroup, spec.rows = M, spec.row_bytes = (int64_t)K * 4, spec.box_rows = M <= 32 ? 32 : 64;
+  spec.cols = K / mpk::kSplitGroup, spec.rows = M, spec.row_bytes = (int64_t)K * 4, spec.box_rows = mpk::split_box_rows(M);
   spec.swizzle = 128, spec.split_x = 1;
   CUtensorMap m;
   CK_DRIVER(mpk::encode_split_x_map(cuTensorMapEncodeTiled, &m, spec, x));
@@ -425,7 +426,12 @@ int main() {
   printf("%s, ring %d pages, HI_ONLY %d, WARP_MTILES %d, BLOCKED_PAGES %d, probe %d; %d SMs, copy %.0f GB/s\n",
          WGMMA == 6 ? "wgmma-split" : WGMMA == 5 ? "wgmma-p128" : WGMMA == 4 ? "wgmma-dx" : WGMMA == 3 ? "wgmma-ss64" : WGMMA == 2 ? "wgmma-ss" : WGMMA ? "wgmma" : "mma.sync", RING, MPK_GEMM_HI_ONLY, MPK_GEMM_WARP_MTILES,
          MPK_GEMM_BLOCKED_PAGES, (int)kProbe, sms, copy / 1e9);
-#ifdef QWEN8B
+#if defined(DECODE_BATCH)
+  // A decode batch of DECODE_BATCH rows as gemm_batch streams it (WGMMA=6: x's
+  // boxes of 8, 16 or 32 rows): llama-3.2-1b's gate/up pair and LM head.
+  run<2048, DECODE_BATCH, true>("gate+up", 8192, 4, sms, copy);
+  run<2048, DECODE_BATCH, false>("lm head", 128256, 1, sms, copy);
+#elif defined(QWEN8B)
   // qwen3-8b's 64-token chunk: the pair (192 tasks a layer, K 4,096), a row
   // block of 32 of the down projection (K 12,288) and of o (K 4,096); L
   // layers so that the tasks are whole rounds of 132 workers.

@@ -61,17 +61,7 @@ __device__ __forceinline__ uint32_t sw64(int r, int c) { return r * 64 + ((c ^ (
 __device__ __forceinline__ uint64_t wg_sw64_desc(uint32_t addr) { return wg_swizzled_desc<64>(addr); }
 
 
-// d[16] += A(desc a) · B(desc b): m64n32k16, bf16 in, fp32 accumulate.
-__device__ __forceinline__ void wgmma_ss_32(float (&d)[16], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(a), "l"(b), "r"(1));
-}
+// (m64n32k16 from shared memory: tasks/wgmma_ops.cuh's wgmma_ss_32.)
 
 __device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)

@@ -66,6 +66,22 @@ def test_build_wgmma_not_serialised(core_lib, fresh_dynamo, tmp_path, monkeypatc
     assert "are serialized" not in logs[0].read_text(), logs[0].read_text()
 
 
+# The micro-benchmarks in bench/ include the task library: a change to it that
+# breaks one (a name defined twice, a macro that shadows a template argument)
+# fails here, not on the GPU machine. gemm_task.cu also as the split-x body
+# of a decode batch (its template arguments differ the most).
+@pytest.mark.parametrize("name,flags", [(p.name, ()) for p in sorted((ROOT / "bench").glob("*.cu"))] +
+                         [("gemm_task.cu", ("-DWGMMA=6", "-DDECODE_BATCH=8"))])
+def test_bench_sources_compile(tmp_path, name, flags):
+    nvcc = build.find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    cmd = [nvcc, "-O1", "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
+           f"-I{ROOT / 'csrc'}", *flags, "-c", str(ROOT / "bench" / name), "-o", str(tmp_path / "b.o")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
 def test_cli_dispatch():
     from mpk.__main__ import main
     with pytest.raises(SystemExit) as ei:
