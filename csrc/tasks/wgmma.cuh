@@ -231,7 +231,8 @@ __device__ __forceinline__ void wait_bar(uint64_t* bar, uint32_t parity, const i
 }
 
 // linear_wgmma_split is linear_wgmma for a split x (DT_SPLIT_BF16: codegen's
-// splitX) of at most 64 rows (a decode batch's few on: N as small as 16). Each group of 64 of x's columns is a box of
+// splitX) of at most 64 rows (a decode batch's few on: N as small as 16).
+// Each group of 64 of x's columns is a box of
 // its tensor map (View.tmap), landing as R rows' hi and lo, 128 bytes each,
 // 128-byte swizzled: K-major, wgmma's B operand of N = 2R (row 2m: x's row
 // m's hi, 2m + 1: its lo; rows past x's zero). The weights' page is A (64

@@ -599,15 +599,15 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			}
 			// (a kv_pages task is one batch row's unit: ROWS false)
 			ks, streamed := kvStreamOf(op)
+			batch := op.In[0].Shape[0] > 1
 			args := fmt.Sprintf("%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s", T, cType[op.In[0].DType()],
-				maskType(op), D, G, max(1, op.Attr.Interleave), op.In[0].Shape[0] > 1 && !streamed, op.HeadsPerUnit(), op.In[0].Shape[1],
+				maskType(op), D, G, max(1, op.Attr.Interleave), batch && !streamed, op.HeadsPerUnit(), op.In[0].Shape[1],
 				op.Out.Shape[1], op.In[1].Shape[2], G, ft)
 			code = fmt.Sprintf("mpk::attention_partial<%s>(op, lo, hi, s, c.smem)", args)
 			if streamed {
 				// kv_pages: the task's K and V chunk comes through the ring.
 				gen.kvs[op] = ks
-				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots, kKVLive, %v>(op, lo, hi, s, c)", args,
-					op.In[0].Shape[0] > 1), true
+				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots, kKVLive, %v>(op, lo, hi, s, c)", args, batch), true
 			}
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and

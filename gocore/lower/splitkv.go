@@ -117,19 +117,18 @@ func unitHeads(G, Dv int64) int64 {
 // heads, which share every K and V row it reads from shared memory.
 const kvPagePositions = 128
 
-// pagedSplit is a single sequence's kv_pages layout over S cached
-// positions: splits chunks and units of ug query heads, or ok false. Chunks
-// of at most kvPagePositions while their tasks fit the workers; past that
-// (a long cache of 2-byte K rows, the ones the ring's pages are sized for)
-// a unit takes all G heads of its KV head, so K and V stream once a KV
-// head, and as many chunks as the workers hold, while a chunk's rows fit
-// stream.MaxKVPagesPerPart pages (k: the cache).
+// pagedSplit is kv_pages' layout over S cached positions: splits chunks
+// and units of ug query heads, or ok false; a batch's is pagedBatchSplit's.
+// A single sequence's: chunks of at most kvPagePositions while their tasks
+// fit the workers; past that (a long cache) a unit takes all G heads of its
+// KV head, so K and V stream once a KV head, and as many chunks as the
+// workers hold, while a chunk fits the pages (chunksFitPages; k: the cache).
 func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64, ok bool) {
 	n := (S + kvPagePositions - 1) / kvPagePositions
 	if n < 2 { // a cache of one chunk: the ordinary split
 		return 0, 0, false
 	}
-	if B := k.Shape[0]; B > 1 {
+	if k.Shape[0] > 1 {
 		return pagedBatchSplit(S, n, G, k)
 	}
 	if n <= maxSplits && H/ug*n <= int64(workers) {
@@ -137,13 +136,10 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 	}
 	G = max(G, 1)
 	n = min(int64(workers)/(H/G), maxSplits)
-	if n < 2 || k.DType().Size() != 2 {
+	if n < 2 || !chunksFitPages(S, n, k) {
 		return 0, 0, false
 	}
 	chunk := ir.SplitChunk(S, n)
-	if stream.KVRowsPerPage(k.Shape[3]) < 1 || stream.KVPagesPerPart(k.Shape[3], chunk) > stream.MaxKVPagesPerPart {
-		return 0, 0, false
-	}
 	return (S + chunk - 1) / chunk, G, true
 }
 
@@ -154,11 +150,18 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 // and longer, read their rows from the cache, latency-bound: a third of
 // llama-3.2-1b's layer at batch 8, bench/NOTES.md forty-eighth session).
 func pagedBatchSplit(S, n, G int64, k ir.View) (splits, heads int64, ok bool) {
-	if n > maxSplits || k.DType().Size() != 2 || stream.KVRowsPerPage(k.Shape[3]) < 1 ||
-		stream.KVPagesPerPart(k.Shape[3], ir.SplitChunk(S, n)) > stream.MaxKVPagesPerPart {
+	if n > maxSplits || !chunksFitPages(S, n, k) {
 		return 0, 0, false
 	}
 	return n, max(G, 1), true
+}
+
+// chunksFitPages says whether S positions of the cache k cut into n chunks
+// stream through the ring: 2-byte K rows (the ones its pages are sized
+// for), a chunk's rows within stream.MaxKVPagesPerPart pages.
+func chunksFitPages(S, n int64, k ir.View) bool {
+	return k.DType().Size() == 2 && stream.KVRowsPerPage(k.Shape[3]) >= 1 &&
+		stream.KVPagesPerPart(k.Shape[3], ir.SplitChunk(S, n)) <= stream.MaxKVPagesPerPart
 }
 
 // splitAttention spreads attention over the workers: decode has one query per
