@@ -10,11 +10,14 @@
 // megakernel does) into shared memory REPS times, each followed by the
 // consumers' barrier, as a task's staging is; the rows are split into bf16
 // hi + lo (the tile stream's HiLo) or rounded (K = 8,192: hi + lo do not
-// fit). Cases: through the norm prologue or plain; on one worker or on
+// fit). Cases: through the norm prologue, the deferred norm (x·w staged,
+// the rows' warp partial sums in their pads: tiles.cuh norm_rows_deferred)
+// or plain; on one worker or on
 // every SM at once; with the loader warp keeping 0 or 2 pages of 16 KB in
 // flight from a 1 GiB buffer (the megakernel's MPK_INFLIGHT_PAGES: the
 // weights' stream beside the staging). Block 0's first staging is checked
-// against the host (fp64 norm, then the split).
+// against the host (fp64 norm, then the split; deferred: x·w, and the
+// pads' partials summed against x's sums of squares).
 // Reported: us a staging (the mean over the active workers) and x's bytes
 // a us a worker. If norm rows take ~3x plain rows alone, the prologue's own
 // code is the bound; if both slow down together with every SM or the
@@ -49,6 +52,7 @@ struct Args {
   int active, stream;                // workers staging; pages in flight (0: none)
   unsigned long long* ns;            // summed over the active workers
   __nv_bfloat16* check;              // block 0's first staging: hi rows, then lo rows (or the rounded rows)
+  float* sums;                       // deferred: 1 / scale² = mean(x²) + eps of each row, from its pad
 };
 
 __shared__ int s_stop;
@@ -73,7 +77,9 @@ __device__ void stream_pages(const Args& a, char* pages, uint64_t* bars) {
     }
 }
 
-template <int K, int M, bool NORM, bool LO>
+enum Mode { kPlain, kNorm, kDeferred };
+
+template <int K, int M, int MODE, bool LO>
 __global__ void __launch_bounds__(mpk::kWorkerThreads, 1) stage(const Args a) {
   using T = __nv_bfloat16;
   constexpr int PITCH = K + 32;
@@ -94,10 +100,16 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1) stage(const Args a) {
   }
   if (warp > mpk::kLoaderWarp) return;
   T* xs = reinterpret_cast<T*>(smem);
+  using Pro = typename std::conditional<MODE == kNorm, mpk::NormPro, mpk::NoPro>::type;
   auto stage_once = [&] {
-    if constexpr (LO) mpk::stage_rows<K, M, PITCH>(typename std::conditional<NORM, mpk::NormPro, mpk::NoPro>::type{}, a.op,
-                                                    mpk::HiLo<T>{xs, xs + M * PITCH}, a.slots);
-    else mpk::stage_rows<K, M, PITCH>(typename std::conditional<NORM, mpk::NormPro, mpk::NoPro>::type{}, a.op, xs, a.slots);
+    if constexpr (MODE == kDeferred) {
+      if constexpr (LO) mpk::norm_rows_deferred<K, M, PITCH>(a.op, mpk::HiLo<T>{xs, xs + M * PITCH}, xs, a.slots);
+      else mpk::norm_rows_deferred<K, M, PITCH>(a.op, xs, xs, a.slots);
+    } else if constexpr (LO) {
+      mpk::stage_rows<K, M, PITCH>(Pro{}, a.op, mpk::HiLo<T>{xs, xs + M * PITCH}, a.slots);
+    } else {
+      mpk::stage_rows<K, M, PITCH>(Pro{}, a.op, xs, a.slots);
+    }
     mpk::consumer_sync();
   };
   stage_once();  // the check's copy; L2 warm
@@ -106,6 +118,8 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1) stage(const Args a) {
       const int part = i / (M * K), m = i % (M * K) / K, k = i % K;
       a.check[i] = xs[part * M * PITCH + m * PITCH + k];
     }
+  if (MODE == kDeferred && blockIdx.x == 0 && threadIdx.x < M)  // the row's partials summed
+    a.sums[threadIdx.x] = 1.f / (mpk::tile_row_scale<K, PITCH>(a.op, xs, threadIdx.x) * mpk::tile_row_scale<K, PITCH>(a.op, xs, threadIdx.x));
   mpk::consumer_sync();
   uint64_t t0 = 0;
   if (threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -121,7 +135,7 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1) stage(const Args a) {
 
 static float bf(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-template <int K, int M, bool NORM, bool LO>
+template <int K, int M, int MODE, bool LO>
 void run(const char* name, const char* weights, int sms) {
   using T = __nv_bfloat16;
   std::vector<float> hx((size_t)M * K);
@@ -131,11 +145,13 @@ void run(const char* name, const char* weights, int sms) {
   for (auto& v : hw) v = __float2bfloat16((float)rand() / RAND_MAX + 0.5f);
   float* dx;
   T *dw, *dcheck;
+  float* dsums;
   unsigned long long* dns;
   CK(cudaMalloc(&dx, hx.size() * 4));
   CK(cudaMalloc(&dw, K * 2));
   CK(cudaMalloc(&dcheck, 2 * (size_t)M * K * 2));
   CK(cudaMalloc(&dns, 8));
+  CK(cudaMalloc(&dsums, M * 4));
   CK(cudaMemcpy(dx, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dw, hw.data(), K * 2, cudaMemcpyHostToDevice));
   Args a;
@@ -145,17 +161,17 @@ void run(const char* name, const char* weights, int sms) {
   mpk::View& w = a.op.in[1];  // one row broadcast over x's (stride 0), as the norm's weight
   w.slot = 1, w.dtype = mpk::DT_BFLOAT16, w.rank = 2, w.shape[0] = M, w.shape[1] = K, w.stride[0] = 0, w.stride[1] = 1;
   a.op.kind = mpk::OP_LINEAR, a.op.num_in = 2, a.op.pro_first = 1, a.op.pro_dtype = mpk::DT_FLOAT32;
-  a.op.flags = NORM ? mpk::FLAG_WEIGHT : 0, a.op.eps = 1e-5f;
+  a.op.flags = MODE != kPlain ? mpk::FLAG_WEIGHT : 0, a.op.eps = 1e-5f;
   a.slots.p[0] = dx, a.slots.p[1] = dw;
-  a.weights = weights, a.ns = dns, a.check = dcheck;
+  a.weights = weights, a.ns = dns, a.check = dcheck, a.sums = dsums;
   const int smem = mpk::tile_x_bytes<T>(K, M, LO) + kStreamPages * mpk::kPageBytes;
-  CK(cudaFuncSetAttribute(stage<K, M, NORM, LO>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CK(cudaFuncSetAttribute(stage<K, M, MODE, LO>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   bool checked = false;
   for (int stream : {0, kStreamPages})
     for (int active : {1, sms}) {
       a.active = active, a.stream = stream;
       CK(cudaMemset(dns, 0, 8));
-      stage<K, M, NORM, LO><<<sms, mpk::kWorkerThreads, smem>>>(a);
+      stage<K, M, MODE, LO><<<sms, mpk::kWorkerThreads, smem>>>(a);
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());
       unsigned long long ns;
@@ -163,13 +179,17 @@ void run(const char* name, const char* weights, int sms) {
       if (!checked) {  // block 0's staging against the host: the norm in fp64, then hi + lo (or rounded)
         std::vector<T> got(2 * (size_t)M * K);
         CK(cudaMemcpy(got.data(), dcheck, got.size() * 2, cudaMemcpyDeviceToHost));
+        std::vector<float> sums(M);
+        CK(cudaMemcpy(sums.data(), dsums, M * 4, cudaMemcpyDeviceToHost));
         double worst = 0;
         for (int m = 0; m < M; ++m) {
           double ss = 0;
           for (int k = 0; k < K; ++k) ss += (double)hx[m * K + k] * hx[m * K + k];
           const double inv = 1 / sqrt(ss / K + 1e-5);
+          if (MODE == kDeferred) worst = fmax(worst, fabs(sums[m] - (ss / K + 1e-5)) / (ss / K + 1e-5));
           for (int k = 0; k < K; ++k) {
-            const double want = NORM ? hx[m * K + k] * inv * bf(hw[k]) : hx[m * K + k];
+            const double want = MODE == kNorm ? hx[m * K + k] * inv * bf(hw[k])
+                                : MODE == kDeferred ? hx[m * K + k] * bf(hw[k]) : hx[m * K + k];
             const double v = bf(got[m * K + k]) + (LO ? bf(got[(size_t)M * K + m * K + k]) : 0.f);
             worst = fmax(worst, fabs(v - want) / (fabs(want) + 1e-3));
           }
@@ -188,6 +208,7 @@ void run(const char* name, const char* weights, int sms) {
   CK(cudaFree(dw));
   CK(cudaFree(dcheck));
   CK(cudaFree(dns));
+  CK(cudaFree(dsums));
 }
 
 int main() {
@@ -197,11 +218,13 @@ int main() {
   CK(cudaMalloc(&weights, kStreamBytes));
   CK(cudaMemset(weights, 1, kStreamBytes));
   printf("staging x (tasks/tiles.cuh stage_rows), %d reps; %d SMs\n", kReps, sms);
-  run<2048, 8, true, true>("norm", weights, sms);
-  run<2048, 8, false, true>("plain", weights, sms);
-  run<2048, 16, true, true>("norm", weights, sms);
-  run<2048, 16, false, true>("plain", weights, sms);
-  run<8192, 8, false, false>("plain", weights, sms);
+  run<2048, 8, kNorm, true>("norm", weights, sms);
+  run<2048, 8, kDeferred, true>("defer", weights, sms);
+  run<2048, 8, kPlain, true>("plain", weights, sms);
+  run<2048, 16, kNorm, true>("norm", weights, sms);
+  run<2048, 16, kDeferred, true>("defer", weights, sms);
+  run<2048, 16, kPlain, true>("plain", weights, sms);
+  run<8192, 8, kPlain, false>("plain", weights, sms);
   CK(cudaFree(weights));
   return 0;
 }

@@ -12,6 +12,30 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// warp_sums reduces P values (P a power of two, at most 32) over the warp
+// at once, P - 1 + 5 - log2(P) shuffles where P warp_sums take 5·P: each
+// level sends half of the values still held and keeps the other half. The
+// lane returns the sum of value lane / (32 / P).
+template <int P>
+__device__ __forceinline__ float warp_sums(float (&v)[P]) {
+  static_assert(P >= 1 && P <= 32 && (P & (P - 1)) == 0, "warp_sums: P a power of two up to 32");
+  const int lane = threadIdx.x % 32;
+  int o = 16;
+#pragma unroll
+  for (int n = P / 2; n >= 1; n /= 2, o /= 2) {
+    const bool upper = lane & o;
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      const float send = upper ? v[i] : v[i + n];
+      v[i] = (upper ? v[i + n] : v[i]) + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+  float r = v[0];
+#pragma unroll
+  for (; o > 0; o /= 2) r += __shfl_xor_sync(0xffffffffu, r, o);
+  return r;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;

@@ -130,9 +130,7 @@ __device__ __forceinline__ void plain_rows(const View& x, X xs, const Slots<N>& 
       for (int i = 0; i < Q; ++i) {
         const int k = 4 * ((int)threadIdx.x + i * MPK_THREADS);
         if (m0 + b >= M || k >= K) continue;
-        const float4 f = cvt_row4(raw[b][i], xd);
-        X r = xs + (m0 + b) * PITCH;
-        put_x(r, k, f.x), put_x(r, k + 1, f.y), put_x(r, k + 2, f.z), put_x(r, k + 3, f.w);
+        put_x4(xs + (m0 + b) * PITCH, k, cvt_row4(raw[b][i], xd));
       }
   }
 }
@@ -182,61 +180,73 @@ __device__ __forceinline__ void stage_rows(ExprPro<E>, const Op& op, X xs, const
   }
 }
 
-// RMSNorm: the batch's sums reduced with one pair of barriers. The weight
-// (one row, broadcast over x's rows) is loaded once, with the first batch;
-// without a weight that load reads x's first row rather than branch: a
-// branch between the loads kept them from issuing together. XD, WD and PD
-// are x's, the weight's and the result's dtypes as constants (-1: read at
-// run time): with the dtypes read at run time, the branches of each
+// pow2_at_least is the smallest power of two not below n.
+constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
+
+// RMSNorm: the batch's sums reduced with one pair of barriers: each warp's
+// B partial sums at once (warp_sums), then each row's warp partials by a
+// group of 32 / P lanes, its rsqrt broadcast from that group's first lane
+// (a warp_sum a row on each side cost 80 shuffles a warp for 8 rows: the
+// norm staged 8 rows in 3.7 us against plain rows' 1.7, bench/stage_probe).
+// The weight (one row, broadcast over x's rows) is loaded once, with the
+// first batch; without a weight that load reads x's first row rather than
+// branch: a branch between the loads kept them from issuing together. XD,
+// WD and PD are x's, the weight's and the result's dtypes as constants (-1:
+// read at run time): with the dtypes read at run time, the branches of each
 // element's conversions and roundings made the staging instruction-bound
 // (~1 us a row of 2,048 at 16 rows, against ~0.35 for plain rows).
 template <int XD, int WD, int PD, int K, int M, int PITCH, int N, typename X>
 __device__ __forceinline__ void norm_rows(const Op& op, const View& x, const View& w, bool has_w, X xs,
                                           const Slots<N>& s) {
   const int32_t xd = XD < 0 ? x.dtype : XD, wd = WD < 0 ? w.dtype : WD, pd = PD < 0 ? op.pro_dtype : PD;
-  constexpr int Q = per_thread4(K), B = batch4(K, M);
-  __shared__ float sums[kConsumerWarps * B];
+  constexpr int Q = per_thread4(K), B = batch4(K, M), P = pow2_at_least(B), L = 32 / P;
+  __shared__ float sums[P][kConsumerWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   uint4 rw[Q];
   load_row4<K>(base(s, w), w, 0, rw);
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
     uint4 rx[B][Q];
-    float ss[B];
+    float ss[P];
 #pragma unroll
     for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
 #pragma unroll
-    for (int b = 0; b < B; ++b) {
+    for (int b = 0; b < P; ++b) {
       ss[b] = 0.f;
+      if (b < B)
 #pragma unroll
-      for (int i = 0; i < Q; ++i) {
-        const float4 f = cvt_row4(rx[b][i], xd);
-        if (4 * ((int)threadIdx.x + i * MPK_THREADS) < K) ss[b] += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
-      }
+        for (int i = 0; i < Q; ++i) {
+          const float4 f = cvt_row4(rx[b][i], xd);
+          if (4 * ((int)threadIdx.x + i * MPK_THREADS) < K) ss[b] += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
+        }
     }
-    // The batch's sums over the block, with one pair of barriers.
-#pragma unroll
-    for (int b = 0; b < B; ++b) ss[b] = warp_sum(ss[b]);
-    consumer_sync();  // the previous batch has read sums
-    if (lane == 0)
-#pragma unroll
-      for (int b = 0; b < B; ++b) sums[b * kConsumerWarps + warp] = ss[b];
+    const float mine = warp_sums(ss);  // row lane / L's sum over the warp
+    consumer_sync();                   // the previous batch has read sums
+    if (lane % L == 0) sums[lane / L][warp] = mine;
     consumer_sync();
+    float tot = 0.f;  // row lane / L: lanes lane % L, + L, ... of the warps' partials
+#pragma unroll
+    for (int j = 0; j < (kConsumerWarps + L - 1) / L; ++j)
+      if (lane % L + j * L < kConsumerWarps) tot += sums[lane / L][lane % L + j * L];
+#pragma unroll
+    for (int o = L / 2; o > 0; o /= 2) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+    const float inv_mine = rsqrtf(tot / (float)K + op.eps);
 #pragma unroll
     for (int b = 0; b < B; ++b) {
-      const float inv =
-          rsqrtf(warp_sum(lane < kConsumerWarps ? sums[b * kConsumerWarps + lane] : 0.f) / (float)K + op.eps);
+      const float inv = __shfl_sync(0xffffffffu, inv_mine, b * L);
 #pragma unroll
       for (int i = 0; i < Q; ++i) {
         const int k = 4 * ((int)threadIdx.x + i * MPK_THREADS);
         if (m0 + b >= M || k >= K) continue;
         const float4 f = cvt_row4(rx[b][i], xd), gw = cvt_row4(rw[i], wd);
         const float v[4] = {f.x, f.y, f.z, f.w}, gv[4] = {gw.x, gw.y, gw.z, gw.w};
+        float r[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float y = round_float(xd, v[e] * inv);
-          put_x(xs + (m0 + b) * PITCH, k + e, round_float(pd, has_w ? y * gv[e] : y));
+          r[e] = round_float(pd, has_w ? y * gv[e] : y);
         }
+        put_x4(xs + (m0 + b) * PITCH, k, make_float4(r[0], r[1], r[2], r[3]));
       }
     }
   }
@@ -260,6 +270,76 @@ __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Sl
     norm_rows<-1, -1, -1, K, M, PITCH>(op, x, w, has_w, xs, s);
 }
 
+// The deferred norm of a tile stream (as norm_deferred is a register
+// stream's): x·w is staged without the rows' sums of squares, each warp's
+// partial sum of row m lands in the row's pad (the 32 elements past K of its
+// hi part, which no mma reads: kConsumerWarps floats), and the dots are
+// scaled by the row's rsqrt once summed (tile_row_scales). No barriers and
+// no reductions before the stream starts: the staging of plain rows
+// (bench/stage_probe: 8 rows of 2,048 staged in 2.1 us through the norm,
+// 1.0 plain). Exact up to fp32 reassociation, so only where x and the
+// prologue's result are fp32 with a bf16 weight (every decoder's norm over
+// the widened residual stream); q, k and v reuse the staged x and its pads.
+template <int K, int N>
+__device__ __forceinline__ bool tile_norm_deferred(const Op& op, const Slots<N>& s) {
+  const View &x = op.in[0], &w = op.in[op.pro_first];
+  return (op.flags & FLAG_WEIGHT) && x.dtype == DT_FLOAT32 && w.dtype == DT_BFLOAT16 && op.pro_dtype == DT_FLOAT32 &&
+         w.stride[0] == 0 && rows4_ok<K>(x, s) && rows4_ok<K>(w, s);
+}
+
+template <int K, int PITCH, typename T>
+__device__ __forceinline__ float* tile_row_pad(T* xs_hi, int m) {
+  static_assert(32 * sizeof(T) >= kConsumerWarps * sizeof(float), "a row's pad holds every warp's partial sum");
+  return reinterpret_cast<float*>(xs_hi + m * PITCH + K);
+}
+
+template <int K, int M, int PITCH, int N, typename X, typename T>
+__device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi, const Slots<N>& s) {
+  const View &x = op.in[0], &w = op.in[op.pro_first];
+  constexpr int Q = per_thread4(K), B = batch4(K, M);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint4 rw[Q];
+  load_row4<K>(base(s, w), w, 0, rw);
+#pragma unroll 1
+  for (int m0 = 0; m0 < M; m0 += B) {
+    uint4 rx[B][Q];
+#pragma unroll
+    for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
+    float ss[B];
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      ss[b] = 0.f;
+#pragma unroll
+      for (int i = 0; i < Q; ++i) {
+        const int k = 4 * ((int)threadIdx.x + i * MPK_THREADS);
+        const float4 f = cvt_row4(rx[b][i], DT_FLOAT32), g = cvt_row4(rw[i], DT_BFLOAT16);
+        if (k >= K) continue;
+        ss[b] += f.x * f.x + f.y * f.y + f.z * f.z + f.w * f.w;
+        if (m0 + b < M) put_x4(xs + (m0 + b) * PITCH, k, make_float4(f.x * g.x, f.y * g.y, f.z * g.z, f.w * g.w));
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+      const float t = warp_sum(ss[b]);
+      if (lane == 0 && m0 + b < M) tile_row_pad<K, PITCH>(xs_hi, m0 + b)[warp] = t;
+    }
+  }
+}
+
+// tile_row_scale is row m's rsqrt(mean(x²) + eps) from the partials in its
+// pad (after the barrier that ends the staging).
+template <int K, int PITCH, typename T>
+__device__ __forceinline__ float tile_row_scale(const Op& op, T* xs_hi, int m) {
+  const float4* p = reinterpret_cast<const float4*>(tile_row_pad<K, PITCH>(xs_hi, m));
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kConsumerWarps / 4; ++i) {
+    const float4 v = p[i];
+    ss += (v.x + v.y) + (v.z + v.w);
+  }
+  return rsqrtf(ss / (float)K + op.eps);
+}
+
 // The attention merge: MR rows a call, at most 2 (row, head) pairs a warp
 // (the registers a single row's merge of 32 heads takes; with more the
 // merge spilled).
@@ -281,12 +361,26 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
   T* xs = reinterpret_cast<T*>(c.smem);  // [M][PITCH], then (LO) lo: [M][PITCH]
   float* part = reinterpret_cast<float*>(c.smem + tile_x_bytes<T>(K, M, LO));  // [2][warp][row of a group][M]
   float* dots = part + 2 * kConsumerWarps * kTileRows * M;                   // [row][M]
+  bool defer = false;  // a deferred norm: the dots scaled by their rows' tile_row_scale
+  if constexpr (std::is_same<PRO, NormPro>::value) defer = tile_norm_deferred<K>(op, s);
   if (!c.x_ready) {
-    if constexpr (LO) stage_rows<K, M, PITCH>(PRO{}, op, HiLo<T>{xs, xs + M * PITCH}, s);
-    else stage_rows<K, M, PITCH>(PRO{}, op, xs, s);
+    if constexpr (std::is_same<PRO, NormPro>::value)
+      if (defer) {
+        if constexpr (LO) norm_rows_deferred<K, M, PITCH>(op, HiLo<T>{xs, xs + M * PITCH}, xs, s);
+        else norm_rows_deferred<K, M, PITCH>(op, xs, xs, s);
+      }
+    if (!defer) {
+      if constexpr (LO) stage_rows<K, M, PITCH>(PRO{}, op, HiLo<T>{xs, xs + M * PITCH}, s);
+      else stage_rows<K, M, PITCH>(PRO{}, op, xs, s);
+    }
     consumer_sync();
   }
   mark_staged();
+  // The rows' scales of the dots this thread sums (i = threadIdx.x + j·MPK_THREADS below: row i % M).
+  constexpr int SJ = (kTileRows * M + MPK_THREADS - 1) / MPK_THREADS;
+  float row_scale[SJ];
+#pragma unroll
+  for (int j = 0; j < SJ; ++j) row_scale[j] = defer ? tile_row_scale<K, PITCH>(op, xs, ((int)threadIdx.x + j * MPK_THREADS) % M) : 1.f;
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -339,12 +433,15 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
       }
     }
     consumer_sync();
-    for (int i = threadIdx.x; i < kTileRows * M && grp * kTileRows * M + i < outs; i += MPK_THREADS) {
+#pragma unroll
+    for (int j = 0; j < SJ; ++j) {
+      const int i = threadIdx.x + j * MPK_THREADS;
+      if (i >= kTileRows * M || grp * kTileRows * M + i >= outs) break;
       const float* pi = part + (grp & 1) * kConsumerWarps * kTileRows * M + i;
       float v = 0.f;
 #pragma unroll
       for (int w = 0; w < kConsumerWarps; ++w) v += pi[w * kTileRows * M];
-      dots[grp * kTileRows * M + i] = v;
+      dots[grp * kTileRows * M + i] = v * row_scale[j];
     }
   }
   consumer_sync();
