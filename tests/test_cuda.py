@@ -61,17 +61,20 @@ def test_cuda_kv_pages_long_chunks(core_lib, fresh_dynamo, cache_tokens, capacit
     assert res.summary["tasks_by_op"]["rope+attention"] == 6 * 2, res.summary["tasks_by_op"]
 
 
-@pytest.mark.parametrize("model,batch,cache_tokens", [("wide-llama", 4, 300), ("wide-llama", 8, 200),
-                                                      ("wide-qwen3", 3, 300)])
-def test_cuda_kv_pages_batch(core_lib, fresh_dynamo, model, batch, cache_tokens):
+@pytest.mark.parametrize("model,batch,cache_tokens,capacity", [("wide-llama", 4, 300, 0), ("wide-llama", 8, 200, 0),
+                                                               ("wide-qwen3", 3, 300, 0), ("wide-llama", 4, 300, 1200)])
+def test_cuda_kv_pages_batch(core_lib, fresh_dynamo, model, batch, cache_tokens, capacity):
     """kv_pages_batch on the GPU: a masked decode batch's attention as
-    kv_pages tasks, one row's KV head over a chunk of at most 128 positions
-    each, its K and V streamed through the ring (mpk::attention_kv_pages
-    with the row from the task's unit), in rounds of 16 workers; head dims
-    64 and 128 (wide-qwen3: 2 pages of K and 2 of V a task)."""
+    kv_pages tasks, one row's KV head over a chunk each (two chunks a (row,
+    KV head) cell on 16 workers), its K and V pages alternating through the
+    ring and taken a round of 128 rows at a time (mpk::KVPages' STREAM:
+    chunks of 150-600 rows through a ring of fewer pages); head dims 64 and
+    128 (wide-qwen3: 2 pages of K and 2 of V a round); at a capacity of
+    1,200 the second chunk of each cell lies past the mask's extent (no live
+    unit: its pages are only released)."""
     lines = []
-    res = check.run_check(model=model, target="cuda", batch=batch, cache_tokens=cache_tokens, steps=3, seed=0,
-                          workers=16, log=lines.append, mask=True, options={"kv_pages_batch": True})
+    res = check.run_check(model=model, target="cuda", batch=batch, cache_tokens=cache_tokens, capacity=capacity, steps=3,
+                          seed=0, workers=16, log=lines.append, mask=True, options={"kv_pages_batch": True})
     assert res.ok, "\n".join(lines)
     assert "mpk::attention_kv_pages<" in res.compiled.sources["module.cu"]
 

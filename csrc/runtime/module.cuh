@@ -136,6 +136,17 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
         if (!poll_until(queue[q], [&] { return (extent = *(volatile int32_t*)&mpk::s_kv_extent) >= 0; })) return;
         bytes = min(bytes, max((int64_t)0, (int64_t)extent - sd.kv_j0) * sd.row_bytes);
       }
+      // A kv chunk taken round by round (kv_interleave): a page of K rows,
+      // then the page of V of the same rows (mpk::KVPages' STREAM).
+      if (sd.kv_interleave) {
+        const char* vsrc = static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset;
+        for (int64_t off = 0; off < bytes; off += sd.page_bytes)
+          for (int part = 0; part < 2; ++part, ++seq) {
+            if (!acquire(queue[q])) return;
+            ring.fill(seq, (part ? vsrc : src) + off, (uint32_t)min((int64_t)sd.page_bytes, bytes - off), policy);
+          }
+        continue;
+      }
       // A paired Linear's second weight (pair_slot >= 0), or a kv chunk's V:
       // the same rows' bytes, pages of their own after the first's.
       for (int part = 0; part < (sd.pair_slot >= 0 ? 2 : 1); ++part) {

@@ -864,6 +864,23 @@ struct NoKVPages {
   static constexpr bool kOn = false;
 };
 
+// decode_unit_warps is the warps a unit of attention_decode takes: one per
+// 32 positions of its chunk, at most the consumer warps over the units a
+// task runs side by side (kv_units).
+__host__ __device__ constexpr int decode_unit_warps(int chunk, int kv_units) {
+  const int cp0 = kConsumerWarps < (chunk + 31) / 32 ? kConsumerWarps : (chunk + 31) / 32;
+  const int cpk = kConsumerWarps / kv_units > 0 ? kConsumerWarps / kv_units : 1;
+  return cp0 < cpk ? cp0 : cpk;
+}
+
+// kv_streams says whether a kv_pages task takes its pages round by round
+// (KVPages' STREAM).
+template <class KVP>
+__host__ __device__ constexpr bool kv_streams() {
+  if constexpr (KVP::kOn) return KVP::kStream;
+  return false;
+}
+
 // kv_units is how many one-head units a kv_pages task runs (1 without).
 template <class KVP>
 __host__ __device__ constexpr int kv_units() {
@@ -878,9 +895,16 @@ __host__ __device__ constexpr int kv_units() {
 // one head, read them from shared memory instead of the cache. live: the
 // loader cuts the chunk to the rows below the mask's extent (codegen's
 // kvLiveExtent), which cut() applies once the extent is read.
-template <typename T, int D, int P, int UNITS>
+// STREAM (a batch's, kv_pages_batch): K and V pages alternate (the K rows'
+// page i, then the V rows' page i) and each warp takes them round by round
+// (rows_ready: the pages of the rows it is done with released, the next
+// round's waited for), so a chunk longer than the ring streams through it
+// (codegen's kvStream.roundPairs) and one task a unit's chunk fills the
+// workers in one round.
+template <typename T, int D, int P, int UNITS, bool STREAM = false>
 struct KVPages {
   static constexpr bool kOn = true;
+  static constexpr bool kStream = STREAM;
   static constexpr int kUnits = UNITS;
   static constexpr int RPP = kPageBytes / (D * (int)sizeof(T));
   static_assert(RPP >= 1 && kPageBytes % (D * (int)sizeof(T)) == 0, "a page holds whole rows");
@@ -889,21 +913,53 @@ struct KVPages {
   int b, kvh, j0, rows;
   const int32_t* abort;
   bool live;
+  // STREAM, this warp's: pages of the task waited for and released (in
+  // order), and the rows [r_lo, r_hi) (from j0) it may read.
+  int waited = 0, released = 0, r_lo = 0, r_hi = 0;
   __device__ __forceinline__ void cut(int extent) {
     if (live) rows = min(rows, max(0, extent - j0));
   }
   __device__ __forceinline__ int pages() const { return rows > 0 ? (rows + RPP - 1) / RPP : 0; }  // of K, and of V
-  // The shared-memory address of row j's element d of K or V (V: after K's
-  // pages); rows outside the chunk read its nearest (their scores are hidden).
+  // The ring page (from seq) of row r's K or V.
+  __device__ __forceinline__ int page_of(int r, bool v) const {
+    return STREAM ? 2 * (r / RPP) + (v ? 1 : 0) : (v ? pages() : 0) + r / RPP;
+  }
+  // The shared-memory address of row j's element d of K or V; rows outside
+  // the chunk (STREAM: outside the rows the warp may read) read the nearest.
   __device__ __forceinline__ uint32_t at(int j, int d, bool v) const {
-    const int r = min(max(j - j0, 0), rows - 1);
-    return smem_u32(ring.page(seq + (v ? pages() : 0) + r / RPP)) + ((r % RPP) * D + d) * (int)sizeof(T);
+    const int r = STREAM ? min(max(j - j0, r_lo), r_hi - 1) : min(max(j - j0, 0), rows - 1);
+    return smem_u32(ring.page(seq + page_of(r, v))) + ((r % RPP) * D + d) * (int)sizeof(T);
   }
   // wait returns once every page has landed (each lane acquires it).
   __device__ __forceinline__ void wait() const {
     for (int i = 0; i < 2 * pages(); ++i) wait_page(ring, seq + i, abort);
   }
+  // STREAM: release the next page, once landed (a slot released with a copy
+  // in flight could be refilled under it).
+  __device__ __forceinline__ void release_next() {
+    if (released == waited) wait_page(ring, seq + waited++, abort);
+    ring.release(seq + released++);
+  }
+  // STREAM: make rows [lo, hi) of the chunk (lo < hi) readable: the pages
+  // wholly below lo released, then those through row hi - 1 waited for.
+  // A warp holds at most the round's pages (kv_round_pairs) when it waits.
+  __device__ __forceinline__ void rows_ready(int lo, int hi) {
+    while (released < 2 * (lo / RPP)) release_next();
+    while (waited < 2 * ((hi - 1) / RPP) + 2) wait_page(ring, seq + waited++, abort);
+    r_lo = lo, r_hi = hi;
+  }
+  // STREAM: every page left released (each warp, whatever rows it read).
+  __device__ __forceinline__ void drain() {
+    while (released < 2 * pages()) release_next();
+  }
 };
+
+// kv_round_pairs is how many (K, V) page pairs a STREAM task's warp holds at
+// once: those of one round of R rows (rounds from the chunk's first row) at
+// RPP rows a page. Mirrored by codegen's kvStream.roundPairs.
+__host__ __device__ constexpr int kv_round_pairs(int R, int RPP) {
+  return R % RPP == 0 ? R / RPP : RPP % R == 0 ? 1 : (R + RPP - 1) / RPP + 1;
+}
 
 // ld_shared_raw reads a V row's piece of a lane (4, 8 or 16 bytes) from shared memory.
 template <typename V>
@@ -982,13 +1038,12 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
   float* vfresh = reinterpret_cast<float*>(row_live) + (op.in[0].shape[0] + 3) / 4 * 4 + warp * D;
   // Warps a unit and units a round; a paged task's units all in one round
   // (a long cache's chunk: each warp takes several 32-row blocks).
-  constexpr int cp0 = warps < (chunk + 31) / 32 ? warps : (chunk + 31) / 32;
-  constexpr int cpk = warps / kv_units<KVP>() > 0 ? warps / kv_units<KVP>() : 1;
-  constexpr int cp = cp0 < cpk ? cp0 : cpk, units = warps / cp;
+  constexpr int cp = decode_unit_warps(chunk, kv_units<KVP>()), units = warps / cp;
   const int sub = warp % cp;
   // Rows past whole rounds one a warp (MPK_DECODE_TAIL_ROWS), for chunks of
   // more than a round (FAST: D a multiple of 32, a lane's V columns one load).
-  constexpr bool kTail = MPK_DECODE_TAIL_ROWS && FAST && chunk > 32 * cp;
+  // (not for a STREAM task: its rounds' pages come one round at a time)
+  constexpr bool kTail = MPK_DECODE_TAIL_ROWS && FAST && chunk > 32 * cp && !kv_streams<KVP>();
   // One batch row: the first round's unit as it is when every split is live
   // (the usual step), its queries read together with the mask's extent
   // rather than one round trip after it. The extent's load goes out first:
@@ -1053,11 +1108,12 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
         stage_queries<QT, D, UG>(qs, op, s, b, h0, lane);
       }
       if (i0 == 0) mark_staged_trace();  // trace builds: the extent and q read
-      // kv_pages: the ring's unit reads its K and V there, once landed.
+      // kv_pages: the ring's unit reads its K and V there, once landed
+      // (STREAM: a round's at a time).
       bool paged = false;
       if constexpr (KVP::kOn) {
         paged = b == kv.b && kvh == kv.kvh && j_lo == kv.j0 && kv.rows > 0;
-        if (paged) kv.wait();
+        if (paged && !kv_streams<KVP>()) kv.wait();
       }
       // A paged lane starts its K row at its own 16 bytes of 8: the lanes'
       // rows are D elements apart, and the same column of 8 of them would
@@ -1086,6 +1142,11 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       }
       for (int jg = j_lo + 32 * sub; jg < j_rounds; jg += 32 * cp) {
         const int j = jg + lane;
+        if constexpr (kv_streams<KVP>())
+          if (paged) {
+            const int r0 = (jg - j_lo) / (32 * cp) * 32 * cp;  // the round's first row in the chunk
+            kv.rows_ready(r0, min(r0 + 32 * cp, kv.rows));
+          }
         float sc[UG];
         bool live = false;
 #pragma unroll
@@ -1201,6 +1262,7 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
             xf[u] = a == -INFINITY ? -INFINITY : a + dnew[u];
           }
     }
+    if constexpr (kv_streams<KVP>()) kv.drain();  // every warp, every page of the task, before the merge's barrier
     if (i0 == 0) mark_dots_trace();  // trace builds: the first round's K and V done
     if constexpr (kV16)
       if (active) to_lane_columns<T, D, UG>(av, acc, qs, lane);
@@ -1227,6 +1289,9 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
                          p.stride[4], m[u], l[u], acc[u], lane);
     if (cp > 1) consumer_sync();  // part is reused by the next round
   }
+  // A task with no live unit (a row's extent before the chunk) runs no
+  // round above: its pages are released here.
+  if constexpr (kv_streams<KVP>()) kv.drain();
   if constexpr (ROWS) consumer_sync();  // row_live is read until the last round
   return ext0;
 }
@@ -1259,11 +1324,15 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
   // BATCH: the op has more than one row (kv_pages_batch).
   const int sp = lo % splits, b = BATCH ? lo / splits / units : 0, j0 = min(sp * chunk, S);
   const int h0 = (BATCH ? lo / splits % units : lo / splits) * UG;
-  KVPages<T, D, P, UG> kv{ring_at<P>(c.ring), c.seq, b, h0 / G, j0, min(chunk, S - j0), c.abort, LIVE};
+  // BATCH: the pages stream round by round (KVPages' STREAM).
+  using KV = KVPages<T, D, P, UG, BATCH>;
+  KV kv{ring_at<P>(c.ring), c.seq, b, h0 / G, j0, min(chunk, S - j0), c.abort, LIVE};
   const int lo1 = (b * SH::H + h0) * splits + sp, hi1 = lo1 + UG * splits;
   const bool fast = decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]));
-  constexpr int rpp = KVPages<T, D, P, UG>::RPP;
-  constexpr bool small_ring = 2 * ((chunk + rpp - 1) / rpp) > P;
+  constexpr int rpp = KV::RPP;
+  // (STREAM: a round's pages; codegen's kvStream.fits)
+  constexpr bool small_ring = BATCH ? 2 * kv_round_pairs(32 * decode_unit_warps(chunk, UG), rpp) > P
+                                    : 2 * ((chunk + rpp - 1) / rpp) > P;
   if (LIVE && (small_ring || !fast)) {
     const View& e = op.in[4];
     const int extent = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset);
@@ -1279,6 +1348,15 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
       attention_decode<T, QT, MT, D, R, false, false, 1, SH, FT>(op, lo1, hi1, s, c.smem);
     return c.seq;
   } else {
+    static_assert(!(BATCH && LIVE), "a batch's kv streams are whole chunks (codegen's kvLiveExtent)");
+    if (fast && BATCH) {
+      // The loader at its full depth while the task streams its pages; the
+      // task releases every page itself (KVPages::drain).
+      set_dots_phase(1);
+      attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);
+      set_dots_phase(0);
+      return c.seq + 2 * kv.pages();
+    }
     if (fast)
       kv.cut(attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv));
     else

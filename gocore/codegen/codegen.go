@@ -276,7 +276,7 @@ type streamEntry struct {
 	tileRows, rowSpan, rowBytes int64
 	blockBytes                  int64
 	pairSlot, pairOffset        int64
-	kvJ0                        int64
+	kvJ0, kvInterleave          int64
 	tmap, pairTmap, tmapRow     int64
 }
 
@@ -284,8 +284,9 @@ type streamEntry struct {
 var noStream = streamEntry{pairSlot: -1, kvJ0: -1, tmap: -1, pairTmap: -1}
 
 func (e streamEntry) String() string {
-	return fmt.Sprintf("  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", e.slot, e.pageBytes, e.offset, e.bytes,
-		e.tileRows, e.rowSpan, e.rowBytes, e.blockBytes, e.pairSlot, e.pairOffset, e.kvJ0, e.tmap, e.pairTmap, e.tmapRow)
+	return fmt.Sprintf("  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", e.slot, e.pageBytes, e.offset, e.bytes,
+		e.tileRows, e.rowSpan, e.rowBytes, e.blockBytes, e.pairSlot, e.pairOffset, e.kvJ0, e.kvInterleave, e.tmap, e.pairTmap,
+		e.tmapRow)
 }
 
 // writeStreams emits the loader's table: for every task, the weight bytes

@@ -17,9 +17,14 @@ import (
 // cache row the step writes (tgraph.Access.Fresh) and nothing else in the
 // launch writes the cache, so its K and V rows, like weights, may be read
 // before any event; the loader's copy of the written row is never used.
+// A batch's (Stream) alternates the K and V rows' pages and its task takes
+// them a round of RoundRows rows at a time (mpk::KVPages' STREAM), so its
+// chunk need not fit the ring.
 type kvStream struct {
 	D, S, H, G, UG, Splits int64
 	Chunk, RowsPerPage     int64
+	Stream                 bool
+	RoundRows              int64
 }
 
 // kvStreamOf reports whether op's tasks stream their K and V: a fresh-row
@@ -27,7 +32,7 @@ type kvStream struct {
 // one batch row: mpk::attention_kv_pages), whose K and V are caller-owned caches
 // of 2-byte elements in contiguous rows, every row 16-byte aligned (the
 // bulk copies' rule, as for weights), a chunk within
-// stream.MaxKVPagesPerPart pages.
+// stream.MaxKVPagesPerPart pages (a batch's: any chunk, round by round).
 func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	if op.Kind != ir.Attention || op.Attr.Fresh == nil || op.Attr.Splits < 2 || !op.DecodeUnits() ||
 		op.Attr.SharedKV || op.Attr.Interleave != op.Attr.Splits {
@@ -49,19 +54,30 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 		return kvStream{}, false
 	}
 	ks := kvStream{D: D, S: k.Shape[2], H: op.In[0].Shape[1], G: max(1, op.Attr.Groups), UG: op.HeadsPerUnit(),
-		Splits: op.Attr.Splits, RowsPerPage: stream.KVRowsPerPage(D)}
+		Splits: op.Attr.Splits, RowsPerPage: stream.KVRowsPerPage(D), Stream: op.In[0].Shape[0] > 1}
 	ks.Chunk = ir.SplitChunk(ks.S, ks.Splits)
-	if ks.RowsPerPage < 1 || ks.pagesPerPart(ks.Chunk) > stream.MaxKVPagesPerPart {
+	ks.RoundRows = stream.KVRoundRows(ks.Chunk, ks.UG)
+	if ks.RowsPerPage < 1 || !ks.Stream && ks.pagesPerPart(ks.Chunk) > stream.MaxKVPagesPerPart {
 		return kvStream{}, false
 	}
 	return ks, true
 }
 
+// roundPairs is the (K, V) page pairs a Stream task's warp holds at once,
+// a round's.
+func (ks kvStream) roundPairs() int64 { return stream.KVRoundPairs(ks.D, ks.RoundRows) }
+
 // fits reports whether a task's K and V pages fit a ring of ringPages at
-// once. When they do not (a module whose scratch leaves a smaller ring),
-// the loader streams nothing for the op and mpk::attention_kv_pages, by the
-// same arithmetic, reads the chunk from the cache.
-func (ks kvStream) fits(ringPages int) bool { return 2*ks.pagesPerPart(ks.Chunk) <= int64(ringPages) }
+// once (Stream: a round's). When they do not (a module whose scratch leaves
+// a smaller ring), the loader streams nothing for the op and
+// mpk::attention_kv_pages, by the same arithmetic, reads the chunk from the
+// cache.
+func (ks kvStream) fits(ringPages int) bool {
+	if ks.Stream {
+		return 2*ks.roundPairs() <= int64(ringPages)
+	}
+	return 2*ks.pagesPerPart(ks.Chunk) <= int64(ringPages)
+}
 
 // pagesPerPart is how many pages rows of K (or of V) take.
 func (ks kvStream) pagesPerPart(rows int64) int64 { return stream.KVPagesPerPart(ks.D, rows) }
@@ -77,7 +93,8 @@ func (ks kvStream) first(lo int64) (b, kvh, j0, rows int64) {
 }
 
 // kvStreamOf is the loader's table entry of task t of op: the first unit's K
-// rows, then (a pair's second part) its V rows, in pages of whole rows.
+// rows, then (a pair's second part) its V rows, in pages of whole rows
+// (Stream: a K page, then the V page of the same rows).
 func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split int) streamEntry {
 	lo, _ := taskRange(op, t.Box, split)
 	b, kvh, j0, rows := ks.first(lo)
@@ -96,6 +113,9 @@ func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split i
 	e := noStream
 	e.slot, e.pageBytes, e.offset, e.bytes, e.rowBytes = int64(gen.l.slot[k.Buf]), ks.RowsPerPage*ks.D*2, at(k), rows*ks.D*2, rowBytes
 	e.pairSlot, e.pairOffset, e.kvJ0 = int64(gen.l.slot[v.Buf]), at(v), liveJ0
+	if ks.Stream {
+		e.kvInterleave = 1
+	}
 	return e
 }
 

@@ -48,6 +48,16 @@ func TestKVStream(t *testing.T) {
 			t.Errorf("batch, unit %d: row %d, KV head %d, from %d; want %d, %d, %d", c.lo, b, kvh, j0, c.b, c.kvh, c.j0)
 		}
 	}
+	// The batch's task takes its pages round by round: a round of 4 warps'
+	// 128 rows is one page of K and one of V (a ring of 2 fits it), where a
+	// single sequence's task holds all its pages at once.
+	if !kb.Stream || ks.Stream || kb.RoundRows != 128 || kb.roundPairs() != 1 || !kb.fits(2) || kb.fits(1) {
+		t.Errorf("batch: stream %v (one row's %v), rounds of %d rows, %d page pairs, fits 2 %v, 1 %v; want true (false), 128, 1, true, false",
+			kb.Stream, ks.Stream, kb.RoundRows, kb.roundPairs(), kb.fits(2), kb.fits(1))
+	}
+	if kd, _ := kvStreamOf(kvBatchOp(ir.BF16, 128, 3)); kd.roundPairs() != 2 || kd.fits(3) || !kd.fits(4) {
+		t.Errorf("batch, head dim 128: %d page pairs a round, fits 3 %v, 4 %v; want 2, false, true", kd.roundPairs(), kd.fits(3), kd.fits(4))
+	}
 	if ks, ok := kvStreamOf(kvOp(ir.BF16, 128)); !ok || ks.RowsPerPage != 64 || ks.pagesPerPart(ks.Chunk) != 2 {
 		t.Errorf("head dim 128: %+v, %v; want 64 rows a page, 2 pages a part", ks, ok)
 	}

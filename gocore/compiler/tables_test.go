@@ -221,9 +221,9 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	t.Helper()
 	src := comp.Result.CUDA["module.cu"]
 	// slot, page bytes, offset, bytes, tile rows, row span, row bytes,
-	// column-major, pair slot, pair offset, kv j0, tensor map, the pair's,
-	// the task's first row in them
-	const F = 14
+	// column-major, pair slot, pair offset, kv j0, kv interleave, tensor map,
+	// the pair's, the task's first row in them
+	const F = 15
 	rows := table(t, src, "mpk::Stream streams")
 	const TF = 10 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units, swizzle, split x
 	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
@@ -266,8 +266,9 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		if r[8] >= 0 {
 			paired++
 		}
-		if r[10] != -1 {
-			t.Fatalf("%s: task %d (%s): a Linear's weights cut to a live length (%d)", name, i, comp.Tasks.Name(i), r[10])
+		if r[10] != -1 || r[11] != 0 {
+			t.Fatalf("%s: task %d (%s): a Linear's weights cut to a live length (%d) or interleaved (%d)", name, i,
+				comp.Tasks.Name(i), r[10], r[11])
 		}
 		if !bulk[r[0]] || r[8] >= 0 && !bulk[r[8]] {
 			t.Fatalf("%s: task %d (%s) streams inputs %d and %d; bulk inputs %v", name, i, comp.Tasks.Name(i), r[0], r[8],
@@ -276,11 +277,11 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 
 		// Tile and GEMM pages are boxes of a tensor map of the whole weight
 		// (the loader's one copy a page); pages of whole rows have none.
-		if (kind == "rows") != (r[11] == -1) || (r[12] >= 0) != (r[11] >= 0 && r[8] >= 0) {
-			t.Fatalf("%s: task %d (%s): tensor maps %d and %d for %s pages", name, i, comp.Tasks.Name(i), r[11], r[12], kind)
+		if (kind == "rows") != (r[12] == -1) || (r[13] >= 0) != (r[12] >= 0 && r[8] >= 0) {
+			t.Fatalf("%s: task %d (%s): tensor maps %d and %d for %s pages", name, i, comp.Tasks.Name(i), r[12], r[13], kind)
 		}
-		if r[11] >= 0 {
-			m := tmaps[TF*r[11] : TF*r[11]+TF]
+		if r[12] >= 0 {
+			m := tmaps[TF*r[12] : TF*r[12]+TF]
 			block, swizzle := 0, 0 // GEMM pages land in column blocks of 64 bytes, wgmma's of 128, swizzled
 			if kind == "gemm" {
 				block = 64 / 8
@@ -290,9 +291,9 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 			}
 			want := []int{r[0], r[4], int(w.Offset * esz), int(K * esz / 8), int(w.Shape[0]), int(stride * esz), r[1] / 8, block,
 				swizzle, 0}
-			if !slices.Equal(m, want) || r[13] != int(task.Box.Lo[1]) {
+			if !slices.Equal(m, want) || r[14] != int(task.Box.Lo[1]) {
 				t.Fatalf("%s: task %d (%s): tensor map %v (first row %d), want %v (first row %d)", name, i, comp.Tasks.Name(i),
-					m, r[13], want, task.Box.Lo[1])
+					m, r[14], want, task.Box.Lo[1])
 			}
 		}
 
@@ -354,7 +355,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		t.Fatal(err)
 	}
 	src := comp.Result.CUDA["module.cu"]
-	const F = 14
+	const F = 15
 	rows := table(t, src, "mpk::Stream streams")
 	bulk := map[int]bool{}
 	for _, k := range comp.Result.BulkInputs {
@@ -382,7 +383,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		n := min(chunk, S-j0)
 		at := func(x ir.View) int { return int((x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
 		// cut to the live length (every kv op reads one mask extent): the chunk's first position, a row's bytes
-		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), int(j0), -1, -1, 0}
+		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), int(j0), 0, -1, -1, 0}
 		if !slices.Equal(r, want) {
 			t.Fatalf("task %d (%s, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), kvh, j0, n, r, want)
 		}

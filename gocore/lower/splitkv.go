@@ -129,7 +129,7 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 		return 0, 0, false
 	}
 	if k.Shape[0] > 1 {
-		return pagedBatchSplit(S, n, G, k)
+		return pagedBatchSplit(S, k.Shape[0]*k.Shape[1], G, k, workers)
 	}
 	if n <= maxSplits && H/ug*n <= int64(workers) {
 		return n, ug, true
@@ -143,17 +143,23 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 	return (S + chunk - 1) / chunk, G, true
 }
 
-// pagedBatchSplit is a decode batch's kv_pages layout (kv_pages_batch): n
-// chunks of at most kvPagePositions, a unit of all G heads of a KV head, so
-// each row's K and V stream once a KV head, a task a chunk, in as many
-// rounds of the workers as the rows take (the ordinary split's tasks, fewer
-// and longer, read their rows from the cache, latency-bound: a third of
-// llama-3.2-1b's layer at batch 8, bench/NOTES.md forty-eighth session).
-func pagedBatchSplit(S, n, G int64, k ir.View) (splits, heads int64, ok bool) {
-	if n > maxSplits || !chunksFitPages(S, n, k) {
+// pagedBatchSplit is a decode batch's kv_pages layout (kv_pages_batch) for
+// cells (row, KV head) pairs: a unit of all G heads of a KV head, so each
+// row's K and V stream once a KV head, and as many chunks a cell as its
+// tasks fill the workers in one round, two at least. A task takes its
+// chunk's pages round by round (codegen's kvStream.Stream), so a chunk need
+// not fit the ring, only a round's pages (a head dim of 1,024: 24 pages): chunks of at most kvPagePositions, the ring's size,
+// took 2.4 rounds of the workers at batch 8 on llama-3.2-1b, each task
+// ~9 us whatever its rows (bench/NOTES.md forty-ninth session), and the
+// ordinary split's tasks read their rows from the cache, latency-bound.
+func pagedBatchSplit(S, cells, G int64, k ir.View, workers int) (splits, heads int64, ok bool) {
+	n, G := min(max(2, int64(workers)/cells), maxSplits, S), max(G, 1)
+	D := k.Shape[3]
+	if k.DType().Size() != 2 || stream.KVRowsPerPage(D) < 1 ||
+		2*stream.KVRoundPairs(D, stream.KVRoundRows(ir.SplitChunk(S, n), G)) > stream.MaxRingPages {
 		return 0, 0, false
 	}
-	return n, max(G, 1), true
+	return n, G, true
 }
 
 // chunksFitPages says whether S positions of the cache k cut into n chunks

@@ -81,20 +81,22 @@ func TestKVPagesChunks(t *testing.T) {
 			t.Errorf("%+v: %d splits, %d heads a unit", c, a.Attr.Splits, a.Attr.UnitHeads)
 		}
 	}
-	// kv_pages_batch: a batch's rows take chunks of at most 128 positions
-	// too, a unit of all 4 heads of a KV head (8 x 8 x 5 = 320 tasks at
-	// batch 8, rounds of the workers); unmasked, or a chunk past
-	// stream.MaxKVPagesPerPart pages, the ordinary split.
+	// kv_pages_batch: a unit of all 4 heads of a KV head, and as many chunks
+	// a (row, KV head) cell as fill the 132 workers in one round, two at
+	// least (8 x 8 x 2 = 128 tasks at batch 8), whatever their pages (a task
+	// takes them round by round); unmasked, or a round's pages past the
+	// ring's, the ordinary split.
 	for _, c := range []struct {
 		B, S, Dv     int64
 		mask, paged  bool
 		splits, unit int64
 	}{
-		{8, 552, 64, true, true, 5, 4},
-		{16, 552, 128, true, true, 5, 4},
+		{8, 552, 64, true, true, 2, 4},
+		{4, 552, 64, true, true, 4, 4},
+		{16, 552, 128, true, true, 2, 4},
 		{8, 552, 64, false, false, 5, 4},
-		{8, 8192, 128, true, true, 64, 4}, // a long cache: 4,096 tasks
-		{2, 552, 1024, true, false, 5, 0}, // head dim 1,024: a chunk of 111 rows takes 14 pages
+		{8, 8192, 128, true, true, 2, 4},  // a long cache: chunks of 4,096 rows, 64 pages of K each
+		{2, 552, 1024, true, false, 5, 0}, // head dim 1,024: a round of 96 rows takes 12 pages of K
 	} {
 		b, a := build(c.B, c.S, c.Dv, c.mask)
 		splitAttention(b.g, 132, false, true, true, false)

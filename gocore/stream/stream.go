@@ -16,6 +16,9 @@ const (
 	// of V): all of them sit in the ring at once while the task runs (a
 	// ring of fewer than twice as many pages: codegen's kvStream.fits).
 	MaxKVPagesPerPart = 5
+	// MaxRingPages bounds a worker's ring: landed pages ride out waits, but
+	// more than ~10 gained nothing on the H100 (bench/NOTES.md).
+	MaxRingPages = 10
 	// TaskBytes bounds the weights one streamed task reads: its chunk partials
 	// live in shared memory.
 	TaskBytes = 512 << 10
@@ -397,4 +400,26 @@ func KVRowsPerPage(d int64) int64 { return PageBytes / (2 * d) }
 func KVPagesPerPart(d, n int64) int64 {
 	rpp := KVRowsPerPage(d)
 	return (n + rpp - 1) / rpp
+}
+
+// KVRoundRows mirrors 32·mpk::decode_unit_warps: the rows a round of a
+// decode attention task's units takes, a warp's 32 each, for chunks of
+// chunk rows and units one-head units side by side.
+func KVRoundRows(chunk, units int64) int64 {
+	warps := int64(Threads / 32)
+	return 32 * min(warps, (chunk+31)/32, max(1, warps/units))
+}
+
+// KVRoundPairs mirrors mpk::kv_round_pairs: the (K, V) page pairs of head
+// dim d a streamed kv task's warp holds at once, one round's of R rows
+// (rounds from the chunk's first row).
+func KVRoundPairs(d, R int64) int64 {
+	rpp := KVRowsPerPage(d)
+	switch {
+	case R%rpp == 0:
+		return R / rpp
+	case rpp%R == 0:
+		return 1
+	}
+	return (R+rpp-1)/rpp + 1
 }
