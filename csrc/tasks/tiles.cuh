@@ -114,6 +114,15 @@ __device__ __forceinline__ void load_row4(const char* p, const View& v, int64_t 
     raw[i] = ld_raw4(p, v.dtype, o + 4 * min((int)threadIdx.x + i * MPK_THREADS, K / 4 - 1));
 }
 
+// load_rows4 issues the loads of rows m0 .. m0 + B - 1 of x (past M: row
+// M - 1 again), all before any is used.
+template <int K, int B, int N>
+__device__ __forceinline__ void load_rows4(const View& x, int m0, int M, uint4 (&raw)[B][per_thread4(K)],
+                                           const Slots<N>& s) {
+#pragma unroll
+  for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), raw[b]);
+}
+
 // Plain rows, x's dtype XD a constant (-1: read at run time), as norm_rows.
 template <int XD, int K, int M, int PITCH, int N, typename X>
 __device__ __forceinline__ void plain_rows(const View& x, X xs, const Slots<N>& s) {
@@ -122,8 +131,7 @@ __device__ __forceinline__ void plain_rows(const View& x, X xs, const Slots<N>& 
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
     uint4 raw[B][Q];
-#pragma unroll
-    for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), raw[b]);
+    load_rows4<K>(x, m0, M, raw, s);
 #pragma unroll
     for (int b = 0; b < B; ++b)
 #pragma unroll
@@ -208,8 +216,7 @@ __device__ __forceinline__ void norm_rows(const Op& op, const View& x, const Vie
   for (int m0 = 0; m0 < M; m0 += B) {
     uint4 rx[B][Q];
     float ss[P];
-#pragma unroll
-    for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
+    load_rows4<K>(x, m0, M, rx, s);
 #pragma unroll
     for (int b = 0; b < P; ++b) {
       ss[b] = 0.f;
@@ -303,8 +310,7 @@ __device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi,
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
     uint4 rx[B][Q];
-#pragma unroll
-    for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), rx[b]);
+    load_rows4<K>(x, m0, M, rx, s);
     float ss[B];
 #pragma unroll
     for (int b = 0; b < B; ++b) {
