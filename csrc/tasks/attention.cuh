@@ -1306,7 +1306,9 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
 // UG - 1 are [lo1, lo1 + UG·SPLITS) of that numbering (DecodeUnits). Then
 // every consumer warp releases the pages, each once landed (a slot
 // released with a copy in flight could be refilled under it). BATCH: the
-// op's batch rows are more than one (kv_pages_batch), a task one row's. Returns the
+// op's batch rows are more than one (kv_pages_batch), a task one row's,
+// whose pages stream round by round (KVPages' STREAM: the warps release
+// them as they go, so the chunk may outgrow the ring). Returns the
 // consumers' new place in the ring. LIVE (codegen's kvLiveExtent): the
 // loader streams the chunk's rows below the mask's extent only, which the
 // task reads (in[4]) and hands to it (s_kv_extent): on the fast path
