@@ -690,6 +690,13 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		} else if p, ok := gen.plans[op]; ok && p.Gemm { // the scratch stream.GemmScratch reserved is what the task takes
 			code = fmt.Sprintf("static_assert(mpk::gemm_scratch_bytes(%d, %v) <= kSharedBytes, \"codegen reserved too "+
 				"little shared memory for a GEMM stream\");\n  %s", p.M, p.XLow, code)
+		} else if ks, ok := gen.kvs[op]; ok && ks.Stream {
+			// The loader streams a task's pages iff a round's fit the ring
+			// (kvStream.fits), the task takes them iff mpk::kv_round_pairs
+			// says so: both sides must count alike, or the ring stalls.
+			code = fmt.Sprintf("static_assert(mpk::kv_round_pairs(32 * mpk::decode_unit_warps(%d, %d), %d) == %d, "+
+				"\"codegen's kvStream.roundPairs and mpk::kv_round_pairs disagree\");\n  %s", ks.Chunk, ks.UG,
+				ks.RowsPerPage, ks.roundPairs(), code)
 		}
 	} else {
 		code += ";\n  return c.seq;"
