@@ -761,6 +761,17 @@ __device__ __forceinline__ void fresh_fold(float (&m)[G], float (&l)[G], float (
 #define MPK_DECODE_TAIL_ROWS 1
 #endif
 
+// MPK_DECODE_MASK_AHEAD (0; 1 an A/B knob, not yet timed): a decode unit's
+// warp loads its mask adds a round ahead: the first round's before the
+// queries' staging (in flight during its round trips), each next round's
+// while the current one computes. Without it each round's first step waits
+// on an L2 round trip for the mask (a batch's round of 32 positions a warp
+// takes ~3.2 us with its K and V already in shared memory: bench/NOTES.md,
+// forty-ninth session).
+#ifndef MPK_DECODE_MASK_AHEAD
+#define MPK_DECODE_MASK_AHEAD 0
+#endif
+
 // tail_score is a warp's scores of its UG heads' queries qs [UG][D] (each
 // head's mask add in a: -inf hidden) against the K row kr, whose columns
 // lane·PER ... the lane holds: the dot summed over the lanes, every lane
@@ -1098,6 +1109,15 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       const MaskRow<MT> mask = mask_row<MT>(op, s, b, h0);
       int64_t mask_hs = 0;
       if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
+      // MPK_DECODE_MASK_AHEAD: the adds at this lane's position of the
+      // warp's next round (a position in the chunk: the row's end clamps it).
+      float mask_next[UG];
+      auto load_mask_ahead = [&](int jg_next) {
+        const int jm = max(j_lo, min(jg_next + lane, j_hi - 1));
+#pragma unroll
+        for (int u = 0; u < UG; ++u) mask_next[u] = j_hi > j_lo && (u == 0 || mask_hs != 0) ? mask.add(jm, u * mask_hs) : 0.f;
+      };
+      if constexpr (MPK_DECODE_MASK_AHEAD) load_mask_ahead(j_lo + 32 * sub);
       const bool guessed = !ROWS && i0 == 0 && b == guess.b && h0 == guess.h0;
       if constexpr (FR) {
         if (!guessed) load_fresh_q<FT, QT, D, UG>(fr, op, s, b, h0, lane);
@@ -1147,11 +1167,18 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
             const int r0 = (jg - j_lo) / (32 * cp) * 32 * cp;  // the round's first row in the chunk
             kv.rows_ready(r0, min(r0 + 32 * cp, kv.rows));
           }
-        float sc[UG];
+        float sc[UG], mask_now[UG];
+        if constexpr (MPK_DECODE_MASK_AHEAD) {
+#pragma unroll
+          for (int u = 0; u < UG; ++u) mask_now[u] = mask_next[u];
+          if (jg + 32 * cp < j_rounds) load_mask_ahead(jg + 32 * cp);
+        }
         bool live = false;
 #pragma unroll
         for (int u = 0; u < UG; ++u) {
-          sc[u] = j >= j_hi || (FR && j == pos) ? -INFINITY : u == 0 || mask_hs != 0 ? mask.add(j, u * mask_hs) : sc[0];
+          sc[u] = j >= j_hi || (FR && j == pos) ? -INFINITY
+                  : u == 0 || mask_hs != 0      ? (MPK_DECODE_MASK_AHEAD ? mask_now[u] : mask.add(j, u * mask_hs))
+                                                : sc[0];
           live = live || sc[u] != -INFINITY;
         }
         // q·k of each head for this lane's position: its K row read whatever
