@@ -450,8 +450,9 @@ def add_lowering_flags(p: argparse.ArgumentParser) -> None:
     torch.compile options."""
     for name, on, effect in LOWERING_FLAGS:
         flag = ("--no-" if on else "--") + name.replace("_", "-")
+        # (argparse formats help with %: a measured "-5.5%" stays literal)
         p.add_argument(flag, dest=name, action="store_false" if on else "store_true",
-                       help=f"turn {'off' if on else 'on'} option {name}: {effect}")
+                       help=f"turn {'off' if on else 'on'} option {name}: {effect}".replace("%", "%%"))
 
 
 def lowering_options(a: argparse.Namespace) -> dict:
