@@ -148,10 +148,12 @@ func pagedSplit(S, H, G, ug int64, k ir.View, workers int) (splits, heads int64,
 // row's K and V stream once a KV head, and as many chunks a cell as its
 // tasks fill the workers in one round, two at least. A task takes its
 // chunk's pages round by round (codegen's kvStream.Stream), so a chunk need
-// not fit the ring, only a round's pages (a head dim of 1,024: 24 pages): chunks of at most kvPagePositions, the ring's size,
-// took 2.4 rounds of the workers at batch 8 on llama-3.2-1b, each task
-// ~9 us whatever its rows (bench/NOTES.md forty-ninth session), and the
-// ordinary split's tasks read their rows from the cache, latency-bound.
+// not fit the ring, only a round's pages must (a head dim of 1,024: 24
+// pages, the ordinary split). Chunks of at most kvPagePositions, the
+// ring's size, took 2.4 rounds of the workers at batch 8 on llama-3.2-1b,
+// each task ~9 us whatever its rows (bench/NOTES.md forty-ninth session),
+// and the ordinary split's tasks read their rows from the cache,
+// latency-bound.
 func pagedBatchSplit(S, cells, G int64, k ir.View, workers int) (splits, heads int64, ok bool) {
 	n, G := min(max(2, int64(workers)/cells), maxSplits, S), max(G, 1)
 	D := k.Shape[3]

@@ -13,8 +13,9 @@ const (
 	// PageBytes is a ring slot (mpk::kPageBytes).
 	PageBytes = 16384
 	// MaxKVPagesPerPart bounds a kv_pages attention task's pages of K (and
-	// of V): all of them sit in the ring at once while the task runs (a
-	// ring of fewer than twice as many pages: codegen's kvStream.fits).
+	// of V) for a single sequence: all of them sit in the ring at once while
+	// the task runs (a ring of fewer than twice as many pages: codegen's
+	// kvStream.fits). A batch's task takes them round by round.
 	MaxKVPagesPerPart = 5
 	// MaxRingPages bounds a worker's ring: landed pages ride out waits, but
 	// more than ~10 gained nothing on the H100 (bench/NOTES.md).
