@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "runtime/runtime.cuh"
+#include "tasks/decode_mma.cuh"
 #include "tasks/gemm.cuh"  // pack2, and mma_16816 (tiles.cuh)
 #include "tasks/linear.cuh"
 
@@ -1323,6 +1324,121 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
   return ext0;
 }
 
+// MPK_KV_BATCH_MMA (0; 1 an A/B knob, not yet run on a GPU): a batch's
+// kv_pages task (KVPages' STREAM) runs its rounds on the tensor cores
+// (kv_batch_mma) instead of attention_decode's lanes, whose round of 128
+// positions takes ~3.2 us with its pages landed (bench/NOTES.md,
+// forty-ninth session; bench/attn_round_mma.cu times the new rounds alone).
+#ifndef MPK_KV_BATCH_MMA
+#define MPK_KV_BATCH_MMA 0
+#endif
+
+// kv_mma_bytes is kv_batch_mma's shared memory: the G heads' queries and
+// new V rows, then every warp's state for each head (merge_states' part).
+__host__ __device__ constexpr int kv_mma_bytes(int D, int G) { return (2 * G * D + kConsumerWarps * G * (D + 2)) * 4; }
+
+// kv_batch_mma is a batch's kv_pages task (one row's KV head over one
+// chunk, its UG one-head units [lo1, hi1)) with its rounds on the tensor
+// cores: warp u < G stages head u's rotated query and new row (put_fresh);
+// every warp folds 8 positions of all G heads at a time (DecodeMma), the
+// mask's adds read a group ahead, taking the pages round by round as
+// attention_decode does (rows_ready, drain); the warps' states merge into
+// each head's partial, the row the step writes folded in by its head's
+// warp (fresh_fold). Liveness, positions and the partials' layout are
+// attention_decode's. A unit the ring does not hold (not expected) runs
+// attention_decode on the cache.
+template <typename T, typename QT, typename MT, int D, int G, int R, class SH, class FT, class KV, int N>
+__device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const Slots<N>& s, char* smem, KV kv) {
+  static_assert(KV::kStream && !std::is_void<FT>::value, "kv_batch_mma: a batch's streamed fresh-row task");
+  constexpr int S = SH::S, splits = SH::SPLITS, chunk = (S + splits - 1) / splits, PER = (D + 31) / 32;
+  constexpr int RR = 32 * decode_unit_warps(chunk, G), STEP = 8 * kConsumerWarps;  // a round's rows; a pass of the warps
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4, g = lane / 4;
+  float* qs = reinterpret_cast<float*>(smem);  // [G][D], pre-scaled
+  float* vf = qs + G * D;                       // [G][D]: the new V row, its staging warp's copy
+  float* part = vf + G * D;                     // [warps][G][D + 2]
+  int ext0 = -1;
+  if (op.flags & FLAG_EXTENT) {
+    const View& e = op.in[4];
+    ext0 = __ldcg(reinterpret_cast<const int32_t*>(base(s, e)) + e.offset + kv.b * e.stride[0]);
+  }
+  const DecodeUnits<R, false> du(op, lo1, hi1, splits, chunk, 1, SH::H, nullptr, s, ext0);
+  const DecodeUnit un = du.unit(0, splits, 1);
+  const int S_live = op.flags & FLAG_CAUSAL ? min(S, 1) : S;
+  const int j_lo = min(du.g.chunk(un.sp) * chunk, S_live), j_hi = min(j_lo + chunk, S_live);
+  if (du.n == 0) {  // every position past the row's extent: no partial, the pages released
+    kv.drain();
+    return;
+  }
+  if (un.b != kv.b || un.h0 / SH::G != kv.kvh || j_lo != kv.j0 || kv.rows <= 0) {
+    kv.drain();
+    attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, smem);
+    return;
+  }
+  const int pos = fresh_position(op, s, S);
+  const MaskRow<MT> mask = mask_row<MT>(op, s, kv.b, un.h0);
+  int64_t mask_hs = 0;
+  if constexpr (G > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
+  // The lane's adds at positions j and j + 1 (row g's head; -inf hides).
+  auto adds = [&](int j, float (&a)[2]) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      a[e] = j + e >= j_hi || j + e == pos ? -INFINITY
+             : g < G                      ? mask.add(j + e, g * mask_hs)
+                                          : 0.f;
+  };
+  float a_next[2];
+  adds(j_lo + 8 * warp + 2 * t, a_next);  // in flight while the queries stage
+  float dnew[1] = {-INFINITY};
+  if (warp < G) {
+    FreshQ<D, 1> fr;
+    load_fresh_q<FT, QT, D, 1>(fr, op, s, kv.b, un.h0 + warp, lane);
+    put_fresh<FT, QT, T, D, 1>(qs + warp * D, vf + warp * D, dnew, fr, op, s, kv.b, kv.kvh, lane);
+  }
+  consumer_sync();
+  mark_staged_trace();  // trace builds: the extent and queries read
+  DecodeMma<T, D, G> st;
+  st.init(qs);
+  const int rows = kv.rows;
+  for (int p = 8 * warp, round = -1; p < rows; p += STEP) {
+    if (p / RR != round) {
+      round = p / RR;
+      kv.rows_ready(round * RR, min(round * RR + RR, rows));
+    }
+    const float a0 = a_next[0], a1 = a_next[1];
+    if (p + STEP < rows) adds(j_lo + p + STEP + 2 * t, a_next);
+    const uint32_t kr = kv.at(kv.j0 + p, 0, false), vr = kv.at(kv.j0 + p, 0, true);
+    if (p + 8 > rows) {  // the chunk's last rows: its page's rows past them zeroed (0 · NaN is NaN)
+      for (int i = lane; i < (p + 8 - rows) * D / 2; i += 32)
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(vr + (rows - p) * D * 2 + 4 * i), "r"(0u) : "memory");
+      __syncwarp();
+    }
+    st.fold(kr, vr, a0, a1);
+  }
+  kv.drain();  // every warp, every page of the task, before the merge's barrier
+  st.stash(part, warp);
+  consumer_sync();
+  if (warp < G) {
+    float o[PER], M, L;
+    merge_states<D, G>(part, 0, kConsumerWarps, warp, lane, o, M, L);
+    if (pos >= j_lo && pos < j_hi) {  // the row the step writes: dnew and vf (put_fresh)
+      const float a = mask.add(pos, warp * mask_hs);
+      const float xf[1] = {a == -INFINITY ? -INFINITY : a + dnew[0]};
+      float m1[1] = {M}, l1[1] = {L}, acc[1][PER];
+#pragma unroll
+      for (int e = 0; e < PER; ++e) acc[0][e] = o[e];
+      fresh_fold<1, PER>(m1, l1, acc, xf, vf + warp * D, lane);
+      M = m1[0], L = l1[0];
+#pragma unroll
+      for (int e = 0; e < PER; ++e) o[e] = acc[0][e];
+    }
+    const View& p = op.out;
+    store_partial<D>(reinterpret_cast<float*>(base(s, p)) + p.offset + kv.b * p.stride[0] + un.sp * p.stride[1] +
+                         (un.h0 + warp) * p.stride[2],
+                     p.stride[4], M, L, o, lane);
+  }
+  mark_dots_trace();  // trace builds: every round done
+}
+
 // attention_kv_pages is a kv_pages attention task (codegen's kvStream): one
 // unit, UG query heads of one KV head over one chunk, whose K and V rows the
 // loader streamed into the ring while the task waited for its queries. Its
@@ -1382,7 +1498,10 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
       // The loader at its full depth while the task streams its pages; the
       // task releases every page itself (KVPages::drain).
       set_dots_phase(1);
-      attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);
+      if constexpr (MPK_KV_BATCH_MMA)
+        kv_batch_mma<T, QT, MT, D, UG, R, SH, FT>(op, lo1, hi1, s, c.smem, kv);
+      else
+        attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);
       set_dots_phase(0);
       return c.seq + 2 * kv.pages();
     }

@@ -694,9 +694,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			// The loader streams a task's pages iff a round's fit the ring
 			// (kvStream.fits), the task takes them iff mpk::kv_round_pairs
 			// says so: both sides must count alike, or the ring stalls.
+			// (MPK_KV_BATCH_MMA, an A/B knob: its shared memory is not reserved, only checked)
 			code = fmt.Sprintf("static_assert(mpk::kv_round_pairs(32 * mpk::decode_unit_warps(%d, %d), %d) == %d, "+
-				"\"codegen's kvStream.roundPairs and mpk::kv_round_pairs disagree\");\n  %s", ks.Chunk, ks.UG,
-				ks.RowsPerPage, ks.roundPairs(), code)
+				"\"codegen's kvStream.roundPairs and mpk::kv_round_pairs disagree\");\n  "+
+				"static_assert(!MPK_KV_BATCH_MMA || mpk::kv_mma_bytes(%d, %d) <= kSharedBytes, \"kv_batch_mma needs more "+
+				"shared memory than the module has\");\n  %s", ks.Chunk, ks.UG, ks.RowsPerPage, ks.roundPairs(), ks.D, ks.UG, code)
 		}
 	} else {
 		code += ";\n  return c.seq;"
