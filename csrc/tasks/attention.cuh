@@ -1346,7 +1346,8 @@ __host__ __device__ constexpr int kv_mma_bytes(int D, int G) { return (2 * G * D
 // each head's partial, the row the step writes folded in by its head's
 // warp (fresh_fold). Liveness, positions and the partials' layout are
 // attention_decode's. A unit the ring does not hold (not expected) runs
-// attention_decode on the cache.
+// attention_decode on the cache. The rows every head hides are zeroed
+// before P·V reads them (a NaN in a hidden row must not leak in).
 template <typename T, typename QT, typename MT, int D, int G, int R, class SH, class FT, class KV, int N>
 __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const Slots<N>& s, char* smem, KV kv) {
   static_assert(KV::kStream && !std::is_void<FT>::value, "kv_batch_mma: a batch's streamed fresh-row task");
@@ -1407,9 +1408,23 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
     const float a0 = a_next[0], a1 = a_next[1];
     if (p + STEP < rows) adds(j_lo + p + STEP + 2 * t, a_next);
     const uint32_t kr = kv.at(kv.j0 + p, 0, false), vr = kv.at(kv.j0 + p, 0, true);
-    if (p + 8 > rows) {  // the chunk's last rows: its page's rows past them zeroed (0 · NaN is NaN)
-      for (int i = lane; i < (p + 8 - rows) * D / 2; i += 32)
-        asm volatile("st.shared.u32 [%0], %1;" ::"r"(vr + (rows - p) * D * 2 + 4 * i), "r"(0u) : "memory");
+    // The V rows of positions every head hides (past the chunk, the row
+    // the step writes, the mask's): zeroed in the page (only this warp
+    // reads them), since P is 0 there but 0 times a NaN is NaN (a cache's
+    // unwritten rows, a page's bytes past the chunk), where the lanes'
+    // loop never reads such a row. Position 2t + e is lane 4g + t's.
+    const unsigned h0 = __ballot_sync(0xffffffffu, g >= G || a0 == -INFINITY);
+    const unsigned h1 = __ballot_sync(0xffffffffu, g >= G || a1 == -INFINITY);
+    unsigned hidden = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const unsigned all = 0x11111111u << q;
+      hidden |= ((h0 & all) == all ? 1u : 0u) << (2 * q) | ((h1 & all) == all ? 1u : 0u) << (2 * q + 1);
+    }
+    if (hidden) {
+      for (int i = lane; i < 8 * D / 2; i += 32)
+        if (hidden >> (i / (D / 2)) & 1u)
+          asm volatile("st.shared.u32 [%0], %1;" ::"r"(vr + 4 * i), "r"(0u) : "memory");
       __syncwarp();
     }
     st.fold(kr, vr, a0, a1);
