@@ -35,6 +35,23 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
+// split_pair rounds two floats to T (hi, a in the low half) and rounds
+// what is left of each (lo): hi + lo carries them to ~16 bits more.
+template <typename T>
+__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = pack2<T>(a, b);
+  const float2 h = unpack2<T>(hi);
+  lo = pack2<T>(a - h.x, b - h.y);
+}
+
+// ldsm_row is the address a lane gives ldmatrix for 8 rows of D 2-byte
+// elements from `rows`: row lane % 8 of matrix lane / 8 (columns 8 apart).
+template <int D>
+__device__ __forceinline__ uint32_t ldsm_row(uint32_t rows) {
+  const int lane = threadIdx.x % 32;
+  return rows + (lane % 8) * D * 2 + (lane / 8) * 16;
+}
+
 // DecodeMma is one warp's state for the G (at most 8) heads of its unit:
 // the queries as A fragments (hi and lo, a k16 step each of D / 16), and
 // each head's running max, sum and output row g = lane / 4 (the lane's
@@ -55,11 +72,7 @@ struct DecodeMma {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int c = 16 * ks + 2 * t + 8 * half;
-        const float x0 = g < G ? qs[g * D + c] : 0.f, x1 = g < G ? qs[g * D + c + 1] : 0.f;
-        const uint32_t hi = pack2<T>(x0, x1);
-        const float2 h = unpack2<T>(hi);
-        qa[ks][0][half] = hi;
-        qa[ks][1][half] = pack2<T>(x0 - h.x, x1 - h.y);
+        split_pair<T>(g < G ? qs[g * D + c] : 0.f, g < G ? qs[g * D + c + 1] : 0.f, qa[ks][0][half], qa[ks][1][half]);
       }
 #pragma unroll
     for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = 0.f;
@@ -71,11 +84,10 @@ struct DecodeMma {
   // bytes) and the lane's two scores' additions add0, add1 (positions 2t
   // and 2t + 1: the mask's, -inf hiding one).
   __device__ __forceinline__ void fold(uint32_t kr, uint32_t vr, float add0, float add1) {
-    const int lane = threadIdx.x % 32;
     // S = q·Kᵀ: B fragments from K rows (n = position, k = column):
     // matrix j of an x4 is columns 8j.. of the 8 rows.
     float s[4] = {0.f, 0.f, 0.f, 0.f};
-    const uint32_t krow = kr + (lane % 8) * D * 2 + (lane / 8) * 16;
+    const uint32_t krow = ldsm_row<D>(kr);
 #pragma unroll
     for (int ks = 0; ks < KS; ks += 2) {
       uint32_t b[4];
@@ -105,10 +117,9 @@ struct DecodeMma {
     // O += P·V: P's k columns 8..15 are zeros, so each n-tile's b1 may be
     // anything finite (its b0 again). V's B fragments: matrix j of a
     // transposed x4 is columns 8j.. of the 8 rows.
-    const uint32_t ph = pack2<T>(p0, p1);
-    const float2 h = unpack2<T>(ph);
-    const uint32_t pl = pack2<T>(p0 - h.x, p1 - h.y);
-    const uint32_t vrow = vr + (lane % 8) * D * 2 + (lane / 8) * 16;
+    uint32_t ph, pl;
+    split_pair<T>(p0, p1, ph, pl);
+    const uint32_t vrow = ldsm_row<D>(vr);
 #pragma unroll
     for (int n0 = 0; n0 < NT; n0 += 4) {
       uint32_t b[4];
