@@ -349,6 +349,57 @@ func TestKVStreamTable(t *testing.T) {
 	}
 }
 
+// TestKVStreamTableBatch: a batch's kv_pages lowering (small-llama, 4 rows
+// over 300 cached tokens, 16 workers: kv_pages_batch, on by default) cuts
+// each (row, KV head) into 2 chunks, one task each, whose loader row
+// streams that row's chunk with K and V pages alternating (kv_interleave)
+// and whole (no live cut: each row has its own extent). The CUDA task
+// (attention_kv_pages, BATCH) takes the pages round by round by the same
+// arithmetic, so a mismatch here would stall or corrupt a launch.
+func TestKVStreamTableBatch(t *testing.T) {
+	comp, err := Compile(loadRequest(t, "small-llama-kvpages-batch4-decode.json.zst"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := comp.Result.CUDA["module.cu"]
+	const F = 15
+	rows := table(t, src, "mpk::Stream streams")
+	streamed := 0
+	for i, task := range comp.Tasks.Tasks {
+		if task.Op < 0 || comp.Ops.Ops[task.Op].Kind != ir.Attention {
+			continue
+		}
+		op, r := comp.Ops.Ops[task.Op], rows[F*i:F*i+F]
+		k, v, G, B := op.In[1], op.In[2], op.Attr.Groups, op.In[0].Shape[0]
+		S, D, splits := k.Shape[2], k.Shape[3], op.Attr.Splits
+		if B != 4 || splits != 2 || op.Attr.Interleave != splits || op.HeadsPerUnit() != G || !op.Attr.Paged {
+			t.Fatalf("attention op %d: %d rows, %d splits, interleave %d, %d heads a unit of %d, paged %v; want 4, 2, 2, all, true",
+				op.ID, B, splits, op.Attr.Interleave, op.HeadsPerUnit(), G, op.Attr.Paged)
+		}
+		// One chunk of one row's unit: box [B, splits, H, 1, D+2].
+		b, sp, h0 := task.Box.Lo[0], task.Box.Lo[1], task.Box.Lo[2]
+		if task.Box.Hi[0]-b != 1 || task.Box.Hi[1]-sp != 1 || task.Box.Hi[2]-h0 != G {
+			t.Fatalf("task %d (%s): box %v-%v is not one chunk of one row's unit", i, comp.Tasks.Name(i), task.Box.Lo, task.Box.Hi)
+		}
+		chunk := (S + splits - 1) / splits
+		kvh, j0 := h0/G, sp*chunk
+		n := min(chunk, S-j0)
+		at := func(x ir.View) int { return int((x.Offset + b*x.Strides[0] + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
+		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, 0, 0, v.Buf.Index, at(v), -1, 1, -1, -1, 0}
+		if !slices.Equal(r, want) {
+			t.Fatalf("task %d (%s, row %d, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), b, kvh,
+				j0, n, r, want)
+		}
+		streamed++
+	}
+	if streamed != 2*4*2*2 { // 2 layers x 4 rows x 2 KV heads x 2 chunks
+		t.Errorf("%d attention tasks stream their K and V, want 32", streamed)
+	}
+	if !strings.Contains(src, "mpk::attention_kv_pages<") || !strings.Contains(src, "mpk::kv_round_pairs(") {
+		t.Error("no batch attention_kv_pages variant (with its round assert) in the module")
+	}
+}
+
 func testKVStreamTable(t *testing.T, fixture string) {
 	comp, err := Compile(loadRequest(t, fixture))
 	if err != nil {
