@@ -1640,12 +1640,7 @@ __device__ __forceinline__ __half from_float<__half>(float x) { return __float2h
 // ldsm_x4_trans loads four 8×8 matrices of 2-byte elements transposed: the
 // B fragments of two m16n8k16 n-tiles from a row-major [k][n] tile (lane i
 // gives the address of row i % 16 of the tile at column 8·(i / 16)).
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) { ldsm_x4_t(r, smem_u32(p)); }
 
 // live_chunk_of mirrors ir.LiveChunk: the positions a split covers when
 // the longest row's extent is `extent`, cut evenly over the splits in whole

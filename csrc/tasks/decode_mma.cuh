@@ -14,7 +14,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#include "tasks/gemm.cuh"  // pack2, unpack2, mma_16816
+#include "tasks/gemm.cuh"  // mma_16816 (tiles.cuh), split_pair (linear.cuh)
 
 namespace mpk {
 
@@ -33,15 +33,6 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-}
-
-// split_pair rounds two floats to T (hi, a in the low half) and rounds
-// what is left of each (lo): hi + lo carries them to ~16 bits more.
-template <typename T>
-__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
-  hi = pack2<T>(a, b);
-  const float2 h = unpack2<T>(hi);
-  lo = pack2<T>(a - h.x, b - h.y);
 }
 
 // ldsm_row is the address a lane gives ldmatrix for 8 rows of D 2-byte

@@ -119,30 +119,6 @@ __host__ __device__ constexpr int gemm_scratch_bytes(int M, bool lo) {
   return x > partials ? x : partials;
 }
 
-// pack2 rounds two floats to T, a in the low half (the lower address).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b);
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-template <typename T>
-__device__ __forceinline__ float2 unpack2(uint32_t v);
-template <>
-__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
-  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-}
-template <>
-__device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&v));
-}
-
 // split_x8 reads 8 staged fp32 elements of x (32 bytes at addr) as the
 // k-pairs of two mmas, split x = hi + lo in T (as put_x(HiLo) does).
 template <typename T>
@@ -152,10 +128,7 @@ __device__ __forceinline__ void split_x8(uint32_t addr, uint4& hi, uint4& lo) {
   uint32_t h[4], l[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float a = __uint_as_float(w[2 * i]), b = __uint_as_float(w[2 * i + 1]);
-    h[i] = pack2<T>(a, b);
-    const float2 r = unpack2<T>(h[i]);
-    l[i] = pack2<T>(a - r.x, b - r.y);
+    split_pair<T>(__uint_as_float(w[2 * i]), __uint_as_float(w[2 * i + 1]), h[i], l[i]);
   }
   hi = make_uint4(h[0], h[1], h[2], h[3]);
   lo = make_uint4(l[0], l[1], l[2], l[3]);

@@ -58,37 +58,55 @@ __device__ __forceinline__ void put_x(HiLo<__half> xs, int k, float v) {
   xs.hi[k] = h, xs.lo[k] = __float2half_rn(v - __half2float(h));
 }
 
+// pack2 rounds two floats to T, a in the low half (the lower address).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
+  return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
+// split_pair rounds two floats to T (hi, a in the low half) and rounds
+// what is left of each (lo): hi + lo carries them to ~16 bits more, the
+// split put_x(HiLo) makes one element at a time.
+template <typename T>
+__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = pack2<T>(a, b);
+  const float2 h = unpack2<T>(hi);
+  lo = pack2<T>(a - h.x, b - h.y);
+}
+
 // put_x4 stores elements k..k+3 (k a multiple of 4) as put_x does, with
 // one store a part: the scalar 2-byte stores put_x makes, at an 8-byte lane
 // stride, took two wavefronts each and were most of a batch's staging.
-__device__ __forceinline__ uint2 pack4(__nv_bfloat16, float4 f) {
-  const __nv_bfloat162 a = __floats2bfloat162_rn(f.x, f.y), b = __floats2bfloat162_rn(f.z, f.w);
-  return make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
-}
-__device__ __forceinline__ uint2 pack4(__half, float4 f) {
-  const __half2 a = __floats2half2_rn(f.x, f.y), b = __floats2half2_rn(f.z, f.w);
-  return make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
-}
-__device__ __forceinline__ float4 unpack4(__nv_bfloat16, uint2 u) {
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
-}
-__device__ __forceinline__ float4 unpack4(__half, uint2 u) {
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x)),
-               b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-  return make_float4(a.x, a.y, b.x, b.y);
-}
 __device__ __forceinline__ void put_x4(float* xs, int k, float4 f) { *reinterpret_cast<float4*>(xs + k) = f; }
 template <typename T>
 __device__ __forceinline__ void put_x4(T* xs, int k, float4 f) {
-  *reinterpret_cast<uint2*>(xs + k) = pack4(T{}, f);
+  *reinterpret_cast<uint2*>(xs + k) = make_uint2(pack2<T>(f.x, f.y), pack2<T>(f.z, f.w));
 }
 template <typename T>
 __device__ __forceinline__ void put_x4(HiLo<T> xs, int k, float4 f) {
-  const uint2 h = pack4(T{}, f);
-  const float4 r = unpack4(T{}, h);
+  uint2 h, l;
+  split_pair<T>(f.x, f.y, h.x, l.x);
+  split_pair<T>(f.z, f.w, h.y, l.y);
   *reinterpret_cast<uint2*>(xs.hi + k) = h;
-  *reinterpret_cast<uint2*>(xs.lo + k) = pack4(T{}, make_float4(f.x - r.x, f.y - r.y, f.z - r.z, f.w - r.w));
+  *reinterpret_cast<uint2*>(xs.lo + k) = l;
 }
 
 __device__ __forceinline__ bool float_row2(const View& v) { return v.rank == 2 && float_row(v); }
