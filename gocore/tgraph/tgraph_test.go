@@ -235,6 +235,16 @@ func TestLinearize(t *testing.T) {
 			t.Errorf("tasks in order %v, want %v", got, want)
 		}
 	})
+	t.Run("an event's sinks after its chain", func(t *testing.T) {
+		// Tasks 1-4 wait on task 0; 1 and 2 (a layer's cache writes, first
+		// in the program) trigger nothing, 3 and 4 (the attention) feed
+		// task 5. The chain's waiters take the event's first places, so
+		// round-robin gives them workers first.
+		got := linearOrders(t, []int{0, 1, 2, 3, 4, 5}, [][]int{nil, {0}, {0}, {0}, {0}, {3, 4}})
+		if want := []int{0, 3, 4, 1, 2, 5}; !reflect.DeepEqual(got, want) {
+			t.Errorf("tasks in order %v, want %v", got, want)
+		}
+	})
 	t.Run("event without producers", func(t *testing.T) {
 		g := tasks(2, 1)
 		g.Events = []*Event{{ID: 0, Needed: 1}}
