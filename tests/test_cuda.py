@@ -24,13 +24,16 @@ def test_cuda_steps_bf16_rule(core_lib, fresh_dynamo, model):
     assert lines[-1].startswith("PASS rel_err=")
 
 
+@pytest.mark.parametrize("model", ["wide-qwen3", "wide-llama"])
 @pytest.mark.parametrize("prefill", [1, 33])
-def test_cuda_rope_rows_of_128(core_lib, fresh_dynamo, prefill):
-    """Qwen3's q/k norm and RoPE on rows of 128 (wide-qwen3), half a warp a
-    row: a decode step, and a 33-token chunk whose KV-head tasks end on an
-    odd row (the warp's other half repeats it and stores nothing)."""
+def test_cuda_rope_rows_of_128(core_lib, fresh_dynamo, model, prefill):
+    """RoPE on rows of 128, half a warp a row (tasks/generic.cuh
+    rope_lane_rows), with Qwen3's q/k norm (wide-qwen3) and without
+    (wide-llama, a decode step's rows; a chunk's go through rope_rows): a
+    decode step, and a 33-token chunk whose KV-head tasks end on an odd row
+    (the warp's other half repeats it and stores nothing)."""
     lines = []
-    res = check.run_check(model="wide-qwen3", target="cuda", dtype="bfloat16", prefill=prefill, cache_tokens=16,
+    res = check.run_check(model=model, target="cuda", dtype="bfloat16", prefill=prefill, cache_tokens=16,
                           steps=2, seed=0, log=lines.append)
     assert res.ok, "\n".join(lines)
 
@@ -62,14 +65,16 @@ def test_cuda_kv_pages_long_chunks(core_lib, fresh_dynamo, cache_tokens, capacit
 
 
 @pytest.mark.parametrize("model,batch,cache_tokens,capacity", [("wide-llama", 4, 300, 0), ("wide-llama", 8, 200, 0),
-                                                               ("wide-qwen3", 3, 300, 0), ("wide-llama", 4, 300, 1200)])
+                                                               ("wide-qwen3", 3, 300, 0), ("wide-llama", 4, 300, 1200),
+                                                               ("small-llama", 4, 300, 0), ("small-llama", 8, 200, 1200)])
 def test_cuda_kv_pages_batch(core_lib, fresh_dynamo, model, batch, cache_tokens, capacity):
     """kv_pages_batch on the GPU: a masked decode batch's attention as
     kv_pages tasks, one row's KV head over a chunk each (two chunks a (row,
     KV head) cell on 16 workers), its K and V pages alternating through the
     ring and taken a round of 128 rows at a time (mpk::KVPages' STREAM:
-    chunks of 150-600 rows through a ring of fewer pages); head dims 64 and
-    128 (wide-qwen3: 2 pages of K and 2 of V a round); at a capacity of
+    chunks of 150-600 rows through a ring of fewer pages); head dim 128
+    (wide-llama, wide-qwen3: 2 pages of K and 2 of V a round) on the lanes,
+    64 (small-llama) on the tensor cores (kv_batch_mma); at a capacity of
     1,200 the second chunk of each cell lies past the mask's extent (no live
     unit: its pages are only released)."""
     lines = []

@@ -547,18 +547,21 @@ __device__ __forceinline__ void rope_store_row(char* out, int32_t dt, int64_t oo
 template <int N>
 __device__ __noinline__ void rope_normed_any(const Op& op, int lo, int hi, const Slots<N>& s);
 
-// rope_normed_rows is rope_normed's fast path, G lanes a row (the two rows
-// of a warp's halves side by side when G is 16: the loop runs alike on both
-// halves, a half past the last row repeating it and storing nothing, so the
-// shuffles see every lane).
-template <int G, int N>
-__device__ __forceinline__ void rope_normed_rows(const Op& op, int lo, int hi, const Slots<N>& s) {
+// rope_lane_rows is the fast path of rope and rope_normed (kNorm), G lanes
+// a row (the two rows of a warp's halves side by side when G is 16: the loop
+// runs alike on both halves, a half past the last row repeating it and
+// storing nothing, so the shuffles see every lane). A row's offsets are
+// computed once for its lanes: rope_rows computes them for every pair, and a
+// decode batch's K rotation + cache write (8 rows of 64 a task) took 10-11 us
+// of 64-bit index arithmetic (bench/NOTES.md, fiftieth session).
+template <int G, bool kNorm, int N>
+__device__ __forceinline__ void rope_lane_rows(const Op& op, int lo, int hi, const Slots<N>& s) {
   constexpr int kMaxPer = 128 / G;  // head dims up to 128 in registers
-  const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[op.pro_first];
+  const View &x = op.in[0], &c = op.in[1], &sn = op.in[2], &w = op.in[kNorm ? op.pro_first : 0];
   const int r = op.out.rank - 1;
   const int64_t D = x.shape[r];
   const int32_t dt = op.out.dtype;
-  const bool has_w = op.flags & FLAG_WEIGHT;
+  const bool has_w = kNorm && (op.flags & FLAG_WEIGHT);
   const int split = op.split_dim == r ? -1 : op.split_dim;
   const int64_t* shape = rope_shape(op);
   const int64_t rows = rows_of(shape, op.out.rank, split, lo, hi);
@@ -581,7 +584,7 @@ __device__ __forceinline__ void rope_normed_rows(const Op& op, int lo, int hi, c
     for (int k = 0; k < kMaxPer; ++k) {
       const int64_t j = min(k, per - 1) * G + lane;
       v[k] = ld_float(base(s, x), x.dtype, xo + j);
-      g[k] = ld_float(base(s, g_view), g_view.dtype, wo + j);
+      g[k] = kNorm ? ld_float(base(s, g_view), g_view.dtype, wo + j) : 1.f;
       cv[k] = ld_float(base(s, c), c.dtype, co + j);
       sv[k] = ld_float(base(s, sn), sn.dtype, so + j);
     }
@@ -591,18 +594,20 @@ __device__ __forceinline__ void rope_normed_rows(const Op& op, int lo, int hi, c
     const int64_t raw = !cache                  ? 0
                         : pv.dtype == DT_INT64 ? (int64_t)__ldcg(reinterpret_cast<const long long*>(base(s, pv)) + a.off[5])
                                                : (int64_t)load_elem(base(s, pv), pv.dtype, a.off[5]);
+    if (kNorm) {
 #pragma unroll
-    for (int k = 0; k < kMaxPer; ++k) {
-      if (!has_w) g[k] = 1.f;
-      if (k < per) ss += v[k] * v[k];
-    }
-    for (int o = G / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float inv = rsqrtf(ss / (float)D + op.eps);
+      for (int k = 0; k < kMaxPer; ++k) {
+        if (!has_w) g[k] = 1.f;
+        if (k < per) ss += v[k] * v[k];
+      }
+      for (int o = G / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const float inv = rsqrtf(ss / (float)D + op.eps);
 #pragma unroll
-    for (int k = 0; k < kMaxPer; ++k) {
-      if (k >= per) continue;
-      const float y = round_float(x.dtype, v[k] * inv);
-      v[k] = round_float(op.pro_dtype, y * g[k]);  // g is 1 without a weight: y exactly
+      for (int k = 0; k < kMaxPer; ++k) {
+        if (k >= per) continue;
+        const float y = round_float(x.dtype, v[k] * inv);
+        v[k] = round_float(op.pro_dtype, y * g[k]);  // g is 1 without a weight: y exactly
+      }
     }
     int64_t oo = a.off[4] - (cache ? a.along * op.out.stride[op.dim] : 0);  // with a cache: at position 0
     if (r0 + sub >= rows || !rope_dest(op, cache, raw, oo)) continue;  // past the rows, or a position out of range
@@ -630,11 +635,11 @@ __device__ __noinline__ void rope_normed(const Op& op, int lo, int hi, const Slo
   if (fast && D == 128) {  // half a warp a row: a chunk's KV-head task of 64 rows on
                            // 16 warps runs 2 rounds of rows, not 4 (qwen3-8b's chunk
                            // 1-2% faster; bench/NOTES.md, forty-sixth session)
-    rope_normed_rows<16>(op, lo, hi, s);
+    rope_lane_rows<16, true>(op, lo, hi, s);
     return;
   }
   if (fast && h % 32 == 0) {
-    rope_normed_rows<32>(op, lo, hi, s);
+    rope_lane_rows<32, true>(op, lo, hi, s);
     return;
   }
   rope_normed_any(op, lo, hi, s);
@@ -762,7 +767,15 @@ __device__ void rope(const Op& op, int lo, int hi, const Slots<N>& s, char*) {
   const View& x = op.in[0];
   const int r = op.out.rank - 1;
   if (float_row(x) && float_row(op.in[1]) && float_row(op.in[2]) && float_row(op.out) && op.split_dim != r) {
-    if (!(op.flags & FLAG_CACHE)) {
+    // Rows that one pass of the warps covers (a decode step's) take a row's
+    // lanes at once; more rows (a prompt chunk's) go through rope_rows, whose
+    // threads keep kBatch pairs' loads in flight across rows.
+    const int64_t D = x.shape[r], rows = rows_of(rope_shape(op), op.out.rank, op.split_dim, lo, hi);
+    if (D == 128 && rows <= MPK_THREADS / 16) {
+      rope_lane_rows<16, false>(op, lo, hi, s);
+    } else if (D == 64 && rows <= MPK_THREADS / 32) {
+      rope_lane_rows<32, false>(op, lo, hi, s);
+    } else if (!(op.flags & FLAG_CACHE)) {
       rope_rows(op, lo, hi, s, NoIndex{});
     } else {
       const View& pv = op.in[op.num_in - 1];  // the cache positions

@@ -57,7 +57,7 @@ CONFIGS: dict[str, Callable] = {
                                  num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
                                  max_position_embeddings=1024),
     # Qwen3's rows of 128 (head_dim as qwen3-0.6b to 8b's): the q/k norm and
-    # RoPE take half a warp a row there (tasks/generic.cuh rope_normed_rows)
+    # RoPE take half a warp a row there (tasks/generic.cuh rope_lane_rows)
     "wide-qwen3": lambda: _qwen3(vocab_size=2048, hidden_size=1024, intermediate_size=1536,
                                  num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
                                  head_dim=128, max_position_embeddings=1024),
