@@ -762,17 +762,6 @@ __device__ __forceinline__ void fresh_fold(float (&m)[G], float (&l)[G], float (
 #define MPK_DECODE_TAIL_ROWS 1
 #endif
 
-// MPK_DECODE_MASK_AHEAD (0; 1 an A/B knob, not yet timed): a decode unit's
-// warp loads its mask adds a round ahead: the first round's before the
-// queries' staging (in flight during its round trips), each next round's
-// while the current one computes. Without it each round's first step waits
-// on an L2 round trip for the mask (a batch's round of 32 positions a warp
-// takes ~3.2 us with its K and V already in shared memory: bench/NOTES.md,
-// forty-ninth session).
-#ifndef MPK_DECODE_MASK_AHEAD
-#define MPK_DECODE_MASK_AHEAD 0
-#endif
-
 // tail_score is a warp's scores of its UG heads' queries qs [UG][D] (each
 // head's mask add in a: -inf hidden) against the K row kr, whose columns
 // lane·PER ... the lane holds: the dot summed over the lanes, every lane
@@ -1110,15 +1099,6 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
       const MaskRow<MT> mask = mask_row<MT>(op, s, b, h0);
       int64_t mask_hs = 0;
       if constexpr (UG > 1 && !std::is_void<MT>::value) mask_hs = op.in[3].stride[1];
-      // MPK_DECODE_MASK_AHEAD: the adds at this lane's position of the
-      // warp's next round (a position in the chunk: the row's end clamps it).
-      float mask_next[UG];
-      auto load_mask_ahead = [&](int jg_next) {
-        const int jm = max(j_lo, min(jg_next + lane, j_hi - 1));
-#pragma unroll
-        for (int u = 0; u < UG; ++u) mask_next[u] = j_hi > j_lo && (u == 0 || mask_hs != 0) ? mask.add(jm, u * mask_hs) : 0.f;
-      };
-      if constexpr (MPK_DECODE_MASK_AHEAD) load_mask_ahead(j_lo + 32 * sub);
       const bool guessed = !ROWS && i0 == 0 && b == guess.b && h0 == guess.h0;
       if constexpr (FR) {
         if (!guessed) load_fresh_q<FT, QT, D, UG>(fr, op, s, b, h0, lane);
@@ -1168,17 +1148,12 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
             const int r0 = (jg - j_lo) / (32 * cp) * 32 * cp;  // the round's first row in the chunk
             kv.rows_ready(r0, min(r0 + 32 * cp, kv.rows));
           }
-        float sc[UG], mask_now[UG];
-        if constexpr (MPK_DECODE_MASK_AHEAD) {
-#pragma unroll
-          for (int u = 0; u < UG; ++u) mask_now[u] = mask_next[u];
-          if (jg + 32 * cp < j_rounds) load_mask_ahead(jg + 32 * cp);
-        }
+        float sc[UG];
         bool live = false;
 #pragma unroll
         for (int u = 0; u < UG; ++u) {
           sc[u] = j >= j_hi || (FR && j == pos) ? -INFINITY
-                  : u == 0 || mask_hs != 0      ? (MPK_DECODE_MASK_AHEAD ? mask_now[u] : mask.add(j, u * mask_hs))
+                  : u == 0 || mask_hs != 0      ? mask.add(j, u * mask_hs)
                                                 : sc[0];
           live = live || sc[u] != -INFINITY;
         }
@@ -1324,13 +1299,14 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
   return ext0;
 }
 
-// MPK_KV_BATCH_MMA (0; 1 an A/B knob, not yet run on a GPU): a batch's
-// kv_pages task (KVPages' STREAM) runs its rounds on the tensor cores
-// (kv_batch_mma) instead of attention_decode's lanes, whose round of 128
-// positions takes ~3.2 us with its pages landed (bench/NOTES.md,
-// forty-ninth session; bench/attn_round_mma.cu times the new rounds alone).
+// A batch's kv_pages task (KVPages' STREAM) that codegen marks MMA
+// (kvStream.mma) runs its rounds on the tensor cores (kv_batch_mma) instead
+// of attention_decode's lanes, whose round of 128 positions took ~3.2 us with
+// its pages landed (bench/NOTES.md, forty-ninth session;
+// bench/attn_round_mma.cu times the new rounds alone). MPK_KV_BATCH_MMA=0
+// (an A/B knob) keeps every task on the lanes.
 #ifndef MPK_KV_BATCH_MMA
-#define MPK_KV_BATCH_MMA 0
+#define MPK_KV_BATCH_MMA 1
 #endif
 
 // kv_mma_bytes is kv_batch_mma's shared memory: the G heads' queries and
@@ -1466,7 +1442,8 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
 // released with a copy in flight could be refilled under it). BATCH: the
 // op's batch rows are more than one (kv_pages_batch), a task one row's,
 // whose pages stream round by round (KVPages' STREAM: the warps release
-// them as they go, so the chunk may outgrow the ring). Returns the
+// them as they go, so the chunk may outgrow the ring); MMA (codegen's
+// kvStream.mma): its rounds on the tensor cores (kv_batch_mma). Returns the
 // consumers' new place in the ring. LIVE (codegen's kvLiveExtent): the
 // loader streams the chunk's rows below the mask's extent only, which the
 // task reads (in[4]) and hands to it (s_kv_extent): on the fast path
@@ -1475,7 +1452,7 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
 // 4,096 cached on the H100: bench/NOTES.md, thirty-sixth session), else
 // first.
 template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, class FT, int P,
-          bool LIVE, bool BATCH, int N>
+          bool LIVE, bool BATCH, bool MMA, int N>
 __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(!ROWS && !std::is_void<FT>::value && decode_fast_dims<T, D>() && R == SH::SPLITS,
                 "kv_pages: a fresh-row decode attention task of one batch row, one split a group, with vector loads");
@@ -1513,7 +1490,7 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
       // The loader at its full depth while the task streams its pages; the
       // task releases every page itself (KVPages::drain).
       set_dots_phase(1);
-      if constexpr (MPK_KV_BATCH_MMA)
+      if constexpr (MMA && MPK_KV_BATCH_MMA)
         kv_batch_mma<T, QT, MT, D, UG, R, SH, FT>(op, lo1, hi1, s, c.smem, kv);
       else
         attention_decode<T, QT, MT, D, R, false, true, 1, SH, FT>(op, lo1, hi1, s, c.smem, kv);

@@ -608,7 +608,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			if streamed {
 				// kv_pages: the task's K and V chunk comes through the ring.
 				gen.kvs[op] = ks
-				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots, kKVLive, %v>(op, lo, hi, s, c)", args, batch), true
+				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots, kKVLive, %v, %v>(op, lo, hi, s, c)", args, batch,
+					ks.mma()), true
+				if ks.mma() {
+					gen.smem = max(gen.smem, ks.mmaBytes())
+				}
 			}
 		}
 		// Per-warp softmax states (decode: each warp's queries and states, and
@@ -694,11 +698,11 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			// The loader streams a task's pages iff a round's fit the ring
 			// (kvStream.fits), the task takes them iff mpk::kv_round_pairs
 			// says so: both sides must count alike, or the ring stalls.
-			// (MPK_KV_BATCH_MMA, an A/B knob: its shared memory is not reserved, only checked)
+			// (The tensor-core rounds' shared memory, kvStream.mmaBytes, reserved as CUDA counts it.)
 			code = fmt.Sprintf("static_assert(mpk::kv_round_pairs(32 * mpk::decode_unit_warps(%d, %d), %d) == %d, "+
 				"\"codegen's kvStream.roundPairs and mpk::kv_round_pairs disagree\");\n  "+
-				"static_assert(!MPK_KV_BATCH_MMA || mpk::kv_mma_bytes(%d, %d) <= kSharedBytes, \"kv_batch_mma needs more "+
-				"shared memory than the module has\");\n  %s", ks.Chunk, ks.UG, ks.RowsPerPage, ks.roundPairs(), ks.D, ks.UG, code)
+				"static_assert(!%v || mpk::kv_mma_bytes(%d, %d) <= kSharedBytes, \"codegen reserved too little shared "+
+				"memory for kv_batch_mma\");\n  %s", ks.Chunk, ks.UG, ks.RowsPerPage, ks.roundPairs(), ks.mma(), ks.D, ks.UG, code)
 		}
 	} else {
 		code += ";\n  return c.seq;"

@@ -398,6 +398,10 @@ func TestKVStreamTableBatch(t *testing.T) {
 	if !strings.Contains(src, "mpk::attention_kv_pages<") || !strings.Contains(src, "mpk::kv_round_pairs(") {
 		t.Error("no batch attention_kv_pages variant (with its round assert) in the module")
 	}
+	// Head dim 64: the rounds on the tensor cores (BATCH and MMA).
+	if !strings.Contains(src, "kKVLive, true, true>(op, lo, hi, s, c)") {
+		t.Error("the batch attention_kv_pages variants do not fold on the tensor cores at head dim 64")
+	}
 }
 
 func testKVStreamTable(t *testing.T, fixture string) {
