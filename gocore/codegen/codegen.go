@@ -199,7 +199,8 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, opt Options) (*Module, error) {
 	src.WriteString("#include \"runtime/runtime.cuh\"\n#include \"tasks/tasks.cuh\"\n\nnamespace mpk_gen {\n\n")
 	fmt.Fprintf(&src, "constexpr int kNumSlots = %d;\nconstexpr int kNumInputs = %d;\nconstexpr int kNumOutputs = %d;\n", l.arenaSlot+1, len(g.Inputs), len(g.Outputs))
 	fmt.Fprintf(&src, "constexpr int kNumWorkers = %d;\nconstexpr int kNumTasks = %d;\nconstexpr int kNumEvents = %d;\n", tg.Workers, len(tg.Tasks), len(tg.Events))
-	fmt.Fprintf(&src, "constexpr unsigned long long kArenaBytes = %dull;\nconstexpr int kSharedBytes = %d;\nconstexpr int kRingPages = %d;\n", l.arenaBytes, gen.smem, gen.ringPages)
+	fmt.Fprintf(&src, "constexpr unsigned long long kArenaBytes = %dull;\nconstexpr int kSharedBytes = %d;\n", l.arenaBytes, gen.smem)
+	src.WriteString(gen.ringPagesDecl())
 	src.WriteString("constexpr int kRingSlots = kRingPages > 0 ? kRingPages : 1;  // the ring's type needs a slot\n")
 	fmt.Fprintf(&src, "constexpr bool kKVLive = %v;  // kv_pages chunks may stop at the mask's extent (kvLiveExtent)\n", gen.kvLive)
 	wgmma := false
@@ -223,6 +224,27 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, opt Options) (*Module, error) {
 	}
 	src.WriteString("}  // namespace mpk_gen\n\n#include \"runtime/module.cuh\"\n")
 	return &Module{Files: map[string]string{"module.cu": src.String()}, BulkInputs: gen.bulkInputs()}, nil
+}
+
+// ringPagesDecl declares kRingPages, the ring sizeRing gave the module.
+// MPK_RING_PAGES_CAP (an A/B knob of the ring's size) makes it smaller,
+// down to what a task holds at once: a GEMM block's pages (minRingPages)
+// and each kv stream's pages of K and V (the loader streams them because
+// they fit this ring, and the task waits for all of them).
+func (gen *generator) ringPagesDecl() string {
+	decl := fmt.Sprintf("constexpr int kSizedRingPages = %d;  // sizeRing's\n", gen.ringPages)
+	if gen.ringPages == 0 {
+		return decl + "constexpr int kRingPages = 0;\n"
+	}
+	need := int64(minRingPages)
+	for _, ks := range gen.kvs {
+		if ks.fits(gen.ringPages) {
+			need = max(need, ks.pagesAtOnce())
+		}
+	}
+	return decl + fmt.Sprintf("#ifndef MPK_RING_PAGES_CAP\n#define MPK_RING_PAGES_CAP kSizedRingPages\n#endif\n"+
+		"static_assert(MPK_RING_PAGES_CAP >= %d, \"MPK_RING_PAGES_CAP leaves the ring fewer pages than a task holds at once\");\n"+
+		"constexpr int kRingPages = kSizedRingPages < MPK_RING_PAGES_CAP ? kSizedRingPages : MPK_RING_PAGES_CAP;\n", need)
 }
 
 // planStreams decides which Linears stream their weights through the ring

@@ -222,12 +222,12 @@ func TestLinearWeightPaths(t *testing.T) {
 		return m.Files["module.cu"]
 	}
 	if src := build(false); !strings.Contains(src, "mpk::linear_stream<__nv_bfloat16, 256, 1, 16384, kRingSlots, false, mpk::NoPro, mpk::NoEpi>") ||
-		!strings.Contains(src, "kRingPages = 10") {
+		!strings.Contains(src, "kSizedRingPages = 10") {
 		t.Errorf("a constant weight does not stream:\n%s", src)
 	}
 	src := build(true)
 	if !strings.Contains(src, "mpk::linear<__nv_bfloat16, 256, false, mpk::NoPro, mpk::NoEpi, false>") || strings.Contains(src, "linear_stream") ||
-		!strings.Contains(src, "kRingPages = 0") {
+		!strings.Contains(src, "kSizedRingPages = 0") {
 		t.Errorf("a weight the graph writes must take the coherent register Linear and no ring:\n%s", src)
 	}
 }

@@ -84,11 +84,15 @@ func (ks kvStream) roundPairs() int64 { return stream.KVRoundPairs(ks.D, ks.Roun
 // a smaller ring), the loader streams nothing for the op and
 // mpk::attention_kv_pages, by the same arithmetic, reads the chunk from the
 // cache.
-func (ks kvStream) fits(ringPages int) bool {
+func (ks kvStream) fits(ringPages int) bool { return ks.pagesAtOnce() <= int64(ringPages) }
+
+// pagesAtOnce is how many pages of K and V a task holds at once (Stream: a
+// round's).
+func (ks kvStream) pagesAtOnce() int64 {
 	if ks.Stream {
-		return 2*ks.roundPairs() <= int64(ringPages)
+		return 2 * ks.roundPairs()
 	}
-	return 2*ks.pagesPerPart(ks.Chunk) <= int64(ringPages)
+	return 2 * ks.pagesPerPart(ks.Chunk)
 }
 
 // pagesPerPart is how many pages rows of K (or of V) take.

@@ -103,7 +103,7 @@ func checkWgmma(t *testing.T, file string, comp *Compiled) {
 	if !strings.Contains(src, "mpk::wgmma_scratch_bytes(") {
 		t.Errorf("%s: no static check of a wgmma stream's scratch", file)
 	}
-	if got, was := constant(t, src, "kRingPages"), constant(t, before, "kRingPages"); got < was {
+	if got, was := constant(t, src, "kSizedRingPages"), constant(t, before, "kSizedRingPages"); got < was {
 		t.Errorf("%s: %d ring pages with wgmma, %d without", file, got, was)
 	}
 }

@@ -230,8 +230,8 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	if len(rows) != F*len(comp.Tasks.Tasks) {
 		t.Fatalf("%s: streams table has %d fields, want %d per task (%d tasks)", name, len(rows), F, len(comp.Tasks.Tasks))
 	}
-	if constant(t, src, "kRingPages") < 4 {
-		t.Fatalf("%s: kRingPages %d: the ring is too small to stream", name, constant(t, src, "kRingPages"))
+	if constant(t, src, "kSizedRingPages") < 4 {
+		t.Fatalf("%s: kSizedRingPages %d: the ring is too small to stream", name, constant(t, src, "kSizedRingPages"))
 	}
 	streamed, paired := 0, 0
 	// The weights read in bulk are what the call checks for 16-byte alignment.
