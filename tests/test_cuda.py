@@ -135,6 +135,20 @@ def test_cuda_split_k(core_lib, fresh_dynamo, model, batch):
     assert "linear_k_sum+residual" in res.summary.get("op_labels", [])
 
 
+@pytest.mark.parametrize("batch,workers", [(16, 32), (8, 64)])
+def test_cuda_tile_x_parts(core_lib, fresh_dynamo, batch, workers):
+    """tile_x_parts (off by default) on the GPU: long-mlp-llama's down
+    projection (K 4,096) stages x in two halves of K, the loader sending its
+    pages part by part. At batch 16 x is rounded and a task reads 16 weight
+    rows (two row groups, each summed across the parts); at batch 8 x keeps
+    its low part and a task reads 8 rows."""
+    lines = []
+    res = check.run_check(model="long-mlp-llama", target="cuda", batch=batch, cache_tokens=16, steps=2, seed=0,
+                          workers=workers, log=lines.append, options={"tile_x_parts": True})
+    assert res.ok, "\n".join(lines)
+    assert "mpk::NoPro, mpk::NoEpi, 2>(op, lo, hi, s, c)" in res.compiled.sources["module.cu"]
+
+
 @pytest.mark.parametrize("model,batch,prefill,workers,mask", [
     ("wide-llama", 1, 64, None, True), ("wide-llama", 1, 64, 16, False),
     ("wide-llama", 48, 1, 16, False), ("long-mlp-llama", 32, 1, 16, False), ("wide-llama", 1, 128, 16, True)])

@@ -73,6 +73,7 @@ struct Stream {
   int32_t tmap;  // tile pages: the tensor map (kTmaps, State.tmaps) one copy of whose box fills a page; -1: row copies
   int32_t pair_tmap;  // the same for the paired linear's second weight
   int32_t tmap_row;  // the task's first row in its tensor maps
+  int32_t x_parts;  // tile pages: the parts of K the task stages x in (mpk::linear_tiles XP): its pages part by part, each part's row groups in order; 1: x whole
 };
 
 struct TmapSpec {

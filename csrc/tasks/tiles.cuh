@@ -29,6 +29,8 @@
 namespace mpk {
 
 constexpr int kTileRows = 8;  // weight rows a tile page holds: the mma's n
+// The row groups a task whose x comes in parts of K may read (stream.MaxTilePartGroups).
+constexpr int kTilePartGroups = 2;
 
 // tile_cols is the columns of a tile page for K-wide rows of esz-byte
 // weights: the most that fit kTileRows rows in a page while splitting into
@@ -107,31 +109,33 @@ __device__ __forceinline__ bool rows4_ok(const View& v, const Slots<N>& s) {
 }
 
 template <int K>
-__device__ __forceinline__ void load_row4(const char* p, const View& v, int64_t m, uint4 (&raw)[per_thread4(K)]) {
-  const int64_t o = v.offset + m * v.stride[0];
+__device__ __forceinline__ void load_row4(const char* p, const View& v, int64_t m, uint4 (&raw)[per_thread4(K)],
+                                          int64_t k0 = 0) {
+  const int64_t o = v.offset + m * v.stride[0] + k0;
 #pragma unroll
   for (int i = 0; i < per_thread4(K); ++i)
     raw[i] = ld_raw4(p, v.dtype, o + 4 * min((int)threadIdx.x + i * MPK_THREADS, K / 4 - 1));
 }
 
 // load_rows4 issues the loads of rows m0 .. m0 + B - 1 of x (past M: row
-// M - 1 again), all before any is used.
+// M - 1 again), all before any is used; K columns from column k0.
 template <int K, int B, int N>
 __device__ __forceinline__ void load_rows4(const View& x, int m0, int M, uint4 (&raw)[B][per_thread4(K)],
-                                           const Slots<N>& s) {
+                                           const Slots<N>& s, int64_t k0 = 0) {
 #pragma unroll
-  for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), raw[b]);
+  for (int b = 0; b < B; ++b) load_row4<K>(base(s, x), x, min(m0 + b, M - 1), raw[b], k0);
 }
 
-// Plain rows, x's dtype XD a constant (-1: read at run time), as norm_rows.
+// Plain rows, x's dtype XD a constant (-1: read at run time), as norm_rows;
+// K columns from column k0.
 template <int XD, int K, int M, int PITCH, int N, typename X>
-__device__ __forceinline__ void plain_rows(const View& x, X xs, const Slots<N>& s) {
+__device__ __forceinline__ void plain_rows(const View& x, X xs, const Slots<N>& s, int64_t k0 = 0) {
   const int32_t xd = XD < 0 ? x.dtype : XD;
   constexpr int Q = per_thread4(K), B = batch4(K, M);
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
     uint4 raw[B][Q];
-    load_rows4<K>(x, m0, M, raw, s);
+    load_rows4<K>(x, m0, M, raw, s, k0);
 #pragma unroll
     for (int b = 0; b < B; ++b)
 #pragma unroll
@@ -154,6 +158,22 @@ __device__ __forceinline__ void stage_rows(NoPro, const Op& op, X xs, const Slot
   } else {
     plain_rows<-1, K, M, PITCH>(x, xs, s);
   }
+}
+
+// stage_part stages columns [k0, k0 + KX) of a plain x's M rows (x staged
+// in parts of K: linear_tiles' XP) as stage_rows(NoPro) stages all of them.
+template <int KX, int M, int PITCH, int N, typename X>
+__device__ __forceinline__ void stage_part(const Op& op, int k0, X xs, const Slots<N>& s) {
+  const View& x = op.in[0];
+  if (rows4_ok<KX>(x, s) && k0 % 4 == 0) {
+    if (x.dtype == DT_FLOAT32) plain_rows<DT_FLOAT32, KX, M, PITCH>(x, xs, s, k0);
+    else plain_rows<-1, KX, M, PITCH>(x, xs, s, k0);
+    return;
+  }
+#pragma unroll 1
+  for (int m = 0; m < M; ++m)
+    for (int k = threadIdx.x; k < KX; k += MPK_THREADS)
+      put_x(xs + m * PITCH, k, ld_float(base(s, x), x.dtype, x.offset + m * x.stride[0] + (k0 + k) * x.stride[1]));
 }
 
 // The two-operand elementwise prologue (SiLU(gate)·up); others row by row.
@@ -356,28 +376,45 @@ __device__ __forceinline__ void stage_rows(MergePro<D, H, CHUNK, R, SPLITS>, con
   for (int m0 = 0; m0 < M; m0 += MR) stage_merge<K, D, H, CHUNK, R, SPLITS, MR, PITCH>(op, m0, min(MR, M - m0), xs + m0 * PITCH, s);
 }
 
-template <typename T, int K, int M, bool LO, int P, bool RESID, typename PRO, typename EPI, int N>
+// linear_tiles is a Linear whose M rows of x meet the weights' tile pages on
+// the tensor cores. XP > 1 (codegen's stream.TileXParts: a plain x whose
+// whole would shrink the ring): x is staged in XP parts of K, one after
+// another, the loader sending each part's pages of every row group (at most
+// kTilePartGroups) before the next part's; each group's sums stay in
+// registers across the parts.
+template <typename T, int K, int M, bool LO, int P, bool RESID, typename PRO, typename EPI, int XP, int N>
 __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   constexpr int C = tile_cols(K, (int)sizeof(T));
   static_assert(!kIsPair<EPI>, "a paired Linear streams with x in registers only (stream.For)");
   static_assert(C > 0, "K does not split into tile pages");
   static_assert(sizeof(T) == 2, "tile streams take 2-byte weights");
+  static_assert(XP == 1 || std::is_same<PRO, NoPro>::value && (K / C) % XP == 0,
+                "x in parts of K: a plain x, each part whole pages");
   constexpr int RT = LO ? 8 : 16;  // rows of x an m-tile takes
-  constexpr int PITCH = K + 32, MT = (M + RT - 1) / RT, CB = K / C, WC = C / kConsumerWarps;
+  constexpr int KX = K / XP, PITCH = KX + 32, MT = (M + RT - 1) / RT, CB = K / C, CBX = CB / XP, WC = C / kConsumerWarps;
   T* xs = reinterpret_cast<T*>(c.smem);  // [M][PITCH], then (LO) lo: [M][PITCH]
-  float* part = reinterpret_cast<float*>(c.smem + tile_x_bytes<T>(K, M, LO));  // [2][warp][row of a group][M]
-  float* dots = part + 2 * kConsumerWarps * kTileRows * M;                   // [row][M]
+  float* part = reinterpret_cast<float*>(c.smem + tile_x_bytes<T>(KX, M, LO));  // [2][warp][row of a group][M]
+  float* dots = part + 2 * kConsumerWarps * kTileRows * M;                    // [row][M]
+  // x's part at column k0 (XP > 1).
+  auto stage_x_part = [&](int k0) {
+    if constexpr (LO) stage_part<KX, M, PITCH>(op, k0, HiLo<T>{xs, xs + M * PITCH}, s);
+    else stage_part<KX, M, PITCH>(op, k0, xs, s);
+  };
   bool defer = false;  // a deferred norm: the dots scaled by their rows' tile_row_scale
   if constexpr (std::is_same<PRO, NormPro>::value) defer = tile_norm_deferred<K>(op, s);
   if (!c.x_ready) {
-    if constexpr (std::is_same<PRO, NormPro>::value)
-      if (defer) {
-        if constexpr (LO) norm_rows_deferred<K, M, PITCH>(op, HiLo<T>{xs, xs + M * PITCH}, xs, s);
-        else norm_rows_deferred<K, M, PITCH>(op, xs, xs, s);
+    if constexpr (XP > 1) {
+      stage_x_part(0);
+    } else {
+      if constexpr (std::is_same<PRO, NormPro>::value)
+        if (defer) {
+          if constexpr (LO) norm_rows_deferred<K, M, PITCH>(op, HiLo<T>{xs, xs + M * PITCH}, xs, s);
+          else norm_rows_deferred<K, M, PITCH>(op, xs, xs, s);
+        }
+      if (!defer) {
+        if constexpr (LO) stage_rows<K, M, PITCH>(PRO{}, op, HiLo<T>{xs, xs + M * PITCH}, s);
+        else stage_rows<K, M, PITCH>(PRO{}, op, xs, s);
       }
-    if (!defer) {
-      if constexpr (LO) stage_rows<K, M, PITCH>(PRO{}, op, HiLo<T>{xs, xs + M * PITCH}, s);
-      else stage_rows<K, M, PITCH>(PRO{}, op, xs, s);
     }
     consumer_sync();
   }
@@ -397,32 +434,30 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
   const uint32_t xl = smem_u32(xs) + (g * PITCH + warp * WC + 8 * t) * 2;
   const uint32_t wl = (g * C + warp * WC + 8 * t) * 2;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll 1
-  for (int grp = 0; grp < groups; ++grp) {
-    float acc[MT][4];
+  // page_dots adds page sq's products with the staged x's columns from
+  // col into acc, then frees the page.
+  auto page_dots = [&](float(&acc)[MT][4], uint32_t sq, int col) {
+    wait_page(ring, sq, c.abort);
+    const uint32_t wp = smem_u32(ring.page(sq)) + wl;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
-#pragma unroll 1
-    for (int cb = 0; cb < CB; ++cb, ++seq) {
-      wait_page(ring, seq, c.abort);
-      const uint32_t wp = smem_u32(ring.page(seq)) + wl;
+    for (int j = 0; j < WC / 32; ++j) {
+      const uint4 b = ld_shared_16(wp + j * 64);
 #pragma unroll
-      for (int j = 0; j < WC / 32; ++j) {
-        const uint4 b = ld_shared_16(wp + j * 64);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const int m = mt * RT + g;
-          const uint32_t xa = xl + (mt * RT * PITCH + cb * C + j * 32) * 2;
-          // The mma's rows 8-15: x's low part (LO), or x's rows m + 8.
-          const int m8 = LO ? m : m + 8;
-          const uint4 a = m < M ? ld_shared_16(xa) : zero;
-          const uint4 a8 = m8 < M ? ld_shared_16(xa + (LO ? M : 8) * PITCH * 2) : zero;
-          mma_16816<T>(acc[mt], a.x, a8.x, a.y, a8.y, b.x, b.y);
-          mma_16816<T>(acc[mt], a.z, a8.z, a.w, a8.w, b.z, b.w);
-        }
+      for (int mt = 0; mt < MT; ++mt) {
+        const int m = mt * RT + g;
+        const uint32_t xa = xl + (mt * RT * PITCH + col + j * 32) * 2;
+        // The mma's rows 8-15: x's low part (LO), or x's rows m + 8.
+        const int m8 = LO ? m : m + 8;
+        const uint4 a = m < M ? ld_shared_16(xa) : zero;
+        const uint4 a8 = m8 < M ? ld_shared_16(xa + (LO ? M : 8) * PITCH * 2) : zero;
+        mma_16816<T>(acc[mt], a.x, a8.x, a.y, a8.y, b.x, b.y);
+        mma_16816<T>(acc[mt], a.z, a8.z, a.w, a8.w, b.z, b.w);
       }
-      ring.release(seq);
     }
+    ring.release(sq);
+  };
+  // group_dots sums the warps' partials of row group grp into its dots.
+  auto group_dots = [&](int grp, const float(&acc)[MT][4]) {
     // Lane (g, t) holds rows 2t and 2t+1 of the group times the mma's rows
     // g and g+8 of each m-tile (LO: x's row g, its hi and lo parts). The
     // warps' partials go to one of two buffers (the other may still be
@@ -449,6 +484,41 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
       for (int w = 0; w < kConsumerWarps; ++w) v += pi[w * kTileRows * M];
       dots[grp * kTileRows * M + i] = v * row_scale[j];
     }
+  };
+  if constexpr (XP == 1) {
+#pragma unroll 1
+    for (int grp = 0; grp < groups; ++grp) {
+      float acc[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+#pragma unroll 1
+      for (int cb = 0; cb < CB; ++cb, ++seq) page_dots(acc, seq, cb * C);
+      group_dots(grp, acc);
+    }
+  } else {
+    // codegen's TileXParts bounds the groups, as the loader's page order assumes.
+    if (groups > kTilePartGroups) __trap();
+    float acc[kTilePartGroups][MT][4];
+#pragma unroll
+    for (int gi = 0; gi < kTilePartGroups; ++gi)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) acc[gi][mt][0] = acc[gi][mt][1] = acc[gi][mt][2] = acc[gi][mt][3] = 0.f;
+#pragma unroll 1
+    for (int xp = 0; xp < XP; ++xp) {
+      if (xp > 0) {  // every warp done with the last part
+        consumer_sync();
+        stage_x_part(xp * KX);
+        consumer_sync();
+      }
+#pragma unroll
+      for (int gi = 0; gi < kTilePartGroups; ++gi)
+        if (gi < groups)
+#pragma unroll 1
+          for (int cb = 0; cb < CBX; ++cb, ++seq) page_dots(acc[gi], seq, cb * C);
+    }
+#pragma unroll
+    for (int gi = 0; gi < kTilePartGroups; ++gi)
+      if (gi < groups) group_dots(gi, acc[gi]);
   }
   consumer_sync();
   mark_dots();

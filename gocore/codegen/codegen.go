@@ -139,6 +139,7 @@ func wholeDecodeRows(op *ir.Op, b tgraph.Box) bool {
 type Options struct {
 	Trace      bool // the kernel records per-task timestamps
 	SplitGemmX bool // wgmma GEMM streams' x stored as bf16 hi and lo planes (splitX)
+	TileXParts bool // a tile stream's large plain x staged in parts of K (stream.TileXParts)
 }
 
 // Generate emits module.cu for the task graph.
@@ -149,7 +150,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, opt Options) (*Module, error) {
 	}
 	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{},
 		kvs:     map[*ir.Op]kvStream{},
-		written: stream.Writers(g)}
+		written: stream.Writers(g), tileXParts: opt.TileXParts}
 	split := make([]int, len(g.Ops))
 	seen := make([]bool, len(g.Ops))
 	rows := make([]int64, len(g.Ops)) // the most weight rows one task of a Linear reads
@@ -263,6 +264,10 @@ func (gen *generator) planStreams(rows []int64, slots int) {
 		if (p.Tiles || p.Gemm) && scratch > tileScratchBudget {
 			continue // its x and partials would leave too small a ring: the plain Linear
 		}
+		if gen.tileXParts && p.Tiles && op.Attr.Pro == nil {
+			p.XParts = stream.TileXParts(p, rows[op.ID])
+			scratch = int(p.XBytes() + p.PartialFloats(rows[op.ID])*4)
+		}
 		gen.plans[op] = p
 		gen.smem = max(gen.smem, scratch)
 	}
@@ -300,15 +305,16 @@ type streamEntry struct {
 	pairSlot, pairOffset        int64
 	kvJ0, kvInterleave          int64
 	tmap, pairTmap, tmapRow     int64
+	xParts                      int64
 }
 
 // noStream is the entry of a task that streams nothing.
-var noStream = streamEntry{pairSlot: -1, kvJ0: -1, tmap: -1, pairTmap: -1}
+var noStream = streamEntry{pairSlot: -1, kvJ0: -1, tmap: -1, pairTmap: -1, xParts: 1}
 
 func (e streamEntry) String() string {
-	return fmt.Sprintf("  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", e.slot, e.pageBytes, e.offset, e.bytes,
+	return fmt.Sprintf("  {%d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d, %d},\n", e.slot, e.pageBytes, e.offset, e.bytes,
 		e.tileRows, e.rowSpan, e.rowBytes, e.blockBytes, e.pairSlot, e.pairOffset, e.kvJ0, e.kvInterleave, e.tmap, e.pairTmap,
-		e.tmapRow)
+		e.tmapRow, e.xParts)
 }
 
 // writeStreams emits the loader's table: for every task, the weight bytes
@@ -358,6 +364,7 @@ func (gen *generator) streamOf(t *tgraph.Task, split []int) streamEntry {
 		e.pageBytes, e.offset = p.Cols*p.ElemBytes, rowsAt(w)
 		e.bytes = (t.Box.Hi[1] - t.Box.Lo[1]) * p.RowStride * p.ElemBytes
 		e.rowSpan, e.rowBytes = p.K*p.ElemBytes, p.RowStride*p.ElemBytes
+		e.xParts = max(1, p.XParts)
 		spec, tmOK := gen.tmapOf(p, w, e.tileRows)
 		if tmOK {
 			e.tmap, e.tmapRow = int64(gen.tmap(spec)), t.Box.Lo[1]
@@ -419,24 +426,25 @@ func writeTables(src *strings.Builder, g *ir.Graph, tg *tgraph.Graph, split []in
 }
 
 type generator struct {
-	g         *ir.Graph
-	l         layout
-	variants  map[string]int
-	funcs     strings.Builder
-	exprs     strings.Builder
-	nexpr     int
-	exprIDs   map[string]int
-	smem      int
-	plans     map[*ir.Op]stream.Plan // the Linears that stream
-	written   func(*ir.Buffer) bool  // whether an op of the graph writes a buffer
-	ringPages int
-	xkeys     map[string]int      // a streamed Linear's x (its prologue and inputs) → key
-	kvs       map[*ir.Op]kvStream // the attentions whose K and V stream (kvStreamOf)
-	kvLive    bool                // every kv stream is cut to the live length of one mask extent (kvLiveExtent)
-	tmaps     []tmapSpec          // the tensor maps of tile and GEMM streams' weights (tmapOf)
-	tmapIDs   map[tmapSpec]int
-	split     map[*ir.Buffer]bool // the temporaries stored as bf16 hi and lo planes (splitX)
-	err       error               // the first error of a table writer
+	g          *ir.Graph
+	l          layout
+	variants   map[string]int
+	funcs      strings.Builder
+	exprs      strings.Builder
+	nexpr      int
+	exprIDs    map[string]int
+	smem       int
+	plans      map[*ir.Op]stream.Plan // the Linears that stream
+	written    func(*ir.Buffer) bool  // whether an op of the graph writes a buffer
+	ringPages  int
+	xkeys      map[string]int      // a streamed Linear's x (its prologue and inputs) → key
+	kvs        map[*ir.Op]kvStream // the attentions whose K and V stream (kvStreamOf)
+	kvLive     bool                // every kv stream is cut to the live length of one mask extent (kvLiveExtent)
+	tmaps      []tmapSpec          // the tensor maps of tile and GEMM streams' weights (tmapOf)
+	tmapIDs    map[tmapSpec]int
+	split      map[*ir.Buffer]bool // the temporaries stored as bf16 hi and lo planes (splitX)
+	tileXParts bool                // Options.TileXParts
+	err        error               // the first error of a table writer
 }
 
 // variant returns the id of the device function whose body is code.
@@ -561,9 +569,12 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 				T, K, p.M, p.XLow, op.Attr.Residual, epi)
 			ret = true
 		} else if p, ok := gen.plans[op]; ok && p.Tiles {
-			code = fmt.Sprintf("mpk::linear_tiles<%s, %d, %d, %v, kRingSlots, %v, %s, %s>(op, lo, hi, s, c)",
-				T, K, p.M, p.XLow, op.Attr.Residual, pro, epi)
-			ret, xkey = true, gen.xkey(op)
+			code = fmt.Sprintf("mpk::linear_tiles<%s, %d, %d, %v, kRingSlots, %v, %s, %s, %d>(op, lo, hi, s, c)",
+				T, K, p.M, p.XLow, op.Attr.Residual, pro, epi, max(1, p.XParts))
+			ret = true
+			if p.XParts <= 1 { // x in parts ends staged at its last part: never reused
+				xkey = gen.xkey(op)
+			}
 		} else if ok {
 			code = fmt.Sprintf("mpk::linear_stream<%s, %d, %d, %d, kRingSlots, %v, %s, %s>(op, lo, hi, s, c)",
 				T, K, p.M, p.PageBytes, op.Attr.Residual, pro, epi)
@@ -713,6 +724,10 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 		if p, ok := gen.plans[op]; ok && p.Wgmma { // the scratch stream.WgmmaScratch reserved is what the task takes
 			code = fmt.Sprintf("static_assert(mpk::wgmma_scratch_bytes() <= kSharedBytes, \"codegen reserved too "+
 				"little shared memory for a wgmma stream\");\n  %s", code)
+		} else if p, ok := gen.plans[op]; ok && p.Tiles && p.XParts > 1 {
+			// The loader's page order and the task's sums assume one bound on its row groups.
+			code = fmt.Sprintf("static_assert(mpk::kTilePartGroups == %d, \"stream.MaxTilePartGroups and "+
+				"mpk::kTilePartGroups disagree\");\n  %s", stream.MaxTilePartGroups, code)
 		} else if p, ok := gen.plans[op]; ok && p.Gemm { // the scratch stream.GemmScratch reserved is what the task takes
 			code = fmt.Sprintf("static_assert(mpk::gemm_scratch_bytes(%d, %v) <= kSharedBytes, \"codegen reserved too "+
 				"little shared memory for a GEMM stream\");\n  %s", p.M, p.XLow, code)

@@ -118,7 +118,8 @@ var passes = []pass{
 		if c.Options.Target != "cuda" {
 			return nil
 		}
-		m, err := codegen.Generate(c.Ops, c.Tasks, codegen.Options{Trace: c.Options.Trace, SplitGemmX: c.Options.SplitGemmX})
+		m, err := codegen.Generate(c.Ops, c.Tasks, codegen.Options{Trace: c.Options.Trace, SplitGemmX: c.Options.SplitGemmX,
+			TileXParts: c.Options.TileXParts})
 		if err != nil {
 			return &wire.Error{Kind: "unsupported_op", Message: err.Error()}
 		}

@@ -222,8 +222,8 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 	src := comp.Result.CUDA["module.cu"]
 	// slot, page bytes, offset, bytes, tile rows, row span, row bytes,
 	// column-major, pair slot, pair offset, kv j0, kv interleave, tensor map,
-	// the pair's, the task's first row in them
-	const F = 15
+	// the pair's, the task's first row in them, x's parts of K
+	const F = 16
 	rows := table(t, src, "mpk::Stream streams")
 	const TF = 10 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units, swizzle, split x
 	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
@@ -269,6 +269,9 @@ func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStr
 		if r[10] != -1 || r[11] != 0 {
 			t.Fatalf("%s: task %d (%s): a Linear's weights cut to a live length (%d) or interleaved (%d)", name, i,
 				comp.Tasks.Name(i), r[10], r[11])
+		}
+		if r[15] != 1 {
+			t.Fatalf("%s: task %d (%s): x in %d parts without option tile_x_parts", name, i, comp.Tasks.Name(i), r[15])
 		}
 		if !bulk[r[0]] || r[8] >= 0 && !bulk[r[8]] {
 			t.Fatalf("%s: task %d (%s) streams inputs %d and %d; bulk inputs %v", name, i, comp.Tasks.Name(i), r[0], r[8],
@@ -362,7 +365,7 @@ func TestKVStreamTableBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := comp.Result.CUDA["module.cu"]
-	const F = 15
+	const F = 16
 	rows := table(t, src, "mpk::Stream streams")
 	streamed := 0
 	for i, task := range comp.Tasks.Tasks {
@@ -385,7 +388,7 @@ func TestKVStreamTableBatch(t *testing.T) {
 		kvh, j0 := h0/G, sp*chunk
 		n := min(chunk, S-j0)
 		at := func(x ir.View) int { return int((x.Offset + b*x.Strides[0] + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
-		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, 0, 0, v.Buf.Index, at(v), -1, 1, -1, -1, 0}
+		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, 0, 0, v.Buf.Index, at(v), -1, 1, -1, -1, 0, 1}
 		if !slices.Equal(r, want) {
 			t.Fatalf("task %d (%s, row %d, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), b, kvh,
 				j0, n, r, want)
@@ -410,7 +413,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		t.Fatal(err)
 	}
 	src := comp.Result.CUDA["module.cu"]
-	const F = 15
+	const F = 16
 	rows := table(t, src, "mpk::Stream streams")
 	bulk := map[int]bool{}
 	for _, k := range comp.Result.BulkInputs {
@@ -438,7 +441,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		n := min(chunk, S-j0)
 		at := func(x ir.View) int { return int((x.Offset + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
 		// cut to the live length (every kv op reads one mask extent): the chunk's first position, a row's bytes
-		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), int(j0), 0, -1, -1, 0}
+		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, int(D) * 2, 0, v.Buf.Index, at(v), int(j0), 0, -1, -1, 0, 1}
 		if !slices.Equal(r, want) {
 			t.Fatalf("task %d (%s, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), kvh, j0, n, r, want)
 		}
@@ -498,5 +501,55 @@ func TestSplitGemmXTables(t *testing.T) {
 	}
 	if read == 0 {
 		t.Fatal("no GEMM x view names its tensor map")
+	}
+}
+
+// TestTileXParts: llama-3.2-1b at batch 8 (a recorded request, its default
+// options). Its down projection's x (8 rows of 8,192, rounded: 132 KB) is the
+// module's largest scratch and leaves the ring 5 pages. With option
+// tile_x_parts its tasks (16 weight rows: two groups) stage x in two halves of
+// K, their loader rows say so, no other task's do, and the ring grows to what
+// the other tile streams leave.
+func TestTileXParts(t *testing.T) {
+	const F = 16
+	build := func(parts bool) (string, *Compiled) {
+		req := loadRequest(t, "scale/llama-3.2-1b-batch8-decode.json.zst")
+		req.Options.TileXParts = parts
+		comp, err := Compile(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return comp.Result.CUDA["module.cu"], comp
+	}
+	whole, _ := build(false)
+	src, comp := build(true)
+	if got := constant(t, whole, "kSizedRingPages"); got != 5 {
+		t.Fatalf("x whole: a ring of %d pages, want 5", got)
+	}
+	t.Logf("ring pages: x whole %d, in parts %d", constant(t, whole, "kSizedRingPages"), constant(t, src, "kSizedRingPages"))
+	if got := constant(t, src, "kSizedRingPages"); got < 8 {
+		t.Errorf("x in parts: a ring of %d pages, want at least 8", got)
+	}
+	if !strings.Contains(src, "mpk::linear_tiles<__nv_bfloat16, 8192, 8, false, kRingSlots, true, mpk::NoPro, mpk::NoEpi, 2>") {
+		t.Error("the down projection's tile stream does not stage x in 2 parts")
+	}
+	rows := table(t, src, "mpk::Stream streams")
+	parted := 0
+	for i, task := range comp.Tasks.Tasks {
+		r := rows[F*i : F*i+F]
+		down := task.Op >= 0 && comp.Ops.Ops[task.Op].Kind == ir.Linear && comp.Ops.Ops[task.Op].LinearK() == 8192 &&
+			comp.Ops.Ops[task.Op].Attr.Pro == nil
+		switch {
+		case down && r[15] != 2:
+			t.Fatalf("task %d (%s): x in %d parts, want 2", i, comp.Tasks.Name(i), r[15])
+		case !down && r[15] != 1:
+			t.Fatalf("task %d (%s): x in %d parts, want 1", i, comp.Tasks.Name(i), r[15])
+		}
+		if down {
+			parted++
+		}
+	}
+	if parted == 0 {
+		t.Error("no down projection task")
 	}
 }

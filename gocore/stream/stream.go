@@ -32,6 +32,12 @@ const (
 	// MaxTileXBytes bounds x of a tile stream in shared memory (M rows of
 	// K+32 2-byte elements): eight rows of 8,192 fit beside a ring of 5 pages.
 	MaxTileXBytes = 132 << 10
+	// TileXPartBytes bounds a part of a tile stream's x staged in parts of
+	// K (TileXParts): batch 8's x of a K = 2,048 Linear with its low part
+	// (66.5 KB: q/k/v, o, gate, up). MaxTilePartGroups bounds the row groups
+	// of such a task (mpk::kTilePartGroups).
+	TileXPartBytes    = 67 << 10
+	MaxTilePartGroups = 2
 	// consumerWarps is MPK_THREADS / 32.
 	consumerWarps = Threads / 32
 	// GemmCols is the columns of K a GEMM stream's page and x block span
@@ -102,6 +108,10 @@ type Plan struct {
 	// Pair: a paired Linear (ir.Epilogue.Pair) streams the task's rows of
 	// its second weight after those of its first, in registers only.
 	Pair bool
+	// XParts: tiles whose x is staged in this many parts of K, one after
+	// another (TileXParts; 0 or 1: whole), the task's pages part by part,
+	// each part's row groups in order.
+	XParts int64
 }
 
 // tileCols mirrors mpk::tile_cols: the columns of a tile page of K-wide rows
@@ -163,9 +173,30 @@ func (p Plan) XBytes() int64 {
 		return GemmScratch(p.M, p.XLow)
 	}
 	if p.Tiles {
-		return TileXBytes(p.K, p.M, p.ElemBytes, p.XLow)
+		return TileXBytes(p.K/max(1, p.XParts), p.M, p.ElemBytes, p.XLow)
 	}
 	return p.M * p.K * 4
+}
+
+// TileXParts is how many parts of K a tile stream's x is staged in, one
+// after another, so that a part takes at most TileXPartBytes: a plain x
+// (no prologue: the caller's to check) whose whole would leave the worker's
+// ring fewer pages than the other tile streams leave it (llama-3.2-1b's down
+// projection at batch 8: 8 rows of 8,192, 132 KB, a ring of 5 pages where
+// the others' 66.5 KB leave 8). Only where a task reads at most
+// MaxTilePartGroups groups of TileRows weight rows: each group's sums live
+// across the parts. 1: x whole.
+func TileXParts(p Plan, taskRows int64) int64 {
+	if !p.Tiles || taskRows > MaxTilePartGroups*TileRows || TileXBytes(p.K, p.M, p.ElemBytes, p.XLow) <= TileXPartBytes {
+		return 1
+	}
+	blocks := p.K / p.Cols
+	for parts := int64(2); parts <= blocks; parts++ {
+		if blocks%parts == 0 && TileXBytes(p.K/parts, p.M, p.ElemBytes, p.XLow) <= TileXPartBytes {
+			return parts
+		}
+	}
+	return 1
 }
 
 // BlockBytes is the bytes of a row a Gemm plan's page holds a column

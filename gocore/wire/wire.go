@@ -140,6 +140,10 @@ type Options struct {
 	// planes, made by the op that writes it and staged by the GEMM with
 	// tensor-map copies as wgmma's B operand (codegen.splitX).
 	SplitGemmX bool `json:"split_gemm_x"`
+	// TileXParts stages a tile stream's plain x in parts of K, one after
+	// another, where the whole would shrink the workers' weight ring (the
+	// down projection at batch 8: stream.TileXParts).
+	TileXParts bool `json:"tile_x_parts"`
 	// GemmBatch streams a Linear with bf16 weights whose x has
 	// stream.GemmBatchMinRows rows or more (a decode batch of 4 to 31) and
 	// whose tasks cover the workers with K whole as a wgmma GEMM stream
