@@ -92,6 +92,44 @@ func TestTilePlans(t *testing.T) {
 	}
 }
 
+// TestTileXParts: a tile stream's x whose whole exceeds TileXPartBytes is
+// staged in the fewest parts of K (whole pages each) that fit it, where a
+// task reads at most two row groups; else whole.
+func TestTileXParts(t *testing.T) {
+	plan := func(M, K int64) Plan {
+		p, ok := For(linearX(M, 2048, K, ir.F32, ir.BF16, []int64{K, 1}, ir.Input), never)
+		if !ok || !p.Tiles {
+			t.Fatalf("M %d, K %d: plan %+v, %v; want tiles", M, K, p, ok)
+		}
+		return p
+	}
+	cases := []struct {
+		name     string
+		p        Plan
+		taskRows int64
+		want     int64
+	}{
+		{"batch 8 down, 16 rows a task (132 KB of x rounded)", plan(8, 8192), 16, 2},
+		{"batch 8 down, 8 rows a task", plan(8, 8192), 8, 2},
+		{"batch 8 down, 24 rows a task (three groups)", plan(8, 8192), 24, 1},
+		{"batch 4 down (132 KB with its low part)", plan(4, 8192), 16, 2},
+		{"batch 8 q (66.5 KB: fits)", plan(8, 2048), 16, 1},
+	}
+	for _, c := range cases {
+		if got := TileXParts(c.p, c.taskRows); got != c.want {
+			t.Errorf("%s: %d parts, want %d", c.name, got, c.want)
+		}
+	}
+	p := plan(8, 8192)
+	p.XParts = 2
+	if got, want := p.XBytes(), TileXBytes(4096, 8, 2, false); got != want || got > TileXPartBytes {
+		t.Errorf("x in 2 parts: %d bytes, want %d (at most %d)", got, want, TileXPartBytes)
+	}
+	if got := TileXParts(Plan{M: 8, K: 8192, Tiles: false}, 8); got != 1 {
+		t.Errorf("a register stream: %d parts, want 1", got)
+	}
+}
+
 // TestMaxRows: the rows a block of a too-tall Linear takes keep an fp32
 // x's low part when at least 4 do; a bf16 x has none to keep.
 func TestMaxRows(t *testing.T) {
