@@ -49,6 +49,7 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   T* vs = ks + n8 * D;                 // [n8][D]
   float* qs = reinterpret_cast<float*>(vs + n8 * D);  // [G][D]
   float* part = qs + G * D;                           // [warps][G][D + 2]
+  T* qst = reinterpret_cast<T*>(part + kWarps * G * (D + 2));  // MPK_DECODE_MMA_QSMEM: [2][8][D + 8]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const size_t unit = (size_t)blockIdx.x * n * D;
   for (int i = threadIdx.x; i < n8 * D; i += MPK_THREADS) {
@@ -56,6 +57,8 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
     ks[i] = in ? k[unit + i] : __float2bfloat16(0.f), vs[i] = in ? v[unit + i] : __float2bfloat16(0.f);
   }
   for (int i = threadIdx.x; i < G * D; i += MPK_THREADS) qs[i] = q[(size_t)blockIdx.x * G * D + i];
+  __syncthreads();
+  mpk::DecodeMma<T, D, G>::stage_q(qs, qst);
   __syncthreads();
   const float* mrow = mask + (size_t)blockIdx.x * n;
   // The lane's two positions of the warp's 8 in round r (past n: hidden).
@@ -69,7 +72,7 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   for (int rep = -1; rep < kReps; ++rep) {  // rep -1: warm, the checked result
     if (rep == 0 && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     mpk::DecodeMma<T, D, G> st;
-    st.init(qs);
+    st.init(qs, qst);
     float a0, a1;
     if (MASK_AHEAD) adds(0, a0, a1);
     for (int r = 0; r < nr; ++r) {
@@ -125,7 +128,7 @@ void run(int n, int sms) {
   CK(cudaMemcpy(dq, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dm, hm.data(), hm.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemset(dns, 0, 8));
-  const int smem = 2 * ((n + 7) / 8 * 8) * D * 2 + G * D * 4 + kWarps * G * (D + 2) * 4;
+  const int smem = 2 * ((n + 7) / 8 * 8) * D * 2 + G * D * 4 + kWarps * G * (D + 2) * 4 + mpk::decode_mma_q_bytes(D);
   CK(cudaFuncSetAttribute(rounds<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   rounds<D, G><<<sms, MPK_THREADS, smem>>>(dk, dv, dq, dm, n, dout, dns);
   CK(cudaGetLastError());

@@ -1310,8 +1310,11 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
 #endif
 
 // kv_mma_bytes is kv_batch_mma's shared memory: the G heads' queries and
-// new V rows, then every warp's state for each head (merge_states' part).
-__host__ __device__ constexpr int kv_mma_bytes(int D, int G) { return (2 * G * D + kConsumerWarps * G * (D + 2)) * 4; }
+// new V rows, then every warp's state for each head (merge_states' part),
+// then (MPK_DECODE_MMA_QSMEM) the queries' staged rows.
+__host__ __device__ constexpr int kv_mma_bytes(int D, int G) {
+  return (2 * G * D + kConsumerWarps * G * (D + 2)) * 4 + decode_mma_q_bytes(D);
+}
 
 // kv_batch_mma is a batch's kv_pages task (one row's KV head over one
 // chunk, its UG one-head units [lo1, hi1)) with its rounds on the tensor
@@ -1333,6 +1336,7 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
   float* qs = reinterpret_cast<float*>(smem);  // [G][D], pre-scaled
   float* vf = qs + G * D;                       // [G][D]: the new V row, its staging warp's copy
   float* part = vf + G * D;                     // [warps][G][D + 2]
+  T* qst = reinterpret_cast<T*>(part + kConsumerWarps * G * (D + 2));  // MPK_DECODE_MMA_QSMEM: [2][8][D + 8]
   int ext0 = -1;
   if (op.flags & FLAG_EXTENT) {
     const View& e = op.in[4];
@@ -1373,8 +1377,10 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
   }
   consumer_sync();
   mark_staged_trace();  // trace builds: the extent and queries read
+  DecodeMma<T, D, G>::stage_q(qs, qst);
+  if constexpr (kDecodeMmaQSmem) consumer_sync();
   DecodeMma<T, D, G> st;
-  st.init(qs);
+  st.init(qs, qst);
   const int rows = kv.rows;
   for (int p = 8 * warp, round = -1; p < rows; p += STEP) {
     if (p / RR != round) {

@@ -1,5 +1,5 @@
-// A decode unit's attention on the tensor cores (a candidate for the batch
-// kv_pages task's rounds; not yet in the megakernel): the G query heads of
+// A decode unit's attention on the tensor cores (a batch's kv_pages task's
+// rounds at head dim 64: tasks/attention.cuh kv_batch_mma): the G query heads of
 // one KV head are the rows of an m16n8k16 tile (rows past G are zeros), a
 // warp takes 8 positions of a round, so one round of 128 rows is one tile
 // column of 16 warps. For its 8 positions a warp computes S = q·Kᵀ (q split
@@ -17,6 +17,21 @@
 #include "tasks/gemm.cuh"  // mma_16816 (tiles.cuh), split_pair (linear.cuh)
 
 namespace mpk {
+
+// MPK_DECODE_MMA_QSMEM (0; 1 an A/B knob, not yet run on a GPU): the
+// queries' hi and lo parts stay in shared memory as bf16 rows that every
+// fold reads by ldmatrix, not in 16 registers a lane (D 64) live across the
+// rounds: kv_batch_mma spills 104 bytes at D 64 under the megakernel's 96
+// registers, and its spill loads miss the small L1 the ring leaves.
+#ifndef MPK_DECODE_MMA_QSMEM
+#define MPK_DECODE_MMA_QSMEM 0
+#endif
+constexpr bool kDecodeMmaQSmem = MPK_DECODE_MMA_QSMEM;
+
+// decode_mma_q_bytes is the shared memory of the staged queries
+// (MPK_DECODE_MMA_QSMEM): hi and lo, 8 rows each of D + 8 elements (the 8
+// rows an ldmatrix reads then fall in distinct banks).
+__host__ __device__ constexpr int decode_mma_q_bytes(int D) { return kDecodeMmaQSmem ? 2 * 8 * (D + 8) * 2 : 0; }
 
 // ldsm_x4 loads four 8×8 matrices of 2-byte elements (lane i gives the
 // address of row i % 8 of matrix i / 8): lane (g, t) gets row g, columns
@@ -50,21 +65,42 @@ __device__ __forceinline__ uint32_t ldsm_row(uint32_t rows) {
 template <typename T, int D, int G>
 struct DecodeMma {
   static_assert(D % 32 == 0 && G >= 1 && G <= 8, "DecodeMma: D a multiple of 32, at most 8 heads");
-  static constexpr int KS = D / 16, NT = D / 8;
-  uint32_t qa[KS][2][2];  // [k step][hi, lo][a0 (columns 2t..), a2 (columns 2t + 8..)]
-  float o[NT][2];         // the accumulators of row g (rows g + 8, zeros, are not kept)
-  float m, l;             // row g's
+  static constexpr int KS = D / 16, NT = D / 8, QP = D + 8;  // QP: a staged query row (MPK_DECODE_MMA_QSMEM)
+  uint32_t qa[kDecodeMmaQSmem ? 1 : KS][2][2];  // [k step][hi, lo][a0 (columns 2t..), a2 (columns 2t + 8..)]
+  uint32_t qrow;                                // kDecodeMmaQSmem: this lane's ldmatrix row of the staged hi part
+  float o[NT][2];  // the accumulators of row g (rows g + 8, zeros, are not kept)
+  float m, l;      // row g's
 
-  // init reads row g of the pre-scaled queries qs [G][D] (fp32, shared).
-  __device__ __forceinline__ void init(const float* qs) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int c = 16 * ks + 2 * t + 8 * half;
-        split_pair<T>(g < G ? qs[g * D + c] : 0.f, g < G ? qs[g * D + c + 1] : 0.f, qa[ks][0][half], qa[ks][1][half]);
+  // stage_q (kDecodeMmaQSmem; every consumer thread, the warps synced
+  // after it) writes the pre-scaled queries qs [G][D] as hi and lo rows to
+  // qst [2][8][QP], rows past G zeros.
+  static __device__ __forceinline__ void stage_q(const float* qs, T* qst) {
+    if constexpr (kDecodeMmaQSmem) {
+      for (int i = threadIdx.x; i < 8 * D / 2; i += MPK_THREADS) {
+        const int r = i / (D / 2), c = 2 * (i % (D / 2));
+        uint32_t hi, lo;
+        split_pair<T>(r < G ? qs[r * D + c] : 0.f, r < G ? qs[r * D + c + 1] : 0.f, hi, lo);
+        *reinterpret_cast<uint32_t*>(qst + r * QP + c) = hi;
+        *reinterpret_cast<uint32_t*>(qst + (8 + r) * QP + c) = lo;
       }
+    }
+  }
+
+  // init reads row g of the pre-scaled queries qs [G][D] (fp32, shared),
+  // or (kDecodeMmaQSmem) notes where stage_q left them in qst.
+  __device__ __forceinline__ void init(const float* qs, const T* qst) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    if constexpr (kDecodeMmaQSmem) {
+      qrow = smem_u32(qst) + (lane % 8) * QP * 2 + (lane / 8) * 16;
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int c = 16 * ks + 2 * t + 8 * half;
+          split_pair<T>(g < G ? qs[g * D + c] : 0.f, g < G ? qs[g * D + c + 1] : 0.f, qa[ks][0][half], qa[ks][1][half]);
+        }
+    }
 #pragma unroll
     for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = 0.f;
     m = -INFINITY, l = 0.f;
@@ -83,11 +119,24 @@ struct DecodeMma {
     for (int ks = 0; ks < KS; ks += 2) {
       uint32_t b[4];
       ldsm_x4(b, krow + ks * 32);
+      if constexpr (kDecodeMmaQSmem) {
+        // Matrix j of an x4 at k step ks: columns 8j.. of rows 0-7, so
+        // a0 and a2 of step ks + j are matrices 2j and 2j + 1.
+        uint32_t a[2][4];
+        ldsm_x4(a[0], qrow + ks * 32);
+        ldsm_x4(a[1], qrow + 8 * QP * 2 + ks * 32);
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < 2; ++j)
 #pragma unroll
-        for (int part = 0; part < 2; ++part)
-          mma_16816<T>(s, qa[ks + j][part][0], 0u, qa[ks + j][part][1], 0u, b[2 * j], b[2 * j + 1]);
+          for (int part = 0; part < 2; ++part)
+            mma_16816<T>(s, a[part][2 * j], 0u, a[part][2 * j + 1], 0u, b[2 * j], b[2 * j + 1]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int part = 0; part < 2; ++part)
+            mma_16816<T>(s, qa[ks + j][part][0], 0u, qa[ks + j][part][1], 0u, b[2 * j], b[2 * j + 1]);
+      }
     }
     // The online softmax of row g over the 8 positions, across the quad.
     const float x0 = add0 == -INFINITY ? -INFINITY : s[0] + add0;
