@@ -1415,23 +1415,17 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
   st.stash(part, warp);
   consumer_sync();
   if (warp < G) {
-    float o[PER], M, L;
-    merge_states<D, G>(part, 0, kConsumerWarps, warp, lane, o, M, L);
+    float m[1], l[1], acc[1][PER];  // head warp's state, as fresh_fold takes it
+    merge_states<D, G>(part, 0, kConsumerWarps, warp, lane, acc[0], m[0], l[0]);
     if (pos >= j_lo && pos < j_hi) {  // the row the step writes: dnew and vf (put_fresh)
       const float a = mask.add(pos, warp * mask_hs);
       const float xf[1] = {a == -INFINITY ? -INFINITY : a + dnew[0]};
-      float m1[1] = {M}, l1[1] = {L}, acc[1][PER];
-#pragma unroll
-      for (int e = 0; e < PER; ++e) acc[0][e] = o[e];
-      fresh_fold<1, PER>(m1, l1, acc, xf, vf + warp * D, lane);
-      M = m1[0], L = l1[0];
-#pragma unroll
-      for (int e = 0; e < PER; ++e) o[e] = acc[0][e];
+      fresh_fold<1, PER>(m, l, acc, xf, vf + warp * D, lane);
     }
     const View& p = op.out;
     store_partial<D>(reinterpret_cast<float*>(base(s, p)) + p.offset + kv.b * p.stride[0] + un.sp * p.stride[1] +
                          (un.h0 + warp) * p.stride[2],
-                     p.stride[4], M, L, o, lane);
+                     p.stride[4], m[0], l[0], acc[0], lane);
   }
   mark_dots_trace();  // trace builds: every round done
 }
