@@ -125,14 +125,15 @@ __device__ __forceinline__ void load_x_row(const char* p, const View& x, int64_t
     if (threadIdx.x + i * MPK_THREADS >= K) v[i] = 0.f;
 }
 
-// The staging of any layout, element by element: out of line, so a Linear's
-// task body holds its fast paths alone (10-25% less code a variant; the
-// same speed: bench/NOTES.md, eighteenth session).
+// The staging of any layout, element by element (row m's K columns from
+// column k0): out of line, so a Linear's task body holds its fast paths
+// alone (10-25% less code a variant; the same speed: bench/NOTES.md,
+// eighteenth session).
 template <int N, typename X>
-__device__ __noinline__ void stage_plain_any(const Op& op, int64_t m, X xs, int K, const Slots<N>& s) {
+__device__ __noinline__ void stage_plain_any(const Op& op, int64_t m, X xs, int K, const Slots<N>& s, int64_t k0 = 0) {
   const View& x = op.in[0];
   for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
-    int64_t i[2] = {m, k};
+    int64_t i[2] = {m, k0 + k};
     put_x(xs, k, (float)load_elem(base(s, x), x.dtype, offset_of(x, i)));
   }
 }

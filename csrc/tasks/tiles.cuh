@@ -171,9 +171,7 @@ __device__ __forceinline__ void stage_part(const Op& op, int k0, X xs, const Slo
     return;
   }
 #pragma unroll 1
-  for (int m = 0; m < M; ++m)
-    for (int k = threadIdx.x; k < KX; k += MPK_THREADS)
-      put_x(xs + m * PITCH, k, ld_float(base(s, x), x.dtype, x.offset + m * x.stride[0] + (k0 + k) * x.stride[1]));
+  for (int m = 0; m < M; ++m) stage_plain_any(op, m, xs + m * PITCH, KX, s, k0);
 }
 
 // The two-operand elementwise prologue (SiLU(gate)·up); others row by row.
