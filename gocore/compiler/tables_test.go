@@ -27,6 +27,12 @@ func table(t *testing.T, src, name string) []int {
 	return out
 }
 
+// streamFields is a row of the loader's table (mpk::Stream): slot, page
+// bytes, offset, bytes, tile rows, row span, row bytes, column-major, pair
+// slot, pair offset, kv j0, kv interleave, tensor map, the pair's, the
+// task's first row in them, x's parts of K.
+const streamFields = 16
+
 func constant(t *testing.T, src, name string) int {
 	t.Helper()
 	m := regexp.MustCompile(`constexpr int ` + name + ` = (\d+);`).FindStringSubmatch(src)
@@ -220,10 +226,7 @@ func TestStreamTable(t *testing.T) {
 func checkStreams(t *testing.T, name string, comp *Compiled, kind string, minStreams int) (paired int) {
 	t.Helper()
 	src := comp.Result.CUDA["module.cu"]
-	// slot, page bytes, offset, bytes, tile rows, row span, row bytes,
-	// column-major, pair slot, pair offset, kv j0, kv interleave, tensor map,
-	// the pair's, the task's first row in them, x's parts of K
-	const F = 16
+	const F = streamFields
 	rows := table(t, src, "mpk::Stream streams")
 	const TF = 10 // a tensor map: slot, box rows, offset, 8-byte units a row, rows, row bytes, box units, column block units, swizzle, split x
 	tmaps := table(t, src, "mpk::TmapSpec kTmaps")
@@ -365,7 +368,7 @@ func TestKVStreamTableBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := comp.Result.CUDA["module.cu"]
-	const F = 16
+	const F = streamFields
 	rows := table(t, src, "mpk::Stream streams")
 	streamed := 0
 	for i, task := range comp.Tasks.Tasks {
@@ -413,7 +416,7 @@ func testKVStreamTable(t *testing.T, fixture string) {
 		t.Fatal(err)
 	}
 	src := comp.Result.CUDA["module.cu"]
-	const F = 16
+	const F = streamFields
 	rows := table(t, src, "mpk::Stream streams")
 	bulk := map[int]bool{}
 	for _, k := range comp.Result.BulkInputs {
@@ -511,7 +514,7 @@ func TestSplitGemmXTables(t *testing.T) {
 // K, their loader rows say so, no other task's do, and the ring grows to what
 // the other tile streams leave.
 func TestTileXParts(t *testing.T) {
-	const F = 16
+	const F = streamFields
 	build := func(parts bool) (string, *Compiled) {
 		req := loadRequest(t, "scale/llama-3.2-1b-batch8-decode.json.zst")
 		req.Options.TileXParts = parts
