@@ -18,13 +18,15 @@
 
 namespace mpk {
 
-// MPK_DECODE_MMA_QSMEM (0; 1 an A/B knob, not yet run on a GPU): the
-// queries' hi and lo parts stay in shared memory as bf16 rows that every
-// fold reads by ldmatrix, not in 16 registers a lane (D 64) live across the
-// rounds: kv_batch_mma spills 104 bytes at D 64 under the megakernel's 96
-// registers, and its spill loads miss the small L1 the ring leaves.
+// MPK_DECODE_MMA_QSMEM (1; 0 an A/B knob): the queries' hi and lo parts
+// stay in shared memory as bf16 rows that every fold reads by ldmatrix, not
+// in 16 registers a lane (D 64) live across the rounds: kv_batch_mma
+// spilled 104 bytes at D 64 under the megakernel's 96 registers, and its
+// spill loads miss the small L1 the ring leaves. llama-3.2-1b batch 8 took
+// 2% less time; the probe's rounds at D 128 10% less (H200, bench/NOTES.md,
+// fifty-first session).
 #ifndef MPK_DECODE_MMA_QSMEM
-#define MPK_DECODE_MMA_QSMEM 0
+#define MPK_DECODE_MMA_QSMEM 1
 #endif
 constexpr bool kDecodeMmaQSmem = MPK_DECODE_MMA_QSMEM;
 

@@ -65,15 +65,20 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 
 // mma reports whether a Stream task folds its rounds on the tensor cores
 // (mpk::kv_batch_mma: all UG heads of a unit in one m16n8k16 tile) rather
-// than on attention_decode's lanes: at head dim 64, where llama-3.2-1b's
-// batch 8 took 3.3% less time and batch 16 1.6% less; at 128 its query and
-// output fragments spill and qwen3-8b's batch 8 took 4.8% more (H200,
-// bench/NOTES.md, fiftieth session).
-func (ks kvStream) mma() bool { return ks.Stream && ks.D == 64 }
+// than on attention_decode's lanes: llama-3.2-1b's batch 8 took 3.3% less
+// time and batch 16 1.6% less (head dim 64, fiftieth session); qwen3-8b's
+// batch 8 (head dim 128) 2.5% less once the queries stay in shared memory
+// (MPK_DECODE_MMA_QSMEM; before, they spilled and it took 4.8% more; H200,
+// bench/NOTES.md, fifty-first session).
+func (ks kvStream) mma() bool { return ks.Stream }
 
 // mmaBytes is kv_batch_mma's shared memory (mpk::kv_mma_bytes): the unit's
-// queries and new V rows, then every warp's state for each head.
-func (ks kvStream) mmaBytes() int { return int(2*ks.UG*ks.D+Threads/32*ks.UG*(ks.D+2)) * 4 }
+// queries and new V rows, then every warp's state for each head, then the
+// queries' hi and lo as 8 bf16 rows each of D + 8 (mpk::decode_mma_q_bytes;
+// reserved also where MPK_DECODE_MMA_QSMEM=0 leaves them in registers).
+func (ks kvStream) mmaBytes() int {
+	return int(2*ks.UG*ks.D+Threads/32*ks.UG*(ks.D+2))*4 + int(2*8*(ks.D+8))*2
+}
 
 // roundPairs is the (K, V) page pairs a Stream task's warp holds at once,
 // a round's.

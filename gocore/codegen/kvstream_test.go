@@ -58,12 +58,13 @@ func TestKVStream(t *testing.T) {
 	if kd, _ := kvStreamOf(kvBatchOp(ir.BF16, 128, 3)); kd.roundPairs() != 2 || kd.fits(3) || !kd.fits(4) {
 		t.Errorf("batch, head dim 128: %d page pairs a round, fits 3 %v, 4 %v; want 2, false, true", kd.roundPairs(), kd.fits(3), kd.fits(4))
 	}
-	// The batch's rounds on the tensor cores at head dim 64 only (at 128
-	// kv_batch_mma spills and ran slower), with mpk::kv_mma_bytes(64, 4) of
-	// shared memory: 4 heads' queries and new V rows, 16 warps' states a head.
-	if kd, _ := kvStreamOf(kvBatchOp(ir.BF16, 128, 3)); !kb.mma() || ks.mma() || kd.mma() || kb.mmaBytes() != (2*4*64+16*4*66)*4 {
-		t.Errorf("tensor-core rounds: batch %v, one row %v, head dim 128 %v, %d bytes; want true, false, false, %d",
-			kb.mma(), ks.mma(), kd.mma(), kb.mmaBytes(), (2*4*64+16*4*66)*4)
+	// A batch's rounds on the tensor cores at either head dim, one row's
+	// never, with mpk::kv_mma_bytes(64, 4) of shared memory: 4 heads' queries
+	// and new V rows, 16 warps' states a head, the queries' staged hi and lo
+	// rows.
+	if kd, _ := kvStreamOf(kvBatchOp(ir.BF16, 128, 3)); !kb.mma() || ks.mma() || !kd.mma() || kb.mmaBytes() != (2*4*64+16*4*66)*4+2*8*72*2 {
+		t.Errorf("tensor-core rounds: batch %v, one row %v, head dim 128 %v, %d bytes; want true, false, true, %d",
+			kb.mma(), ks.mma(), kd.mma(), kb.mmaBytes(), (2*4*64+16*4*66)*4+2*8*72*2)
 	}
 	if ks, ok := kvStreamOf(kvOp(ir.BF16, 128)); !ok || ks.RowsPerPage != 64 || ks.pagesPerPart(ks.Chunk) != 2 {
 		t.Errorf("head dim 128: %+v, %v; want 64 rows a page, 2 pages a part", ks, ok)
