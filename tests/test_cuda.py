@@ -137,7 +137,7 @@ def test_cuda_split_k(core_lib, fresh_dynamo, model, batch):
 
 @pytest.mark.parametrize("batch,workers", [(16, 32), (8, 64)])
 def test_cuda_tile_x_parts(core_lib, fresh_dynamo, batch, workers):
-    """tile_x_parts (off by default) on the GPU: long-mlp-llama's down
+    """tile_x_parts (on by default) on the GPU: long-mlp-llama's down
     projection (K 4,096) stages x in two halves of K, the loader sending its
     pages part by part. At batch 16 x is rounded and a task reads 16 weight
     rows (two row groups, each summed across the parts); at batch 8 x keeps
@@ -147,6 +147,22 @@ def test_cuda_tile_x_parts(core_lib, fresh_dynamo, batch, workers):
                           workers=workers, log=lines.append, options={"tile_x_parts": True})
     assert res.ok, "\n".join(lines)
     assert "mpk::NoPro, mpk::NoEpi, 2>(op, lo, hi, s, c)" in res.compiled.sources["module.cu"]
+
+
+@pytest.mark.parametrize("model,batch,workers", [("wide-llama", 8, 64), ("long-mlp-llama", 16, 32)])
+def test_cuda_pair_tiles(core_lib, fresh_dynamo, model, batch, workers):
+    """pair_tiles (off by default) on the GPU: a decode batch's gate and up
+    tile streams pair, a task staging x once and taking each row group's
+    pages of the gate's weight, then of the up's, their products meeting in
+    SiLU(gate)·up. wide-llama at batch 8 (K 1,024: a page a row group),
+    long-mlp-llama at batch 16 (K 512: two m-tiles of x's hi and lo)."""
+    lines = []
+    res = check.run_check(model=model, target="cuda", batch=batch, cache_tokens=16, steps=2, seed=0,
+                          workers=workers, log=lines.append, options={"pair_tiles": True})
+    assert res.ok, "\n".join(lines)
+    src = res.compiled.sources["module.cu"]
+    assert any("mpk::linear_tiles<" in ln and "mpk::PairEpi<" in ln for ln in src.splitlines()), \
+        "no paired tile stream in the module"
 
 
 @pytest.mark.parametrize("model,batch,prefill,workers,mask", [

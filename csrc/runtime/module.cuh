@@ -90,8 +90,9 @@ static_assert(!kWgmmaStreams || (MPK_TMA_PAGES && MPK_GEMM_BLOCKED_PAGES),
 // task of worker w, in queue order, at most in_flight_pages in flight. A slot
 // that stays busy past the budget means the consumers stopped: it gives up.
 // A stream's pages are contiguous bytes, or tile pages (tasks/tiles.cuh):
-// row groups in order, each group's column blocks left to right (x in parts
-// of K: so for each part's columns, part after part); or, for a
+// row groups in order, each group's column blocks left to right (a pair:
+// the first weight's, then the second's; x in parts of K: so for each
+// part's columns, part after part); or, for a
 // GEMM stream (tasks/gemm.cuh), column blocks in order, each block's row
 // groups top to bottom.
 __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNumSlots>& slots, const mpk::State& st,
@@ -191,14 +192,17 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
       continue;
     }
     // x staged in parts of K (mpk::linear_tiles' XP): each part's row
-    // groups in order, part after part; else one part, K whole.
+    // groups in order, part after part; else one part, K whole. A pair
+    // (never in parts): each row group's pages of the first weight, then of
+    // the second.
     const int64_t part_span = sd.row_span / max(1, sd.x_parts);
     for (int64_t c0 = 0; c0 < sd.row_span; c0 += part_span)
       for (int64_t r = 0; r < rows; r += sd.tile_rows)
-        for (int64_t col = c0; col < c0 + part_span; col += sd.page_bytes, ++seq) {
-          if (!acquire(queue[q])) return;
-          fill_tile(0, r, col);
-        }
+        for (int part = 0; part < (sd.pair_slot >= 0 ? 2 : 1); ++part)
+          for (int64_t col = c0; col < c0 + part_span; col += sd.page_bytes, ++seq) {
+            if (!acquire(queue[q])) return;
+            fill_tile(part, r, col);
+          }
   }
 }
 

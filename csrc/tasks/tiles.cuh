@@ -379,11 +379,14 @@ __device__ __forceinline__ void stage_rows(MergePro<D, H, CHUNK, R, SPLITS>, con
 // whole would shrink the ring): x is staged in XP parts of K, one after
 // another, the loader sending each part's pages of every row group (at most
 // kTilePartGroups) before the next part's; each group's sums stay in
-// registers across the parts.
+// registers across the parts. A pair (PairEpi: lower's pair_tiles) takes
+// each row group's pages of its first weight, then of its second, their
+// dots side by side, and meets both in its store.
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename PRO, typename EPI, int XP, int N>
 __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   constexpr int C = tile_cols(K, (int)sizeof(T));
-  static_assert(!kIsPair<EPI>, "a paired Linear streams with x in registers only (stream.For)");
+  constexpr int NW = kIsPair<EPI> ? 2 : 1;  // weights a task streams (a pair: gate's rows, then up's)
+  static_assert(NW == 1 || XP == 1, "a pair stages x whole (stream.TileXParts)");
   static_assert(C > 0, "K does not split into tile pages");
   static_assert(sizeof(T) == 2, "tile streams take 2-byte weights");
   static_assert(XP == 1 || std::is_same<PRO, NoPro>::value && (K / C) % XP == 0,
@@ -392,7 +395,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
   constexpr int KX = K / XP, PITCH = KX + 32, MT = (M + RT - 1) / RT, CB = K / C, CBX = CB / XP, WC = C / kConsumerWarps;
   T* xs = reinterpret_cast<T*>(c.smem);  // [M][PITCH], then (LO) lo: [M][PITCH]
   float* part = reinterpret_cast<float*>(c.smem + tile_x_bytes<T>(KX, M, LO));  // [2][warp][row of a group][M]
-  float* dots = part + 2 * kConsumerWarps * kTileRows * M;                    // [row][M]
+  float* dots = part + 2 * kConsumerWarps * kTileRows * M;                    // [row][M], then (a pair) the second weight's
   // x's part at column k0 (XP > 1).
   auto stage_x_part = [&](int k0) {
     if constexpr (LO) stage_part<KX, M, PITCH>(op, k0, HiLo<T>{xs, xs + M * PITCH}, s);
@@ -454,13 +457,16 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     }
     ring.release(sq);
   };
-  // group_dots sums the warps' partials of row group grp into its dots.
-  auto group_dots = [&](int grp, const float(&acc)[MT][4]) {
+  // group_dots sums the warps' partials of row group grp into its dots
+  // (wi: of the pair's second weight); sums counts the calls, whose
+  // partials alternate between two buffers.
+  auto group_dots = [&](int grp, const float(&acc)[MT][4], int wi = 0, int sums = -1) {
     // Lane (g, t) holds rows 2t and 2t+1 of the group times the mma's rows
     // g and g+8 of each m-tile (LO: x's row g, its hi and lo parts). The
     // warps' partials go to one of two buffers (the other may still be
     // read); each of the group's dots is their sum.
-    float* pg = part + ((grp & 1) * kConsumerWarps + warp) * kTileRows * M;
+    const int buf = (sums < 0 ? grp : sums) & 1;
+    float* pg = part + (buf * kConsumerWarps + warp) * kTileRows * M;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int m = mt * RT + g;
@@ -476,23 +482,25 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     for (int j = 0; j < SJ; ++j) {
       const int i = threadIdx.x + j * MPK_THREADS;
       if (i >= kTileRows * M || grp * kTileRows * M + i >= outs) break;
-      const float* pi = part + (grp & 1) * kConsumerWarps * kTileRows * M + i;
+      const float* pi = part + buf * kConsumerWarps * kTileRows * M + i;
       float v = 0.f;
 #pragma unroll
       for (int w = 0; w < kConsumerWarps; ++w) v += pi[w * kTileRows * M];
-      dots[grp * kTileRows * M + i] = v * row_scale[j];
+      dots[wi * outs + grp * kTileRows * M + i] = v * row_scale[j];
     }
   };
   if constexpr (XP == 1) {
 #pragma unroll 1
-    for (int grp = 0; grp < groups; ++grp) {
-      float acc[MT][4];
+    for (int grp = 0; grp < groups; ++grp)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+      for (int wi = 0; wi < NW; ++wi) {
+        float acc[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
 #pragma unroll 1
-      for (int cb = 0; cb < CB; ++cb, ++seq) page_dots(acc, seq, cb * C);
-      group_dots(grp, acc);
-    }
+        for (int cb = 0; cb < CB; ++cb, ++seq) page_dots(acc, seq, cb * C);
+        group_dots(grp, acc, wi, NW * grp + wi);
+      }
   } else {
     // codegen's TileXParts bounds the groups, as the loader's page order assumes.
     if (groups > kTilePartGroups) __trap();
@@ -521,7 +529,8 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
   consumer_sync();
   mark_dots();
   for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
-    store_out<RESID, EPI>(op, r % M, lo + r / M, dots[r], s, fast_epi && r < MPK_THREADS ? &pre : nullptr);
+    store_out<RESID, EPI>(op, r % M, lo + r / M, dots[r], s, fast_epi && r < MPK_THREADS ? &pre : nullptr,
+                          kIsPair<EPI> ? dots[outs + r] : 0.f);
   return seq;
 }
 

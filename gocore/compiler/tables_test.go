@@ -556,3 +556,48 @@ func TestTileXParts(t *testing.T) {
 		t.Error("no down projection task")
 	}
 }
+
+// TestPairTiles: with pair_tiles, llama-3.2-1b's batch-8 gate and up tile
+// streams pair (one op a layer fewer), each pair task's loader row naming
+// the second weight (its slot, its tensor map where the first has one),
+// x whole.
+func TestPairTiles(t *testing.T) {
+	const F = streamFields
+	req := loadRequest(t, "scale/llama-3.2-1b-batch8-decode.json.zst")
+	comp, err := Compile(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Options.PairTiles = true
+	paired, err := Compile(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(paired.Ops.Ops), len(comp.Ops.Ops)-16; got != want {
+		t.Errorf("%d ops with pair_tiles, want %d (a gate a layer folded into its up projection)", got, want)
+	}
+	src := paired.Result.CUDA["module.cu"]
+	if !strings.Contains(src, "mpk::linear_tiles<__nv_bfloat16, 2048, 8, true, kRingSlots, false, mpk::NormPro, mpk::PairEpi<") {
+		t.Fatal("no paired tile stream in the module")
+	}
+	rows := table(t, src, "mpk::Stream streams")
+	pairs := 0
+	for i, task := range paired.Tasks.Tasks {
+		if task.Op < 0 {
+			continue
+		}
+		op := paired.Ops.Ops[task.Op]
+		if op.Kind != ir.Linear || op.Attr.Epi == nil || op.Attr.Epi.Pair == 0 {
+			continue
+		}
+		pairs++
+		r := rows[F*i : F*i+F]
+		if r[4] != 8 || r[8] < 0 || r[15] != 1 || r[12] >= 0 && r[13] < 0 {
+			t.Fatalf("task %d (%s): tile rows %d, pair slot %d, x parts %d, tensor maps %d/%d; want 8, a slot, 1, both or none",
+				i, paired.Tasks.Name(i), r[4], r[8], r[15], r[12], r[13])
+		}
+	}
+	if pairs == 0 {
+		t.Error("no pair task")
+	}
+}

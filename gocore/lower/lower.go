@@ -77,6 +77,10 @@ type Config struct {
 	// PairGemm lets pairLinears pair GEMM streams too: a task's x block
 	// meets the rows of both weights (mpk::linear_gemm with a PairEpi).
 	PairGemm bool
+	// PairTiles lets pairLinears pair tile streams too (a decode batch's
+	// MLP): a task's staged x meets each row group of both weights
+	// (mpk::linear_tiles with a PairEpi).
+	PairTiles bool
 	// BalanceGemmTail runs the short last round of a GEMM stream's tasks
 	// as two streams over halves of x's rows (balanceGemmTail).
 	BalanceGemmTail bool
@@ -101,7 +105,7 @@ func ConfigFor(o wire.Options) Config {
 	return Config{Workers: o.NumWorkers, RoundIntermediates: o.RoundIntermediates, SplitRows: o.SplitRows,
 		PrefillRows: o.PrefillRows, SplitK: o.SplitK, Gemm: o.Gemm, Wgmma: o.Wgmma, GemmBatch: o.GemmBatch, GemmRowBlocks: o.GemmRowBlocks, GemmSiblings: o.GemmSiblings,
 		LongAttentionChunks: o.LongAttentionChunks, RoundGemmInputs: o.RoundGemmInputs, FreshRows: o.FreshRows,
-		PairLinears: o.PairLinears, PairGemm: o.PairGemm, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages, KVPagesBatch: o.KVPagesBatch,
+		PairLinears: o.PairLinears, PairGemm: o.PairGemm, PairTiles: o.PairTiles, BalanceGemmTail: o.BalanceGemmTail, KVPages: o.KVPages, KVPagesBatch: o.KVPagesBatch,
 		TimedSchedule: o.TimedSchedule}
 }
 

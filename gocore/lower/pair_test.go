@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"mpk/gocore/ir"
+	"mpk/gocore/stream"
 )
 
 // mlp builds a gate and an up projection of x (M rows, K = 256, N = 64)
@@ -12,16 +13,22 @@ import (
 // returns the up projection.
 func mlp(t *testing.T, M int64, gemm bool, edit func(b *builder, x ir.View, gate, up *ir.Op)) (*ir.Graph, *ir.Op, *ir.Op) {
 	t.Helper()
+	return mlpOf(t, M, 256, gemm, false, edit)
+}
+
+// mlpOf is mlp with K columns of x, tile streams paired or not.
+func mlpOf(t *testing.T, M, K int64, gemm, tiles bool, edit func(b *builder, x ir.View, gate, up *ir.Op)) (*ir.Graph, *ir.Op, *ir.Op) {
+	t.Helper()
 	b := newBuilder()
-	x := b.input("x", ir.BF16, M, 256)
-	gate := b.op(ir.Linear, b.temp("g", ir.F32, M, 64), x, b.param("Wg", ir.BF16, 64, 256))
-	up := b.op(ir.Linear, b.temp("u", ir.F32, M, 64), x, b.param("Wu", ir.BF16, 64, 256), gate.Out)
+	x := b.input("x", ir.BF16, M, K)
+	gate := b.op(ir.Linear, b.temp("g", ir.F32, M, 64), x, b.param("Wg", ir.BF16, 64, K))
+	up := b.op(ir.Linear, b.temp("u", ir.F32, M, 64), x, b.param("Wu", ir.BF16, 64, K), gate.Out)
 	up.Attr.Epi = &ir.Epilogue{First: 2, DType: ir.F32, Expr: ir.Apply(ir.EMul, ir.Apply(ir.ESilu, ir.Load(1)), ir.Load(0))}
 	b.output(up.Out)
 	if edit != nil {
 		edit(b, x, gate, up)
 	}
-	run(t, b.g, func(g *ir.Graph) { pairLinears(g, gemm) })
+	run(t, b.g, func(g *ir.Graph) { pairLinears(g, gemm, tiles) })
 	return b.g, gate, up
 }
 
@@ -79,5 +86,22 @@ func TestPairGemmLinears(t *testing.T) {
 	g, gate, up := mlp(t, 64, false, asGemm(false))
 	if _, ok := up.PairWeight(); ok || len(g.Ops) < 2 || g.Ops[0] != gate {
 		t.Errorf("pair_gemm off: paired anyway: %s", kinds(g))
+	}
+}
+
+// TestPairTileLinears: a decode batch's gate and up tile streams (8 rows,
+// K = 2,048) pair only when asked (option pair_tiles), and the pair streams
+// as tiles, each row group's pages of both weights.
+func TestPairTileLinears(t *testing.T) {
+	g, gate, up := mlpOf(t, 8, 2048, false, true, nil)
+	if w2, ok := up.PairWeight(); !ok || w2.Buf != gate.In[1].Buf || len(g.Ops) != 1 {
+		t.Fatalf("tile gate and up did not pair: %s", kinds(g))
+	}
+	if p, ok := stream.For(up, stream.Writers(g)); !ok || !p.Tiles || !p.Pair {
+		t.Fatalf("the pair's plan %+v (%v), want tiles of a pair", p, ok)
+	}
+	g, gate, up = mlpOf(t, 8, 2048, false, false, nil)
+	if _, ok := up.PairWeight(); ok || len(g.Ops) < 2 || g.Ops[0] != gate {
+		t.Errorf("pair_tiles off: paired anyway: %s", kinds(g))
 	}
 }

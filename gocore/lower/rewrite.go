@@ -43,7 +43,7 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 	}
 	if cfg.Workers > 0 && cfg.PairLinears { // after split_k and split_rows: they copy a Linear and its epilogue as it was
-		pairLinears(g, cfg.PairGemm)
+		pairLinears(g, cfg.PairGemm, cfg.PairTiles)
 		g.Renumber()
 	}
 	if cfg.BalanceGemmTail { // after pairing: a pair's tail is cut as one

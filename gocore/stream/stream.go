@@ -106,7 +106,9 @@ type Plan struct {
 	// boxes), x staged a block at a time as for Gemm.
 	Wgmma bool
 	// Pair: a paired Linear (ir.Epilogue.Pair) streams the task's rows of
-	// its second weight after those of its first, in registers only.
+	// its second weight after those of its first (x in registers), each row
+	// group's pages after the first weight's (tiles), or each block's
+	// (Gemm).
 	Pair bool
 	// XParts: tiles whose x is staged in this many parts of K, one after
 	// another (TileXParts; 0 or 1: whole), the task's pages part by part,
@@ -185,9 +187,9 @@ func (p Plan) XBytes() int64 {
 // projection at batch 8: 8 rows of 8,192, 132 KB, a ring of 5 pages where
 // the others' 66.5 KB leave 8). Only where a task reads at most
 // MaxTilePartGroups groups of TileRows weight rows: each group's sums live
-// across the parts. 1: x whole.
+// across the parts; not a pair. 1: x whole.
 func TileXParts(p Plan, taskRows int64) int64 {
-	if !p.Tiles || taskRows > MaxTilePartGroups*TileRows || TileXBytes(p.K, p.M, p.ElemBytes, p.XLow) <= TileXPartBytes {
+	if !p.Tiles || p.Pair || taskRows > MaxTilePartGroups*TileRows || TileXBytes(p.K, p.M, p.ElemBytes, p.XLow) <= TileXPartBytes {
 		return 1
 	}
 	blocks := p.K / p.Cols
@@ -285,12 +287,12 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 		}
 		return p, true
 	}
-	if w2, ok := op.PairWeight(); ok { // both weights stream alike, x in registers
-		p, ok := regPlan(M, K, esz)
-		p.Pair = true
-		return p, ok && samePairWeight(w, w2, K, written)
+	w2, pair := op.PairWeight()
+	if pair && !samePairWeight(w, w2, K, written) {
+		return Plan{}, false
 	}
-	if p, ok := regPlan(M, K, esz); ok && w.Strides[0] == K {
+	if p, ok := regPlan(M, K, esz); ok && w.Strides[0] == K { // a pair: both weights stream alike, x in registers
+		p.Pair = pair
 		return p, true
 	}
 	xdt := op.LinearX()
@@ -300,8 +302,10 @@ func For(op *ir.Op, written func(*ir.Buffer) bool) (Plan, bool) {
 	}
 	// x wider than the weights keeps its low part where that fits.
 	low := xdt.Size() > esz && TileXBytes(K, M, esz, true) <= MaxTileXBytes
+	// A pair (lower's pair_tiles): each row group's pages of the second
+	// weight follow the first's.
 	return Plan{M: M, K: K, ElemBytes: esz, PageBytes: TileRows * cols * esz, Split: K / cols, Tiles: true, Cols: cols,
-		XLow: low, RowStride: w.Strides[0]}, true
+		XLow: low, RowStride: w.Strides[0], Pair: pair}, true
 }
 
 // samePairWeight says whether a paired Linear's second weight w2 streams
@@ -402,7 +406,7 @@ func (p Plan) PartialFloats(rows int64) int64 {
 		return 0 // in GemmScratch
 	}
 	if p.Tiles {
-		return (2*consumerWarps*TileRows + rows) * p.M
+		return (2*consumerWarps*TileRows + rows*p.weights()) * p.M
 	}
 	return rows * p.weights() * p.K / chunk(p.ElemBytes) * p.M
 }

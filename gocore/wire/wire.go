@@ -144,6 +144,10 @@ type Options struct {
 	// another, where the whole would shrink the workers' weight ring (the
 	// down projection at batch 8: stream.TileXParts).
 	TileXParts bool `json:"tile_x_parts"`
+	// PairTiles lets pair_linears pair tile streams too (a decode batch's
+	// gate and up projections): a task stages x once and streams each row
+	// group's pages of both weights (lower.Config).
+	PairTiles bool `json:"pair_tiles"`
 	// GemmBatch streams a Linear with bf16 weights whose x has
 	// stream.GemmBatchMinRows rows or more (a decode batch of 4 to 31) and
 	// whose tasks cover the workers with K whole as a wgmma GEMM stream
