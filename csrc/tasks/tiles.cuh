@@ -206,6 +206,22 @@ __device__ __forceinline__ void stage_rows(ExprPro<E>, const Op& op, X xs, const
   }
 }
 
+// norm_batches loads a norm's weight row once, then x's rows in batches of
+// batch4(K, M), all of a batch's loads issued before any is used, and hands
+// f each batch (its first row and raw words) with the weight's words.
+template <int K, int M, int N, typename F>
+__device__ __forceinline__ void norm_batches(const View& x, const View& w, const Slots<N>& s, F f) {
+  constexpr int Q = per_thread4(K), B = batch4(K, M);
+  uint4 rw[Q];
+  load_row4<K>(base(s, w), w, 0, rw);
+#pragma unroll 1
+  for (int m0 = 0; m0 < M; m0 += B) {
+    uint4 rx[B][Q];
+    load_rows4<K>(x, m0, M, rx, s);
+    f(m0, rx, rw);
+  }
+}
+
 // pow2_at_least is the smallest power of two not below n.
 constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 
@@ -228,13 +244,8 @@ __device__ __forceinline__ void norm_rows(const Op& op, const View& x, const Vie
   constexpr int Q = per_thread4(K), B = batch4(K, M), P = pow2_at_least(B), L = 32 / P;
   __shared__ float sums[P][kConsumerWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  uint4 rw[Q];
-  load_row4<K>(base(s, w), w, 0, rw);
-#pragma unroll 1
-  for (int m0 = 0; m0 < M; m0 += B) {
-    uint4 rx[B][Q];
+  norm_batches<K, M>(x, w, s, [&](int m0, const uint4(&rx)[B][Q], const uint4(&rw)[Q]) {
     float ss[P];
-    load_rows4<K>(x, m0, M, rx, s);
 #pragma unroll
     for (int b = 0; b < P; ++b) {
       ss[b] = 0.f;
@@ -274,7 +285,7 @@ __device__ __forceinline__ void norm_rows(const Op& op, const View& x, const Vie
         put_x4(xs + (m0 + b) * PITCH, k, make_float4(r[0], r[1], r[2], r[3]));
       }
     }
-  }
+  });
 }
 
 template <int K, int M, int PITCH, int N, typename X>
@@ -323,12 +334,7 @@ __device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi,
   const View &x = op.in[0], &w = op.in[op.pro_first];
   constexpr int Q = per_thread4(K), B = batch4(K, M);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  uint4 rw[Q];
-  load_row4<K>(base(s, w), w, 0, rw);
-#pragma unroll 1
-  for (int m0 = 0; m0 < M; m0 += B) {
-    uint4 rx[B][Q];
-    load_rows4<K>(x, m0, M, rx, s);
+  norm_batches<K, M>(x, w, s, [&](int m0, const uint4(&rx)[B][Q], const uint4(&rw)[Q]) {
     float ss[B];
 #pragma unroll
     for (int b = 0; b < B; ++b) {
@@ -347,7 +353,7 @@ __device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi,
       const float t = warp_sum(ss[b]);
       if (lane == 0 && m0 + b < M) tile_row_pad<K, PITCH>(xs_hi, m0 + b)[warp] = t;
     }
-  }
+  });
 }
 
 // tile_row_scale is row m's rsqrt(mean(x²) + eps) from the partials in its
