@@ -105,6 +105,13 @@ __global__ void __launch_bounds__(mpk::kWorkerThreads, 1) stage(const Args a) {
     if constexpr (MODE == kDeferred) {
       if constexpr (LO) mpk::norm_rows_deferred<K, M, PITCH>(a.op, mpk::HiLo<T>{xs, xs + M * PITCH}, xs, a.slots);
       else mpk::norm_rows_deferred<K, M, PITCH>(a.op, xs, xs, a.slots);
+    } else if constexpr (MODE == kNorm) {  // fp32 rows, a bf16 weight, an fp32 result: the dtypes as constants
+      const mpk::View &x = a.op.in[0], &w = a.op.in[a.op.pro_first];
+      if constexpr (LO)
+        mpk::norm_rows<mpk::DT_FLOAT32, mpk::DT_BFLOAT16, mpk::DT_FLOAT32, K, M, PITCH>(
+            a.op, x, w, true, mpk::HiLo<T>{xs, xs + M * PITCH}, a.slots);
+      else
+        mpk::norm_rows<mpk::DT_FLOAT32, mpk::DT_BFLOAT16, mpk::DT_FLOAT32, K, M, PITCH>(a.op, x, w, true, xs, a.slots);
     } else if constexpr (LO) {
       mpk::stage_rows<K, M, PITCH>(Pro{}, a.op, mpk::HiLo<T>{xs, xs + M * PITCH}, a.slots);
     } else {

@@ -298,12 +298,11 @@ __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Sl
     for (int m = 0; m < M; ++m) stage_x<K>(NormPro{}, op, m, xs + m * PITCH, s);
     return;
   }
-  // The widened residual stream, a bf16 weight, an fp32 result: every
-  // decoder's norms where intermediates are fp32.
-  if (has_w && x.dtype == DT_FLOAT32 && w.dtype == DT_BFLOAT16 && op.pro_dtype == DT_FLOAT32)
-    norm_rows<DT_FLOAT32, DT_BFLOAT16, DT_FLOAT32, K, M, PITCH>(op, x, w, true, xs, s);
-  else
-    norm_rows<-1, -1, -1, K, M, PITCH>(op, x, w, has_w, xs, s);
+  // (The widened residual stream with a bf16 weight and an fp32 result,
+  // every decoder's norm where intermediates are fp32, takes
+  // norm_rows_deferred: linear_tiles' tile_norm_deferred. bench/stage_probe
+  // times norm_rows with those dtypes as constants against it.)
+  norm_rows<-1, -1, -1, K, M, PITCH>(op, x, w, has_w, xs, s);
 }
 
 // The deferred norm of a tile stream (as norm_deferred is a register
