@@ -66,6 +66,21 @@ func TestKVStream(t *testing.T) {
 		t.Errorf("tensor-core rounds: batch %v, one row %v, head dim 128 %v, %d bytes; want true, false, true, %d",
 			kb.mma(), ks.mma(), kd.mma(), kb.mmaBytes(), (2*4*64+16*4*66)*4+2*8*72*2)
 	}
+	// Shapes mpk::DecodeMma does not take keep the lanes: a head dim of 80
+	// (not whole 32-column steps), a unit of 16 heads, and head dim 256 with
+	// 8 heads (153 KB of shared memory); 256 with 4 heads still fits.
+	for _, c := range []struct {
+		D, UG int64
+		want  bool
+	}{{80, 4, false}, {64, 16, false}, {256, 8, false}, {256, 4, true}, {128, 8, true}} {
+		op := kvBatchOp(ir.BF16, c.D, 3)
+		op.Attr.UnitHeads, op.Attr.Groups = c.UG, c.UG
+		k, ok := kvStreamOf(op)
+		if !ok || !k.Stream || k.mma() != c.want {
+			t.Errorf("head dim %d, %d heads a unit: stream %v/%v, tensor-core rounds %v (%d bytes); want %v", c.D, c.UG, ok, k.Stream,
+				k.mma(), k.mmaBytes(), c.want)
+		}
+	}
 	if ks, ok := kvStreamOf(kvOp(ir.BF16, 128)); !ok || ks.RowsPerPage != 64 || ks.pagesPerPart(ks.Chunk) != 2 {
 		t.Errorf("head dim 128: %+v, %v; want 64 rows a page, 2 pages a part", ks, ok)
 	}
