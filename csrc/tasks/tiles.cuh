@@ -463,14 +463,13 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     ring.release(sq);
   };
   // group_dots sums the warps' partials of row group grp into its dots
-  // (wi: of the pair's second weight); sums counts the calls, whose
-  // partials alternate between two buffers.
-  auto group_dots = [&](int grp, const float(&acc)[MT][4], int wi = 0, int sums = -1) {
+  // (wi 1: of a pair's second weight, whose group follows the first's).
+  auto group_dots = [&](int grp, const float(&acc)[MT][4], int wi = 0) {
     // Lane (g, t) holds rows 2t and 2t+1 of the group times the mma's rows
     // g and g+8 of each m-tile (LO: x's row g, its hi and lo parts). The
     // warps' partials go to one of two buffers (the other may still be
-    // read); each of the group's dots is their sum.
-    const int buf = (sums < 0 ? grp : sums) & 1;
+    // read: the calls alternate); each of the group's dots is their sum.
+    const int buf = (NW * grp + wi) & 1;
     float* pg = part + (buf * kConsumerWarps + warp) * kTileRows * M;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -504,7 +503,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
         for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
 #pragma unroll 1
         for (int cb = 0; cb < CB; ++cb, ++seq) page_dots(acc, seq, cb * C);
-        group_dots(grp, acc, wi, NW * grp + wi);
+        group_dots(grp, acc, wi);
       }
   } else {
     // codegen's TileXParts bounds the groups, as the loader's page order assumes.
