@@ -70,10 +70,10 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 // batch 8 (head dim 128) 2.5% less once the queries stay in shared memory
 // (MPK_DECODE_MMA_QSMEM; before, they spilled and it took 4.8% more; H200,
 // bench/NOTES.md, fifty-first session). Only shapes mpk::DecodeMma takes
-// (a head dim of whole 32-column steps, at most 8 heads a unit: Phi-2's
-// head dim 80 or a unit of 16 heads keep the lanes), and only where its
-// shared memory stays within a tile stream's x bound (stream.MaxTileXBytes:
-// at head dim 256, 8 heads took 153 KB and would squeeze the ring).
+// (a head dim of whole 32-column steps, at most 8 heads a unit: Qwen3-235B's
+// 16 query heads a KV head keep the lanes), and only where its shared
+// memory stays within a tile stream's x bound (stream.MaxTileXBytes: at
+// head dim 256, 8 heads took 153 KB and would squeeze the ring).
 func (ks kvStream) mma() bool {
 	return ks.Stream && ks.D%32 == 0 && ks.UG <= 8 && int64(ks.mmaBytes()) <= stream.MaxTileXBytes
 }

@@ -67,8 +67,10 @@ func TestKVStream(t *testing.T) {
 			kb.mma(), ks.mma(), kd.mma(), kb.mmaBytes(), (2*4*64+16*4*66)*4+2*8*72*2)
 	}
 	// Shapes mpk::DecodeMma does not take keep the lanes: a head dim of 80
-	// (not whole 32-column steps), a unit of 16 heads, and head dim 256 with
-	// 8 heads (153 KB of shared memory); 256 with 4 heads still fits.
+	// (not whole 32-column steps; lower's freshRows takes multiples of 64
+	// only, so this is DecodeMma's bound, not a model's), a unit of 16 heads,
+	// and head dim 256 with 8 heads (153 KB of shared memory); 256 with 4
+	// heads still fits.
 	for _, c := range []struct {
 		D, UG int64
 		want  bool
