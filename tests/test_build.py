@@ -66,6 +66,25 @@ def test_build_wgmma_not_serialised(core_lib, fresh_dynamo, tmp_path, monkeypatc
     assert "are serialized" not in logs[0].read_text(), logs[0].read_text()
 
 
+@pytest.mark.parametrize("batch", [1, 4])
+def test_build_head_dim_192(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys, batch):
+    """A Llama config with head dim 192 (its RoPE folded into the decode
+    attention, whose K and V rows suit neither the kv_pages task's vector
+    loads nor whole ring pages) builds: codegen's kvPageDims keeps such rows
+    off the ring, where nvcc used to stop at attention_kv_pages' static
+    asserts."""
+    if build.find_nvcc() is None:
+        pytest.skip("no nvcc")
+    from transformers import LlamaConfig
+    LlamaConfig(vocab_size=512, hidden_size=768, intermediate_size=512, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=192, max_position_embeddings=1024).save_pretrained(tmp_path / "cfg")
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
+    rc = build_cli.main(["--config", str(tmp_path / "cfg" / "config.json"), "--dtype", "bfloat16", "--cache-tokens",
+                         "512", "--batch", str(batch), "--out", str(tmp_path / "out")])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 0 and last.endswith("nvcc ok"), last
+
+
 # The micro-benchmarks in bench/ include the task library: a change to it that
 # breaks one (a name defined twice, a macro that shadows a template argument)
 # fails here, not on the GPU machine. gemm_task.cu also as the split-x body

@@ -27,6 +27,16 @@ type kvStream struct {
 	RoundRows              int64
 }
 
+// kvPageDims says whether 2-byte K and V rows of head dim D suit a kv_pages
+// task (mpk::attention_kv_pages): attention_decode's vector loads
+// (mpk::decode_fast_dims: a lane's V columns one 4-, 8- or 16-byte load, so
+// D is 64, 128 or 256) and whole rows a ring page (mpk::KVPages). A head
+// dim of 192 failed both static_asserts in nvcc; it reads the cache.
+func kvPageDims(D int64) bool {
+	vbytes := (D + 31) / 32 * 2
+	return D%32 == 0 && (vbytes == 4 || vbytes == 8 || vbytes == 16) && stream.PageBytes%(D*2) == 0
+}
+
 // kvStreamOf reports whether op's tasks stream their K and V: a fresh-row
 // decode attention, one split a group (a task is one chunk of one unit of
 // one batch row: mpk::attention_kv_pages), whose K and V are caller-owned caches
@@ -40,7 +50,7 @@ func kvStreamOf(op *ir.Op) (kvStream, bool) {
 	}
 	k, v := op.In[1], op.In[2]
 	D := k.Shape[3]
-	if (D*2)%16 != 0 {
+	if !kvPageDims(D) {
 		return kvStream{}, false
 	}
 	for _, x := range []ir.View{k, v} {

@@ -66,21 +66,27 @@ func TestKVStream(t *testing.T) {
 		t.Errorf("tensor-core rounds: batch %v, one row %v, head dim 128 %v, %d bytes; want true, false, true, %d",
 			kb.mma(), ks.mma(), kd.mma(), kb.mmaBytes(), (2*4*64+16*4*66)*4+2*8*72*2)
 	}
-	// Shapes mpk::DecodeMma does not take keep the lanes: a head dim of 80
-	// (not whole 32-column steps; lower's freshRows takes multiples of 64
-	// only, so this is DecodeMma's bound, not a model's), a unit of 16 heads,
-	// and head dim 256 with 8 heads (153 KB of shared memory); 256 with 4
-	// heads still fits.
+	// Shapes mpk::DecodeMma does not take keep the lanes: a unit of 16
+	// heads, and head dim 256 with 8 heads (153 KB of shared memory); 256
+	// with 4 heads still fits.
 	for _, c := range []struct {
 		D, UG int64
 		want  bool
-	}{{80, 4, false}, {64, 16, false}, {256, 8, false}, {256, 4, true}, {128, 8, true}} {
+	}{{64, 16, false}, {256, 8, false}, {256, 4, true}, {128, 8, true}} {
 		op := kvBatchOp(ir.BF16, c.D, 3)
 		op.Attr.UnitHeads, op.Attr.Groups = c.UG, c.UG
 		k, ok := kvStreamOf(op)
 		if !ok || !k.Stream || k.mma() != c.want {
 			t.Errorf("head dim %d, %d heads a unit: stream %v/%v, tensor-core rounds %v (%d bytes); want %v", c.D, c.UG, ok, k.Stream,
 				k.mma(), k.mmaBytes(), c.want)
+		}
+	}
+	// Head dims attention_decode's vector loads or a page's whole rows do
+	// not take (mpk::decode_fast_dims, mpk::KVPages) stream nothing: 192
+	// (a lane's 12 bytes of V; 384-byte rows), 96, 80.
+	for _, D := range []int64{192, 96, 80} {
+		if _, ok := kvStreamOf(kvBatchOp(ir.BF16, D, 3)); ok {
+			t.Errorf("head dim %d streams its K and V", D)
 		}
 	}
 	if ks, ok := kvStreamOf(kvOp(ir.BF16, 128)); !ok || ks.RowsPerPage != 64 || ks.pagesPerPart(ks.Chunk) != 2 {
