@@ -1308,6 +1308,9 @@ __device__ __noinline__ int attention_decode(const Op& op, int lo, int hi, const
 #ifndef MPK_KV_BATCH_MMA
 #define MPK_KV_BATCH_MMA 1
 #endif
+#ifndef MPK_KV_BATCH_QUIET
+#define MPK_KV_BATCH_QUIET 0
+#endif
 
 // kv_mma_bytes is kv_batch_mma's shared memory: the G heads' queries and
 // new V rows, then every warp's state for each head (merge_states' part),
@@ -1489,7 +1492,12 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
     if (fast && BATCH) {
       // The loader at its full depth while the task streams its pages; the
       // task releases every page itself (KVPages::drain).
-      set_dots_phase(1);
+      // MPK_KV_BATCH_QUIET=1 (an A/B knob, not yet run): its quiet depth
+      // instead. At batch 8 a task's pages have all landed when it starts
+      // (8 of the ring's pages), so the pages in flight are the next stage's
+      // weights, and they lengthen the task's own L2 round trips (its
+      // queries, the new rows, the mask: bench/hop.cu, 2.2x at two pages).
+      if (!MPK_KV_BATCH_QUIET) set_dots_phase(1);
       if constexpr (MMA && MPK_KV_BATCH_MMA)
         kv_batch_mma<T, QT, MT, D, UG, R, SH, FT>(op, lo1, hi1, s, c.smem, kv);
       else
