@@ -191,3 +191,35 @@ def test_cuda_build(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys, model
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert rc == 0 and last.startswith("BUILT "), last
     assert last.endswith("nvcc ok" if build.find_nvcc() else "nvcc skipped"), last
+
+
+# A prompt chunk longer than a sliding window: HF's sliding cache hands the
+# attention the window joined with the chunk's rows (a temporary, not the
+# cache), which lower keeps in the cache's dtype (attentionKV) so that the
+# chunk's attention takes 2-byte K and V rows; with it widened to fp32 the
+# cuda target's codegen refused the attention.
+CHUNK_PAST_WINDOW = {"model": "tiny-mistral-sw", "prefill": 64, "mask": True, "cache_tokens": 64}
+
+
+def test_chunk_past_window_reference_bf16(core_lib, fresh_dynamo):
+    lines = []
+    res = check.run_check(target="reference", dtype="bfloat16", seed=0, log=lines.append, **CHUNK_PAST_WINDOW)
+    assert res.ok, "\n".join(lines)
+
+
+def test_chunk_past_window_builds(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys):
+    from mpk import build, build_cli
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
+    c = CHUNK_PAST_WINDOW
+    rc = build_cli.main(["--model", c["model"], "--out", str(tmp_path / "out"), "--cache-tokens", str(c["cache_tokens"]),
+                         "--prefill", str(c["prefill"]), "--mask"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 0 and last.startswith("BUILT ") and int(last.split()[1]) > 0, last
+    assert last.endswith("nvcc ok" if build.find_nvcc() else "nvcc skipped"), last
+
+
+@pytest.mark.gpu
+def test_chunk_past_window_cuda(core_lib, fresh_dynamo):
+    lines = []
+    res = check.run_check(target="cuda", seed=0, log=lines.append, **CHUNK_PAST_WINDOW)
+    assert res.ok and res.compiles == 1, "\n".join(lines)

@@ -14,9 +14,11 @@ func Rewrite(g *ir.Graph, cfg Config) {
 		g.Renumber()
 	}
 	if !cfg.RoundIntermediates {
-		var keep map[*ir.Buffer]bool
+		keep := attentionKV(g)
 		if cfg.RoundGemmInputs {
-			keep = gemmInputs(g)
+			for b := range gemmInputs(g) {
+				keep[b] = true
+			}
 		}
 		widenTemps(g, keep)
 	}

@@ -12,7 +12,7 @@ import "mpk/gocore/ir"
 // near-tied argmaxes). At decode the intermediates are a few KB a layer, so the
 // wider buffers cost no bandwidth that shows. Config.RoundIntermediates turns
 // it off, for comparing with eager rounding for rounding. The buffers keep
-// says stay as they are (gemmInputs).
+// says stay as they are (attentionKV, gemmInputs).
 func widenTemps(g *ir.Graph, keep map[*ir.Buffer]bool) {
 	for _, b := range g.Buffers {
 		if b.Kind == ir.Temp && isHalf(b.DType) && !keep[b] {
@@ -76,4 +76,47 @@ func gemmInputs(g *ir.Graph) map[*ir.Buffer]bool {
 		}
 	}
 	return keep
+}
+
+// attentionKV are the half-precision temporaries that attentions read as
+// their K or V and nothing else reads but a copy into a buffer of the same
+// dtype: a sliding-window layer's cache joined with a prompt chunk's new
+// rows (HF's sliding cache returns cat(window, new) when the chunk outgrows
+// the window, and copies the joined rows' last window into the cache). They
+// stay in the cache's dtype, rounded as the cache rounds the same rows (the
+// copy rounds nothing twice), so the chunk's attention reads 2-byte rows as
+// it reads the cache (its shared-K/V form takes nothing else: a 64-token
+// chunk over a window of 16 failed codegen with an fp32 K).
+func attentionKV(g *ir.Graph) map[*ir.Buffer]bool {
+	keep, other := map[*ir.Buffer]bool{}, map[*ir.Buffer]bool{}
+	for _, op := range g.Ops {
+		for i, v := range op.In {
+			switch {
+			case op.Kind == ir.Attention && (i == 1 || i == 2):
+				keep[v.Buf] = true
+			case copiesAlike(op, i):
+			default:
+				other[v.Buf] = true
+			}
+		}
+	}
+	for _, o := range g.Outputs {
+		other[o.Buf] = true
+	}
+	for b := range keep {
+		if other[b] || b.Kind != ir.Temp || !isHalf(b.DType) {
+			delete(keep, b)
+		}
+	}
+	return keep
+}
+
+// copiesAlike says whether op only copies its input i into a buffer of that
+// input's dtype (an elementwise load of it, or a Copy).
+func copiesAlike(op *ir.Op, i int) bool {
+	if op.Out.DType() != op.In[i].DType() {
+		return false
+	}
+	e := dropHalfCasts(op.Attr.Expr) // a rounding to the output's own dtype is the store's
+	return op.Kind == ir.Copy && i == 0 || op.Kind == ir.Elementwise && e != nil && e.Op == ir.ELoad && e.Input == i
 }

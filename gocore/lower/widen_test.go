@@ -60,3 +60,39 @@ func TestDropHalfCastsKeepsOtherCasts(t *testing.T) {
 		t.Error("dropHalfCasts(nil) != nil")
 	}
 }
+
+// TestAttentionKVStaysHalf: a bf16 temporary an attention reads as K (a
+// sliding window's cache joined with a chunk's new rows) stays bf16 when
+// the only other op reading it copies it into the bf16 cache, and widens
+// when anything else reads it too (here an fp32 sum of it).
+func TestAttentionKVStaysHalf(t *testing.T) {
+	build := func(otherReader bool) (*ir.Graph, ir.View) {
+		b := newBuilder()
+		q, cache := b.input("q", ir.BF16, 1, 2, 4, 16), b.input("cache", ir.BF16, 1, 2, 8, 16)
+		fresh := b.input("k_new", ir.BF16, 1, 2, 4, 16)
+		kv := b.temp("cat", ir.BF16, 1, 2, 12, 16)
+		b.op(ir.Cat, kv, cache, fresh).Attr.Dim = 2
+		b.ew(cache, ir.Cast(ir.BF16, ir.Load(0)), strided(kv, 4*16, sh(1, 2, 8, 16), kv.Strides))
+		att := b.temp("att", ir.BF16, 1, 2, 4, 16)
+		b.op(ir.Attention, att, q, kv, kv)
+		b.output(att)
+		if otherReader {
+			s := b.temp("s", ir.F32, 1, 2, 12, 16)
+			b.ew(s, ir.Apply(ir.EMul, ir.Load(0), ir.Const(2)), kv)
+			b.output(s)
+		}
+		return b.g, kv
+	}
+	for _, other := range []bool{false, true} {
+		g, kv := build(other)
+		keep := attentionKV(g)
+		widenTemps(g, keep)
+		want := ir.BF16
+		if other {
+			want = ir.F32
+		}
+		if kv.Buf.DType != want {
+			t.Errorf("another reader %v: the attention's K is %s, want %s", other, kv.Buf.DType, want)
+		}
+	}
+}
