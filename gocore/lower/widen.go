@@ -112,9 +112,11 @@ func attentionKV(g *ir.Graph) map[*ir.Buffer]bool {
 }
 
 // copiesAlike says whether op only copies its input i into a buffer of that
-// input's dtype (an elementwise load of it, or a Copy).
+// input's dtype that stays so (an elementwise load of it, or a Copy, into
+// the caller's buffer: a temporary would be widened, and its copy of rows
+// kept half would then hold rounded values where it held exact ones).
 func copiesAlike(op *ir.Op, i int) bool {
-	if op.Out.DType() != op.In[i].DType() {
+	if op.Out.DType() != op.In[i].DType() || op.Out.Buf.Kind == ir.Temp {
 		return false
 	}
 	e := dropHalfCasts(op.Attr.Expr) // a rounding to the output's own dtype is the store's

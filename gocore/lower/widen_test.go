@@ -64,9 +64,11 @@ func TestDropHalfCastsKeepsOtherCasts(t *testing.T) {
 // TestAttentionKVStaysHalf: a bf16 temporary an attention reads as K (a
 // sliding window's cache joined with a chunk's new rows) stays bf16 when
 // the only other op reading it copies it into the bf16 cache, and widens
-// when anything else reads it too (here an fp32 sum of it).
+// when anything else reads it too: an fp32 sum of it, or a copy into a bf16
+// temporary (widened itself, it would hold rounded rows where it held exact
+// ones).
 func TestAttentionKVStaysHalf(t *testing.T) {
-	build := func(otherReader bool) (*ir.Graph, ir.View) {
+	build := func(other string) (*ir.Graph, ir.View) {
 		b := newBuilder()
 		q, cache := b.input("q", ir.BF16, 1, 2, 4, 16), b.input("cache", ir.BF16, 1, 2, 8, 16)
 		fresh := b.input("k_new", ir.BF16, 1, 2, 4, 16)
@@ -76,23 +78,30 @@ func TestAttentionKVStaysHalf(t *testing.T) {
 		att := b.temp("att", ir.BF16, 1, 2, 4, 16)
 		b.op(ir.Attention, att, q, kv, kv)
 		b.output(att)
-		if otherReader {
+		switch other {
+		case "sum":
 			s := b.temp("s", ir.F32, 1, 2, 12, 16)
 			b.ew(s, ir.Apply(ir.EMul, ir.Load(0), ir.Const(2)), kv)
+			b.output(s)
+		case "copy into a temp":
+			c := b.temp("c", ir.BF16, 1, 2, 12, 16)
+			b.ew(c, ir.Load(0), kv)
+			s := b.temp("s", ir.F32, 1, 2, 12, 16)
+			b.ew(s, ir.Apply(ir.EMul, ir.Load(0), ir.Const(2)), c)
 			b.output(s)
 		}
 		return b.g, kv
 	}
-	for _, other := range []bool{false, true} {
+	for _, other := range []string{"", "sum", "copy into a temp"} {
 		g, kv := build(other)
 		keep := attentionKV(g)
 		widenTemps(g, keep)
 		want := ir.BF16
-		if other {
+		if other != "" {
 			want = ir.F32
 		}
 		if kv.Buf.DType != want {
-			t.Errorf("another reader %v: the attention's K is %s, want %s", other, kv.Buf.DType, want)
+			t.Errorf("other reader %q: the attention's K is %s, want %s", other, kv.Buf.DType, want)
 		}
 	}
 }
