@@ -147,16 +147,22 @@ __device__ __forceinline__ void plain_rows(const View& x, X xs, const Slots<N>& 
   }
 }
 
+// plain_rows_of is plain_rows with fp32 x (every intermediate) a constant
+// dtype, any other read at run time.
+template <int K, int M, int PITCH, int N, typename X>
+__device__ __forceinline__ void plain_rows_of(const View& x, X xs, const Slots<N>& s, int64_t k0 = 0) {
+  if (x.dtype == DT_FLOAT32) plain_rows<DT_FLOAT32, K, M, PITCH>(x, xs, s, k0);
+  else plain_rows<-1, K, M, PITCH>(x, xs, s, k0);
+}
+
 template <int K, int M, int PITCH, int N, typename X>
 __device__ __forceinline__ void stage_rows(NoPro, const Op& op, X xs, const Slots<N>& s) {
   const View& x = op.in[0];
   if (!rows4_ok<K>(x, s)) {
 #pragma unroll 1
     for (int m = 0; m < M; ++m) stage_x<K>(NoPro{}, op, m, xs + m * PITCH, s);
-  } else if (x.dtype == DT_FLOAT32) {  // fp32 intermediates
-    plain_rows<DT_FLOAT32, K, M, PITCH>(x, xs, s);
   } else {
-    plain_rows<-1, K, M, PITCH>(x, xs, s);
+    plain_rows_of<K, M, PITCH>(x, xs, s);
   }
 }
 
@@ -166,8 +172,7 @@ template <int KX, int M, int PITCH, int N, typename X>
 __device__ __forceinline__ void stage_part(const Op& op, int k0, X xs, const Slots<N>& s) {
   const View& x = op.in[0];
   if (rows4_ok<KX>(x, s) && k0 % 4 == 0) {
-    if (x.dtype == DT_FLOAT32) plain_rows<DT_FLOAT32, KX, M, PITCH>(x, xs, s, k0);
-    else plain_rows<-1, KX, M, PITCH>(x, xs, s, k0);
+    plain_rows_of<KX, M, PITCH>(x, xs, s, k0);
     return;
   }
 #pragma unroll 1
