@@ -151,7 +151,7 @@ def test_cuda_tile_x_parts(core_lib, fresh_dynamo, batch, workers):
 
 @pytest.mark.parametrize("model,batch,workers", [("wide-llama", 8, 64), ("long-mlp-llama", 16, 32)])
 def test_cuda_pair_tiles(core_lib, fresh_dynamo, model, batch, workers):
-    """pair_tiles (off by default) on the GPU: a decode batch's gate and up
+    """pair_tiles (on by default) on the GPU: a decode batch's gate and up
     tile streams pair, a task staging x once and taking each row group's
     pages of the gate's weight, then of the up's, their products meeting in
     SiLU(gate)·up. wide-llama at batch 8 (K 1,024: a page a row group),

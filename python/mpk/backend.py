@@ -26,7 +26,7 @@ _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round
 _ON_BY_DEFAULT = ("split_rows", "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "gemm_siblings",
                   "long_attention_chunks", "coarse_events", "fresh_rows", "pair_linears", "pair_gemm",
                   "balance_gemm_tail", "kv_pages", "arena_reuse", "timed_schedule", "split_gemm_x", "kv_pages_batch",
-                  "tile_x_parts")
+                  "tile_x_parts", "pair_tiles")
 # Python-side only: poison (NaN-fill float outputs before a run; default on for
 # reference, off for cuda), sync (cuda: synchronise after each launch and read
 # the status), build_only (cuda: compile, keep the core's result, run the ATen
