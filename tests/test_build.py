@@ -85,6 +85,35 @@ def test_build_head_dim_192(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsy
     assert rc == 0 and last.endswith("nvcc ok"), last
 
 
+def wide_x_config(path):
+    """A one-layer Llama of hidden size 2,048 (llama-3.2-1b's): at batch 16
+    its normed x with the low part (133 KB) is staged in two parts of K
+    under wide_x_parts, the gate and up pair's too."""
+    from transformers import LlamaConfig
+    LlamaConfig(vocab_size=1024, hidden_size=2048, intermediate_size=2048, num_hidden_layers=1,
+                num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=1024).save_pretrained(path)
+    return str(path / "config.json")
+
+
+def test_build_wide_x_parts(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys):
+    """wide_x_parts builds for nvcc: batch 16's normed x (q/k/v, and the
+    gate and up pair) staged in two parts of K beside the plain x of o and
+    down, every tile stream's x within a part, so the ring keeps 8 pages."""
+    if build.find_nvcc() is None:
+        pytest.skip("no nvcc")
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
+    rc = build_cli.main(["--config", wide_x_config(tmp_path / "cfg"), "--dtype", "bfloat16", "--cache-tokens", "512",
+                         "--batch", "16", "--wide-x-parts", "--out", str(tmp_path / "out")])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 0 and last.endswith("nvcc ok"), last
+    src = (tmp_path / "out" / "module.cu").read_text()
+    tiles = [ln for ln in src.splitlines() if "mpk::linear_tiles<" in ln]
+    assert any("mpk::NormPro, mpk::NoEpi, 2>" in ln for ln in tiles), tiles
+    assert any("mpk::NormPro, mpk::PairEpi<" in ln and ln.endswith(", 2>(op, lo, hi, s, c);") for ln in tiles), tiles
+    assert all(ln.endswith(", 2>(op, lo, hi, s, c);") for ln in tiles), tiles
+    assert "constexpr int kSizedRingPages = 8;" in src
+
+
 # The micro-benchmarks in bench/ include the task library: a change to it that
 # breaks one (a name defined twice, a macro that shadows a template argument)
 # fails here, not on the GPU machine. gemm_task.cu also as the split-x body

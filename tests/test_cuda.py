@@ -149,6 +149,27 @@ def test_cuda_tile_x_parts(core_lib, fresh_dynamo, batch, workers):
     assert "mpk::NoPro, mpk::NoEpi, 2>(op, lo, hi, s, c)" in res.compiled.sources["module.cu"]
 
 
+@pytest.mark.parametrize("workers", [32, 132])
+def test_cuda_wide_x_parts(core_lib, fresh_dynamo, tmp_path, workers):
+    """wide_x_parts (off by default) on the GPU: a hidden size of 2,048 at
+    batch 16 stages every tile stream's x in two parts of K: the normed x of
+    q/k/v and of the gate and up pair through the deferred norm (each part's
+    sums of squares added into the rows' pads, the dots scaled in the store),
+    tasks of many row groups adding each part's sums in shared memory (32
+    workers: 64 rows of gate and of up a task), of at most two in registers."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_build import wide_x_config
+    lines = []
+    res = check.run_check(model=wide_x_config(tmp_path / "cfg"), target="cuda", batch=16, cache_tokens=16, steps=2,
+                          seed=0, workers=workers, log=lines.append, options={"wide_x_parts": True})
+    assert res.ok, "\n".join(lines)
+    src = res.compiled.sources["module.cu"]
+    assert any("mpk::NormPro, mpk::PairEpi<" in ln and ", 2>(op, lo, hi, s, c)" in ln for ln in src.splitlines()), \
+        "the pair's x is not staged in parts"
+
+
 @pytest.mark.parametrize("model,batch,workers", [("wide-llama", 8, 64), ("long-mlp-llama", 16, 32)])
 def test_cuda_pair_tiles(core_lib, fresh_dynamo, model, batch, workers):
     """pair_tiles (on by default) on the GPU: a decode batch's gate and up

@@ -213,16 +213,17 @@ __device__ __forceinline__ void stage_rows(ExprPro<E>, const Op& op, X xs, const
 
 // norm_batches loads a norm's weight row once, then x's rows in batches of
 // batch4(K, M), all of a batch's loads issued before any is used, and hands
-// f each batch (its first row and raw words) with the weight's words.
+// f each batch (its first row and raw words) with the weight's words; K
+// columns from column k0.
 template <int K, int M, int N, typename F>
-__device__ __forceinline__ void norm_batches(const View& x, const View& w, const Slots<N>& s, F f) {
+__device__ __forceinline__ void norm_batches(const View& x, const View& w, const Slots<N>& s, F f, int64_t k0 = 0) {
   constexpr int Q = per_thread4(K), B = batch4(K, M);
   uint4 rw[Q];
-  load_row4<K>(base(s, w), w, 0, rw);
+  load_row4<K>(base(s, w), w, 0, rw, k0);
 #pragma unroll 1
   for (int m0 = 0; m0 < M; m0 += B) {
     uint4 rx[B][Q];
-    load_rows4<K>(x, m0, M, rx, s);
+    load_rows4<K>(x, m0, M, rx, s, k0);
     f(m0, rx, rw);
   }
 }
@@ -320,6 +321,9 @@ __device__ __forceinline__ void stage_rows(NormPro, const Op& op, X xs, const Sl
 // 1.0 plain). Exact up to fp32 reassociation, so only where x and the
 // prologue's result are fp32 with a bf16 weight (every decoder's norm over
 // the widened residual stream); q, k and v reuse the staged x and its pads.
+// x in parts of K (linear_tiles' XP, codegen's WideXParts): each part's
+// partial sums are added into the pads (past the part's K columns, which
+// the next part's staging leaves alone), and the dots scaled once all are in.
 template <int K, int N>
 __device__ __forceinline__ bool tile_norm_deferred(const Op& op, const Slots<N>& s) {
   const View &x = op.in[0], &w = op.in[op.pro_first];
@@ -328,13 +332,15 @@ __device__ __forceinline__ bool tile_norm_deferred(const Op& op, const Slots<N>&
 }
 
 template <int K, int PITCH, typename T>
-__device__ __forceinline__ float* tile_row_pad(T* xs_hi, int m) {
+__device__ __forceinline__ float* tile_row_pad(T* xs_hi, int m) {  // K: the staged columns
   static_assert(32 * sizeof(T) >= kConsumerWarps * sizeof(float), "a row's pad holds every warp's partial sum");
   return reinterpret_cast<float*>(xs_hi + m * PITCH + K);
 }
 
+// K columns of x from column k0; add: into the pads' sums (a later part).
 template <int K, int M, int PITCH, int N, typename X, typename T>
-__device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi, const Slots<N>& s) {
+__device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi, const Slots<N>& s, int64_t k0 = 0,
+                                                   bool add = false) {
   const View &x = op.in[0], &w = op.in[op.pro_first];
   constexpr int Q = per_thread4(K), B = batch4(K, M);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -355,16 +361,43 @@ __device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi,
 #pragma unroll
     for (int b = 0; b < B; ++b) {
       const float t = warp_sum(ss[b]);
-      if (lane == 0 && m0 + b < M) tile_row_pad<K, PITCH>(xs_hi, m0 + b)[warp] = t;
+      if (lane == 0 && m0 + b < M) {
+        float* pad = tile_row_pad<K, PITCH>(xs_hi, m0 + b);
+        pad[warp] = (add ? pad[warp] : 0.f) + t;
+      }
     }
-  });
+  }, k0);
 }
 
-// tile_row_scale is row m's rsqrt(mean(x²) + eps) from the partials in its
-// pad (after the barrier that ends the staging).
-template <int K, int PITCH, typename T>
+// norm_part_any is norm_rows_deferred for rows the 4-wide loads do not take
+// (not rows4_ok: a misaligned weight, rare), row by row, element by element.
+template <int K, int M, int PITCH, int N, typename X, typename T>
+__device__ __noinline__ void norm_part_any(const Op& op, X xs, T* xs_hi, const Slots<N>& s, int64_t k0, bool add) {
+  const View &x = op.in[0], &w = op.in[op.pro_first];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int m = 0; m < M; ++m) {
+    float ss = 0.f;
+    for (int k = threadIdx.x; k < K; k += MPK_THREADS) {
+      int64_t i[2] = {m, k0 + k};
+      const float v = (float)load_elem(base(s, x), x.dtype, offset_of(x, i));
+      ss += v * v;
+      put_x(xs + m * PITCH, k, v * (float)load_elem(base(s, w), w.dtype, offset_of(w, i)));
+    }
+    const float t = warp_sum(ss);
+    if (lane == 0) {
+      float* pad = tile_row_pad<K, PITCH>(xs_hi, m);
+      pad[warp] = (add ? pad[warp] : 0.f) + t;
+    }
+  }
+}
+
+// tile_row_scale is row m's rsqrt(mean(x²) + eps) over its K columns from
+// the partials in its pad (after the barrier that ends the staging), the
+// pad past KP staged columns (x in parts: a part's).
+template <int K, int PITCH, int KP = K, typename T>
 __device__ __forceinline__ float tile_row_scale(const Op& op, T* xs_hi, int m) {
-  const float4* p = reinterpret_cast<const float4*>(tile_row_pad<K, PITCH>(xs_hi, m));
+  const float4* p = reinterpret_cast<const float4*>(tile_row_pad<KP, PITCH>(xs_hi, m));
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kConsumerWarps / 4; ++i) {
@@ -385,34 +418,50 @@ __device__ __forceinline__ void stage_rows(MergePro<D, H, CHUNK, R, SPLITS>, con
 }
 
 // linear_tiles is a Linear whose M rows of x meet the weights' tile pages on
-// the tensor cores. XP > 1 (codegen's stream.TileXParts: a plain x whose
-// whole would shrink the ring): x is staged in XP parts of K, one after
-// another, the loader sending each part's pages of every row group (at most
-// kTilePartGroups) before the next part's; each group's sums stay in
-// registers across the parts. A pair (PairEpi: lower's pair_tiles) takes
-// each row group's pages of its first weight, then of its second, their
-// dots side by side, and meets both in its store.
+// the tensor cores. XP > 1 (codegen's stream.TileXParts: an x whose whole
+// would shrink the ring): x is staged in XP parts of K, one after another,
+// the loader sending each part's pages of every row group before the next
+// part's. A task of at most kTilePartGroups groups (not a pair) keeps each
+// group's sums in registers across the parts; any other adds each part's
+// sums of a group into its dots in shared memory. A normed x in parts is the
+// deferred norm's (stream.DeferredNorm): the rows' sums of squares add up
+// part by part, and the store scales the dots. A pair (PairEpi: lower's
+// pair_tiles) takes each row group's pages of its first weight, then of its
+// second, their dots side by side, and meets both in its store.
 template <typename T, int K, int M, bool LO, int P, bool RESID, typename PRO, typename EPI, int XP, int N>
 __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   constexpr int C = tile_cols(K, (int)sizeof(T));
   constexpr int NW = kIsPair<EPI> ? 2 : 1;  // weights a task streams (a pair: gate's rows, then up's)
-  static_assert(NW == 1 || XP == 1, "a pair stages x whole (stream.TileXParts)");
+  constexpr bool NORM = std::is_same<PRO, NormPro>::value;
   static_assert(C > 0, "K does not split into tile pages");
   static_assert(sizeof(T) == 2, "tile streams take 2-byte weights");
-  static_assert(XP == 1 || std::is_same<PRO, NoPro>::value && (K / C) % XP == 0,
-                "x in parts of K: a plain x, each part whole pages");
+  static_assert(XP == 1 || (std::is_same<PRO, NoPro>::value || NORM) && (K / C) % XP == 0,
+                "x in parts of K: a plain or normed x, each part whole pages");
   constexpr int RT = LO ? 8 : 16;  // rows of x an m-tile takes
   constexpr int KX = K / XP, PITCH = KX + 32, MT = (M + RT - 1) / RT, CB = K / C, CBX = CB / XP, WC = C / kConsumerWarps;
   T* xs = reinterpret_cast<T*>(c.smem);  // [M][PITCH], then (LO) lo: [M][PITCH]
   float* part = reinterpret_cast<float*>(c.smem + tile_x_bytes<T>(KX, M, LO));  // [2][warp][row of a group][M]
   float* dots = part + 2 * kConsumerWarps * kTileRows * M;                    // [row][M], then (a pair) the second weight's
-  // x's part at column k0 (XP > 1).
-  auto stage_x_part = [&](int k0) {
-    if constexpr (LO) stage_part<KX, M, PITCH>(op, k0, HiLo<T>{xs, xs + M * PITCH}, s);
-    else stage_part<KX, M, PITCH>(op, k0, xs, s);
-  };
   bool defer = false;  // a deferred norm: the dots scaled by their rows' tile_row_scale
-  if constexpr (std::is_same<PRO, NormPro>::value) defer = tile_norm_deferred<K>(op, s);
+  if constexpr (NORM) defer = tile_norm_deferred<K>(op, s);
+  // x's part at column k0 (XP > 1). A normed x is always the deferred
+  // norm's (codegen checked its dtypes); rows the 4-wide loads do not take
+  // go element by element.
+  auto stage_x_part = [&](int k0) {
+    if constexpr (NORM) {
+      const bool add = k0 > 0;
+      if (defer) {
+        if constexpr (LO) norm_rows_deferred<KX, M, PITCH>(op, HiLo<T>{xs, xs + M * PITCH}, xs, s, k0, add);
+        else norm_rows_deferred<KX, M, PITCH>(op, xs, xs, s, k0, add);
+      } else {
+        if constexpr (LO) norm_part_any<KX, M, PITCH>(op, HiLo<T>{xs, xs + M * PITCH}, xs, s, k0, add);
+        else norm_part_any<KX, M, PITCH>(op, xs, xs, s, k0, add);
+      }
+    } else {
+      if constexpr (LO) stage_part<KX, M, PITCH>(op, k0, HiLo<T>{xs, xs + M * PITCH}, s);
+      else stage_part<KX, M, PITCH>(op, k0, xs, s);
+    }
+  };
   if (!c.x_ready) {
     if constexpr (XP > 1) {
       stage_x_part(0);
@@ -430,11 +479,14 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     consumer_sync();
   }
   mark_staged();
-  // The rows' scales of the dots this thread sums (i = threadIdx.x + j·MPK_THREADS below: row i % M).
+  // The rows' scales of the dots this thread sums (i = threadIdx.x + j·MPK_THREADS below: row i % M);
+  // x in parts: 1, the store scales (the pads hold every part's sums after the last).
   constexpr int SJ = (kTileRows * M + MPK_THREADS - 1) / MPK_THREADS;
+  const bool scale_at_store = NORM && XP > 1;
   float row_scale[SJ];
 #pragma unroll
-  for (int j = 0; j < SJ; ++j) row_scale[j] = defer ? tile_row_scale<K, PITCH>(op, xs, ((int)threadIdx.x + j * MPK_THREADS) % M) : 1.f;
+  for (int j = 0; j < SJ; ++j)
+    row_scale[j] = defer && !scale_at_store ? tile_row_scale<K, PITCH>(op, xs, ((int)threadIdx.x + j * MPK_THREADS) % M) : 1.f;
   const Ring<P> ring = ring_at<P>(c.ring);
   uint32_t seq = c.seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
@@ -468,13 +520,14 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     ring.release(sq);
   };
   // group_dots sums the warps' partials of row group grp into its dots
-  // (wi 1: of a pair's second weight, whose group follows the first's).
-  auto group_dots = [&](int grp, const float(&acc)[MT][4], int wi = 0) {
+  // (wi 1: of a pair's second weight, whose group follows the first's);
+  // add: onto them (x in parts, a later part's).
+  auto group_dots = [&](int grp, const float(&acc)[MT][4], int wi = 0, bool add = false, int buf = -1) {
     // Lane (g, t) holds rows 2t and 2t+1 of the group times the mma's rows
     // g and g+8 of each m-tile (LO: x's row g, its hi and lo parts). The
     // warps' partials go to one of two buffers (the other may still be
     // read: the calls alternate); each of the group's dots is their sum.
-    const int buf = (NW * grp + wi) & 1;
+    if (buf < 0) buf = (NW * grp + wi) & 1;
     float* pg = part + (buf * kConsumerWarps + warp) * kTileRows * M;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -495,8 +548,15 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
       float v = 0.f;
 #pragma unroll
       for (int w = 0; w < kConsumerWarps; ++w) v += pi[w * kTileRows * M];
-      dots[wi * outs + grp * kTileRows * M + i] = v * row_scale[j];
+      float* d = dots + wi * outs + grp * kTileRows * M + i;
+      *d = (add ? *d : 0.f) + v * row_scale[j];  // the thread that added the earlier parts
     }
+  };
+  // restage stages x's part xp once every warp is done with the last.
+  auto restage = [&](int xp) {
+    consumer_sync();
+    stage_x_part(xp * KX);
+    consumer_sync();
   };
   if constexpr (XP == 1) {
 #pragma unroll 1
@@ -510,9 +570,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
         for (int cb = 0; cb < CB; ++cb, ++seq) page_dots(acc, seq, cb * C);
         group_dots(grp, acc, wi);
       }
-  } else {
-    // codegen's TileXParts bounds the groups, as the loader's page order assumes.
-    if (groups > kTilePartGroups) __trap();
+  } else if (NW == 1 && groups <= kTilePartGroups) {  // each group's sums in registers across the parts
     float acc[kTilePartGroups][MT][4];
 #pragma unroll
     for (int gi = 0; gi < kTilePartGroups; ++gi)
@@ -520,11 +578,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
       for (int mt = 0; mt < MT; ++mt) acc[gi][mt][0] = acc[gi][mt][1] = acc[gi][mt][2] = acc[gi][mt][3] = 0.f;
 #pragma unroll 1
     for (int xp = 0; xp < XP; ++xp) {
-      if (xp > 0) {  // every warp done with the last part
-        consumer_sync();
-        stage_x_part(xp * KX);
-        consumer_sync();
-      }
+      if (xp > 0) restage(xp);
 #pragma unroll
       for (int gi = 0; gi < kTilePartGroups; ++gi)
         if (gi < groups)
@@ -534,12 +588,32 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
 #pragma unroll
     for (int gi = 0; gi < kTilePartGroups; ++gi)
       if (gi < groups) group_dots(gi, acc[gi]);
+  } else {  // each part's sums of a group (of each weight) added into its dots
+    int calls = 0;  // the partials' buffers alternate call by call
+#pragma unroll 1
+    for (int xp = 0; xp < XP; ++xp) {
+      if (xp > 0) restage(xp);
+#pragma unroll 1
+      for (int grp = 0; grp < groups; ++grp)
+#pragma unroll
+        for (int wi = 0; wi < NW; ++wi, ++calls) {
+          float acc[MT][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+#pragma unroll 1
+          for (int cb = 0; cb < CBX; ++cb, ++seq) page_dots(acc, seq, cb * C);
+          group_dots(grp, acc, wi, xp > 0, calls & 1);
+        }
+    }
   }
   consumer_sync();
   mark_dots();
-  for (int r = threadIdx.x; r < outs; r += MPK_THREADS)
-    store_out<RESID, EPI>(op, r % M, lo + r / M, dots[r], s, fast_epi && r < MPK_THREADS ? &pre : nullptr,
-                          kIsPair<EPI> ? dots[outs + r] : 0.f);
+  for (int r = threadIdx.x; r < outs; r += MPK_THREADS) {
+    // x in parts through the deferred norm: the row's scale once every part's sums are in its pad.
+    const float sc = scale_at_store ? tile_row_scale<K, PITCH, KX>(op, xs, r % M) : 1.f;
+    store_out<RESID, EPI>(op, r % M, lo + r / M, dots[r] * sc, s, fast_epi && r < MPK_THREADS ? &pre : nullptr,
+                          kIsPair<EPI> ? dots[outs + r] * sc : 0.f);
+  }
   return seq;
 }
 

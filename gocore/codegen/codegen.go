@@ -140,6 +140,7 @@ type Options struct {
 	Trace      bool // the kernel records per-task timestamps
 	SplitGemmX bool // wgmma GEMM streams' x stored as bf16 hi and lo planes (splitX)
 	TileXParts bool // a tile stream's large plain x staged in parts of K (stream.TileXParts)
+	WideXParts bool // TileXParts for a normed x, a pair and any number of row groups too
 }
 
 // Generate emits module.cu for the task graph.
@@ -150,7 +151,7 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, opt Options) (*Module, error) {
 	}
 	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{},
 		kvs:     map[*ir.Op]kvStream{},
-		written: stream.Writers(g), tileXParts: opt.TileXParts}
+		written: stream.Writers(g), tileXParts: opt.TileXParts, wideXParts: opt.WideXParts}
 	split := make([]int, len(g.Ops))
 	seen := make([]bool, len(g.Ops))
 	rows := make([]int64, len(g.Ops)) // the most weight rows one task of a Linear reads
@@ -264,8 +265,8 @@ func (gen *generator) planStreams(rows []int64, slots int) {
 		if (p.Tiles || p.Gemm) && scratch > tileScratchBudget {
 			continue // its x and partials would leave too small a ring: the plain Linear
 		}
-		if gen.tileXParts && p.Tiles && op.Attr.Pro == nil {
-			p.XParts = stream.TileXParts(p, rows[op.ID])
+		if gen.tileXParts && p.Tiles && (op.Attr.Pro == nil || gen.wideXParts && stream.DeferredNorm(op)) {
+			p.XParts = stream.TileXParts(p, rows[op.ID], gen.wideXParts)
 			scratch = int(p.XBytes() + p.PartialFloats(rows[op.ID])*4)
 		}
 		gen.plans[op] = p
@@ -444,6 +445,7 @@ type generator struct {
 	tmapIDs    map[tmapSpec]int
 	split      map[*ir.Buffer]bool // the temporaries stored as bf16 hi and lo planes (splitX)
 	tileXParts bool                // Options.TileXParts
+	wideXParts bool                // Options.WideXParts
 	err        error               // the first error of a table writer
 }
 
@@ -725,7 +727,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			code = fmt.Sprintf("static_assert(mpk::wgmma_scratch_bytes() <= kSharedBytes, \"codegen reserved too "+
 				"little shared memory for a wgmma stream\");\n  %s", code)
 		} else if p, ok := gen.plans[op]; ok && p.Tiles && p.XParts > 1 {
-			// The loader's page order and the task's sums assume one bound on its row groups.
+			// Past this bound on its row groups, a task adds its sums in shared memory part by part.
 			code = fmt.Sprintf("static_assert(mpk::kTilePartGroups == %d, \"stream.MaxTilePartGroups and "+
 				"mpk::kTilePartGroups disagree\");\n  %s", stream.MaxTilePartGroups, code)
 		} else if p, ok := gen.plans[op]; ok && p.Gemm { // the scratch stream.GemmScratch reserved is what the task takes

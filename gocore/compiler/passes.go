@@ -119,7 +119,7 @@ var passes = []pass{
 			return nil
 		}
 		m, err := codegen.Generate(c.Ops, c.Tasks, codegen.Options{Trace: c.Options.Trace, SplitGemmX: c.Options.SplitGemmX,
-			TileXParts: c.Options.TileXParts})
+			TileXParts: c.Options.TileXParts, WideXParts: c.Options.WideXParts})
 		if err != nil {
 			return &wire.Error{Kind: "unsupported_op", Message: err.Error()}
 		}

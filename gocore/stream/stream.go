@@ -34,8 +34,10 @@ const (
 	MaxTileXBytes = 132 << 10
 	// TileXPartBytes bounds a part of a tile stream's x staged in parts of
 	// K (TileXParts): batch 8's x of a K = 2,048 Linear with its low part
-	// (66.5 KB: q/k/v, o, gate, up). MaxTilePartGroups bounds the row groups
-	// of such a task (mpk::kTilePartGroups).
+	// (66.5 KB: q/k/v, o, gate, up; batch 16's in two parts, 66 KB each).
+	// MaxTilePartGroups bounds the row groups of such a task whose sums stay
+	// in registers across the parts (mpk::kTilePartGroups; with WideXParts a
+	// task of more adds them in shared memory part by part).
 	TileXPartBytes    = 67 << 10
 	MaxTilePartGroups = 2
 	// consumerWarps is MPK_THREADS / 32.
@@ -187,9 +189,11 @@ func (p Plan) XBytes() int64 {
 // projection at batch 8: 8 rows of 8,192, 132 KB, a ring of 5 pages where
 // the others' 66.5 KB leave 8). Only where a task reads at most
 // MaxTilePartGroups groups of TileRows weight rows: each group's sums live
-// across the parts; not a pair. 1: x whole.
-func TileXParts(p Plan, taskRows int64) int64 {
-	if !p.Tiles || p.Pair || taskRows > MaxTilePartGroups*TileRows || TileXBytes(p.K, p.M, p.ElemBytes, p.XLow) <= TileXPartBytes {
+// across the parts; not a pair. wide (codegen's WideXParts) lifts both
+// bounds. 1: x whole.
+func TileXParts(p Plan, taskRows int64, wide bool) int64 {
+	if !p.Tiles || !wide && (p.Pair || taskRows > MaxTilePartGroups*TileRows) ||
+		TileXBytes(p.K, p.M, p.ElemBytes, p.XLow) <= TileXPartBytes {
 		return 1
 	}
 	blocks := p.K / p.Cols
@@ -199,6 +203,21 @@ func TileXParts(p Plan, taskRows int64) int64 {
 		}
 	}
 	return 1
+}
+
+// DeferredNorm says whether op's prologue is a norm that a tile stream
+// defers (mpk::tile_norm_deferred, up to its run-time check of the rows'
+// alignment): an RMSNorm with a bf16 weight, one row broadcast over x's,
+// over an fp32 x with an fp32 result (every decoder's norm over the widened
+// residual stream). Only its x may be staged in parts of K: the rows' sums
+// of squares add up part by part, and the dots are scaled once all are in.
+func DeferredNorm(op *ir.Op) bool {
+	pro := op.Attr.Pro
+	if op.Kind != ir.Linear || pro == nil || pro.Kind != ir.RMSNorm || !pro.HasWeight || pro.First >= len(op.In) {
+		return false
+	}
+	w := op.In[pro.First]
+	return op.In[0].DType() == ir.F32 && w.DType() == ir.BF16 && pro.DType == ir.F32 && w.Rank() == 2 && w.Strides[0] == 0
 }
 
 // BlockBytes is the bytes of a row a Gemm plan's page holds a column

@@ -103,29 +103,43 @@ func TestTileXParts(t *testing.T) {
 		}
 		return p
 	}
+	pair := plan(16, 2048)
+	pair.Pair = true
 	cases := []struct {
 		name     string
 		p        Plan
 		taskRows int64
+		wide     bool
 		want     int64
 	}{
-		{"batch 8 down, 16 rows a task (132 KB of x rounded)", plan(8, 8192), 16, 2},
-		{"batch 8 down, 8 rows a task", plan(8, 8192), 8, 2},
-		{"batch 8 down, 24 rows a task (three groups)", plan(8, 8192), 24, 1},
-		{"batch 4 down (132 KB with its low part)", plan(4, 8192), 16, 2},
-		{"batch 8 q (66.5 KB: fits)", plan(8, 2048), 16, 1},
+		{"batch 8 down, 16 rows a task (132 KB of x rounded)", plan(8, 8192), 16, false, 2},
+		{"batch 8 down, 8 rows a task", plan(8, 8192), 8, false, 2},
+		{"batch 8 down, 24 rows a task (three groups)", plan(8, 8192), 24, false, 1},
+		{"batch 4 down (132 KB with its low part)", plan(4, 8192), 16, false, 2},
+		{"batch 8 q (66.5 KB: fits)", plan(8, 2048), 16, false, 1},
+		{"batch 8 q, wide", plan(8, 2048), 16, true, 1},
+		{"batch 16 gate, 62 rows a task (133 KB with its low part)", plan(16, 2048), 62, false, 1},
+		{"batch 16 gate, 62 rows a task, wide", plan(16, 2048), 62, true, 2},
+		{"batch 16 gate and up paired", pair, 16, false, 1},
+		{"batch 16 gate and up paired, wide", pair, 16, true, 2},
+		{"batch 8 down, 24 rows a task, wide", plan(8, 8192), 24, true, 2},
 	}
 	for _, c := range cases {
-		if got := TileXParts(c.p, c.taskRows); got != c.want {
+		if got := TileXParts(c.p, c.taskRows, c.wide); got != c.want {
 			t.Errorf("%s: %d parts, want %d", c.name, got, c.want)
 		}
+	}
+	half := plan(16, 2048)
+	half.XParts = 2
+	if got := half.XBytes(); got > TileXPartBytes {
+		t.Errorf("batch 16's x of K 2,048 in 2 parts: %d bytes, more than %d", got, TileXPartBytes)
 	}
 	p := plan(8, 8192)
 	p.XParts = 2
 	if got, want := p.XBytes(), TileXBytes(4096, 8, 2, false); got != want || got > TileXPartBytes {
 		t.Errorf("x in 2 parts: %d bytes, want %d (at most %d)", got, want, TileXPartBytes)
 	}
-	if got := TileXParts(Plan{M: 8, K: 8192, Tiles: false}, 8); got != 1 {
+	if got := TileXParts(Plan{M: 8, K: 8192, Tiles: false}, 8, true); got != 1 {
 		t.Errorf("a register stream: %d parts, want 1", got)
 	}
 }
@@ -167,5 +181,36 @@ func TestTasks(t *testing.T) {
 	}
 	if f := p.PartialFloats(4); f != 4*2048/256 {
 		t.Errorf("partials of 4 rows: %d floats, want %d", f, 4*2048/256)
+	}
+}
+
+// TestDeferredNorm: only a weighted RMSNorm over an fp32 x with an fp32
+// result and one bf16 weight row broadcast over x's rows is deferred (and
+// so may be staged in parts of K).
+func TestDeferredNorm(t *testing.T) {
+	normed := func(xdt, wdt, pdt ir.DType, rowStride int64, weight bool) *ir.Op {
+		op := linearX(8, 2048, 2048, xdt, ir.BF16, []int64{2048, 1}, ir.Input)
+		g := &ir.Buffer{Name: "g", Kind: ir.Input, DType: wdt, Numel: 2048}
+		op.Attr.Pro = &ir.Prologue{Kind: ir.RMSNorm, First: 2, HasWeight: weight, DType: pdt, Eps: 1e-5}
+		op.In = append(op.In, ir.View{Buf: g, Shape: []int64{8, 2048}, Strides: []int64{rowStride, 1}})
+		return op
+	}
+	cases := []struct {
+		name string
+		op   *ir.Op
+		want bool
+	}{
+		{"the widened residual stream's norm", normed(ir.F32, ir.BF16, ir.F32, 0, true), true},
+		{"a bf16 x", normed(ir.BF16, ir.BF16, ir.F32, 0, true), false},
+		{"an fp32 weight", normed(ir.F32, ir.F32, ir.F32, 0, true), false},
+		{"a bf16 result", normed(ir.F32, ir.BF16, ir.BF16, 0, true), false},
+		{"a weight row per x row", normed(ir.F32, ir.BF16, ir.F32, 2048, true), false},
+		{"no weight", normed(ir.F32, ir.BF16, ir.F32, 0, false), false},
+		{"no prologue", linearX(8, 2048, 2048, ir.F32, ir.BF16, []int64{2048, 1}, ir.Input), false},
+	}
+	for _, c := range cases {
+		if got := DeferredNorm(c.op); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -144,6 +144,12 @@ type Options struct {
 	// another, where the whole would shrink the workers' weight ring (the
 	// down projection at batch 8: stream.TileXParts).
 	TileXParts bool `json:"tile_x_parts"`
+	// WideXParts lets TileXParts stage in parts what it otherwise stages
+	// whole: a normed x (the deferred norm: each part's sums of squares
+	// added up) and a pair's, and tasks of any number of row groups (their
+	// sums added part by part in shared memory), so no tile stream's x
+	// shrinks the ring (batch 16's, qwen3-8b's batch 8).
+	WideXParts bool `json:"wide_x_parts"`
 	// PairTiles lets pair_linears pair tile streams too (a decode batch's
 	// gate and up projections): a task stages x once and streams each row
 	// group's pages of both weights (lower.Config).

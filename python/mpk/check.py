@@ -448,6 +448,10 @@ LOWERING_FLAGS = (
     ("pair_tiles", True, "pair_linears pairs tile streams too (a decode batch's gate and up projections): a task "
                          "stages x once and streams each row group's pages of both weights, one dependent stage "
                          "fewer a layer (llama-3.2-1b batch 8 -1.8%, batch 16 -1.8%; qwen3-8b batch 8 -1.5%)"),
+    ("wide_x_parts", False, "tile_x_parts for every tile stream: a normed x (the deferred norm's sums of squares "
+                            "added part by part), a pair's, and tasks of any number of row groups (their sums added "
+                            "in shared memory part by part), so no x shrinks the ring (batch 16's 4 pages, qwen3-8b "
+                            "batch 8's 5; off until timed on the GPU)"),
 )
 
 
