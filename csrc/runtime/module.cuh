@@ -192,9 +192,9 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
       continue;
     }
     // x staged in parts of K (mpk::linear_tiles' XP): each part's row
-    // groups in order, part after part; else one part, K whole. A pair
-    // (never in parts): each row group's pages of the first weight, then of
-    // the second.
+    // groups in order, part after part; else one part, K whole. A pair:
+    // each row group's pages of the first weight, then of the second (in
+    // parts: the part's columns of each).
     const int64_t part_span = sd.row_span / max(1, sd.x_parts);
     for (int64_t c0 = 0; c0 < sd.row_span; c0 += part_span)
       for (int64_t r = 0; r < rows; r += sd.tile_rows)

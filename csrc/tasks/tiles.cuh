@@ -337,6 +337,14 @@ __device__ __forceinline__ float* tile_row_pad(T* xs_hi, int m) {  // K: the sta
   return reinterpret_cast<float*>(xs_hi + m * PITCH + K);
 }
 
+// add_row_pad puts warp's partial sum t of row m's squares in the row's pad,
+// or (add: x in parts, a later part's) adds it to the sum there.
+template <int K, int PITCH, typename T>
+__device__ __forceinline__ void add_row_pad(T* xs_hi, int m, int warp, float t, bool add) {
+  float* pad = tile_row_pad<K, PITCH>(xs_hi, m);
+  pad[warp] = (add ? pad[warp] : 0.f) + t;
+}
+
 // K columns of x from column k0; add: into the pads' sums (a later part).
 template <int K, int M, int PITCH, int N, typename X, typename T>
 __device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi, const Slots<N>& s, int64_t k0 = 0,
@@ -361,10 +369,7 @@ __device__ __forceinline__ void norm_rows_deferred(const Op& op, X xs, T* xs_hi,
 #pragma unroll
     for (int b = 0; b < B; ++b) {
       const float t = warp_sum(ss[b]);
-      if (lane == 0 && m0 + b < M) {
-        float* pad = tile_row_pad<K, PITCH>(xs_hi, m0 + b);
-        pad[warp] = (add ? pad[warp] : 0.f) + t;
-      }
+      if (lane == 0 && m0 + b < M) add_row_pad<K, PITCH>(xs_hi, m0 + b, warp, t, add);
     }
   }, k0);
 }
@@ -385,10 +390,7 @@ __device__ __noinline__ void norm_part_any(const Op& op, X xs, T* xs_hi, const S
       put_x(xs + m * PITCH, k, v * (float)load_elem(base(s, w), w.dtype, offset_of(w, i)));
     }
     const float t = warp_sum(ss);
-    if (lane == 0) {
-      float* pad = tile_row_pad<K, PITCH>(xs_hi, m);
-      pad[warp] = (add ? pad[warp] : 0.f) + t;
-    }
+    if (lane == 0) add_row_pad<K, PITCH>(xs_hi, m, warp, t, add);
   }
 }
 
@@ -522,12 +524,11 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
   // group_dots sums the warps' partials of row group grp into its dots
   // (wi 1: of a pair's second weight, whose group follows the first's);
   // add: onto them (x in parts, a later part's).
-  auto group_dots = [&](int grp, const float(&acc)[MT][4], int wi = 0, bool add = false, int buf = -1) {
+  auto group_dots = [&](int grp, const float(&acc)[MT][4], int wi, bool add, int buf) {
     // Lane (g, t) holds rows 2t and 2t+1 of the group times the mma's rows
     // g and g+8 of each m-tile (LO: x's row g, its hi and lo parts). The
-    // warps' partials go to one of two buffers (the other may still be
-    // read: the calls alternate); each of the group's dots is their sum.
-    if (buf < 0) buf = (NW * grp + wi) & 1;
+    // warps' partials go to buffer buf of two (the other may still be read:
+    // the calls alternate); each of the group's dots is their sum.
     float* pg = part + (buf * kConsumerWarps + warp) * kTileRows * M;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -558,19 +559,7 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     stage_x_part(xp * KX);
     consumer_sync();
   };
-  if constexpr (XP == 1) {
-#pragma unroll 1
-    for (int grp = 0; grp < groups; ++grp)
-#pragma unroll
-      for (int wi = 0; wi < NW; ++wi) {
-        float acc[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
-#pragma unroll 1
-        for (int cb = 0; cb < CB; ++cb, ++seq) page_dots(acc, seq, cb * C);
-        group_dots(grp, acc, wi);
-      }
-  } else if (NW == 1 && groups <= kTilePartGroups) {  // each group's sums in registers across the parts
+  if (XP > 1 && NW == 1 && groups <= kTilePartGroups) {  // each group's sums in registers across the parts
     float acc[kTilePartGroups][MT][4];
 #pragma unroll
     for (int gi = 0; gi < kTilePartGroups; ++gi)
@@ -587,8 +576,8 @@ __device__ uint32_t linear_tiles(const Op& op, int lo, int hi, const Slots<N>& s
     }
 #pragma unroll
     for (int gi = 0; gi < kTilePartGroups; ++gi)
-      if (gi < groups) group_dots(gi, acc[gi]);
-  } else {  // each part's sums of a group (of each weight) added into its dots
+      if (gi < groups) group_dots(gi, acc[gi], 0, false, gi & 1);
+  } else {  // each row group's sums (of each weight); x in parts: each part's added into its dots
     int calls = 0;  // the partials' buffers alternate call by call
 #pragma unroll 1
     for (int xp = 0; xp < XP; ++xp) {
