@@ -33,6 +33,12 @@
 #ifndef MASK_AHEAD
 #define MASK_AHEAD 1
 #endif
+// SWZ=1: K and V rows stored swizzled (a row's 16-byte chunk c at c ^ row % 8:
+// DecodeMma's SWZ), so an ldmatrix's 8 rows fall in distinct banks; 0: plain
+// rows of D elements, as the ring's pages hold them (8-way conflicts).
+#ifndef SWZ
+#define SWZ 0
+#endif
 
 constexpr int kWarps = MPK_THREADS / 32, kRoundRows = 8 * kWarps, kReps = 50;
 
@@ -54,11 +60,12 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   const size_t unit = (size_t)blockIdx.x * n * D;
   for (int i = threadIdx.x; i < n8 * D; i += MPK_THREADS) {
     const bool in = i < n * D;
-    ks[i] = in ? k[unit + i] : __float2bfloat16(0.f), vs[i] = in ? v[unit + i] : __float2bfloat16(0.f);
+    const int row = i / D, c = i % D / 8, to = row * D + (SWZ ? c ^ row % 8 : c) * 8 + i % 8;
+    ks[to] = in ? k[unit + i] : __float2bfloat16(0.f), vs[to] = in ? v[unit + i] : __float2bfloat16(0.f);
   }
   for (int i = threadIdx.x; i < G * D; i += MPK_THREADS) qs[i] = q[(size_t)blockIdx.x * G * D + i];
   __syncthreads();
-  mpk::DecodeMma<T, D, G>::stage_q(qs, qst);
+  mpk::DecodeMma<T, D, G, SWZ>::stage_q(qs, qst);
   __syncthreads();
   const float* mrow = mask + (size_t)blockIdx.x * n;
   // The lane's two positions of the warp's 8 in round r (past n: hidden).
@@ -71,7 +78,7 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   uint64_t t0 = 0;
   for (int rep = -1; rep < kReps; ++rep) {  // rep -1: warm, the checked result
     if (rep == 0 && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    mpk::DecodeMma<T, D, G> st;
+    mpk::DecodeMma<T, D, G, SWZ> st;
     st.init(qs, qst);
     float a0, a1;
     if (MASK_AHEAD) adds(0, a0, a1);
@@ -166,7 +173,7 @@ void run(int n, int sms) {
       worst = fmax(worst, sqrt(num / den));
     }
   const double us = (double)ns / sms / kReps / 1e3, nr = (n + kRoundRows - 1) / kRoundRows;
-  printf("D %3d G %d positions %4d mask %s: %6.2f us a task, %5.2f a round of %d, rel. error %.2e %s\n", D, G, n,
+  printf("SWZ %d D %3d G %d positions %4d mask %s: %6.2f us a task, %5.2f a round of %d, rel. error %.2e %s\n", SWZ, D, G, n,
          MASK_AHEAD ? "ahead" : "in   ", us, us / nr, kRoundRows, worst, worst < 1e-3 ? "ok" : "WRONG");
   CK(cudaFree(dk));
   CK(cudaFree(dv));
