@@ -33,14 +33,16 @@
 #ifndef MASK_AHEAD
 #define MASK_AHEAD 1
 #endif
-// SWZ=1: K and V rows stored swizzled (a row's 16-byte chunk c at c ^ row % 8:
-// DecodeMma's SWZ), so an ldmatrix's 8 rows fall in distinct banks; 0: plain
-// rows of D elements, as the ring's pages hold them (8-way conflicts).
-#ifndef SWZ
-#define SWZ 0
+// KV_SWZ=1: K and V rows stored as a 128-byte swizzle lands them (DecodeMma's
+// BLOCK, kv_swizzle's pages), so an ldmatrix's 8 rows fall in distinct
+// banks; 0: plain rows of D elements (8-way conflicts).
+#ifndef KV_SWZ
+#define KV_SWZ 0
 #endif
 
 constexpr int kWarps = MPK_THREADS / 32, kRoundRows = 8 * kWarps, kReps = 50;
+// KV_SWZ: a 64-column block's rows (at most kMaxRows of them), a block apart
+constexpr int kMaxRows = 296, kBlock = kMaxRows * 128;
 
 template <int D, int G>
 __global__ void __launch_bounds__(MPK_THREADS, 1)
@@ -51,21 +53,31 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   // K and V rows up to a whole 8 (zeros past n: a hidden position's
   // P is 0, and 0 times a V row must stay 0, so its bytes must be finite)
   const int n8 = (n + 7) / 8 * 8;
+  constexpr int kv_elems = KV_SWZ ? D / 64 * kBlock / 2 : 0;  // KV_SWZ: the blocks of kMaxRows rows
+  const int kve = KV_SWZ ? kv_elems : n8 * D;
   T* ks = reinterpret_cast<T*>(smem);  // [n8][D]
-  T* vs = ks + n8 * D;                 // [n8][D]
-  float* qs = reinterpret_cast<float*>(vs + n8 * D);  // [G][D]
+  T* vs = ks + kve;                    // [n8][D]
+  float* qs = reinterpret_cast<float*>(vs + kve);  // [G][D]
   float* part = qs + G * D;                           // [warps][G][D + 2]
   T* qst = reinterpret_cast<T*>(part + kWarps * G * (D + 2));  // MPK_DECODE_MMA_QSMEM: [2][8][D + 8]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const size_t unit = (size_t)blockIdx.x * n * D;
   for (int i = threadIdx.x; i < n8 * D; i += MPK_THREADS) {
     const bool in = i < n * D;
-    const int row = i / D, c = i % D / 8, to = row * D + (SWZ ? c ^ row % 8 : c) * 8 + i % 8;
-    ks[to] = in ? k[unit + i] : __float2bfloat16(0.f), vs[to] = in ? v[unit + i] : __float2bfloat16(0.f);
+    // KV_SWZ: as a 128-byte swizzle lands a page (DecodeMma's BLOCK): 64-column
+    // blocks kBlock bytes apart, rows 128 bytes apart, chunk c of the row at
+    // address a at c ^ bits 7-9 of a
+    const int row = i / D, c = i % D / 8, blk = c / 8;
+    const int at = row * 128 + blk * kBlock, to = KV_SWZ ? (at + ((c % 8) ^ (((int)mpk::smem_u32(ks) + at) >> 7 & 7)) * 16) / 2 + i % 8
+                                                       : i;
+    ks[to] = in ? k[unit + i] : __float2bfloat16(0.f);
+    const int atv = row * 128 + blk * kBlock;
+    const int tov = KV_SWZ ? (atv + ((c % 8) ^ (((int)mpk::smem_u32(vs) + atv) >> 7 & 7)) * 16) / 2 + i % 8 : i;
+    vs[tov] = in ? v[unit + i] : __float2bfloat16(0.f);
   }
   for (int i = threadIdx.x; i < G * D; i += MPK_THREADS) qs[i] = q[(size_t)blockIdx.x * G * D + i];
   __syncthreads();
-  mpk::DecodeMma<T, D, G, SWZ>::stage_q(qs, qst);
+  mpk::DecodeMma<T, D, G, KV_SWZ ? kBlock : 0>::stage_q(qs, qst);
   __syncthreads();
   const float* mrow = mask + (size_t)blockIdx.x * n;
   // The lane's two positions of the warp's 8 in round r (past n: hidden).
@@ -78,7 +90,7 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   uint64_t t0 = 0;
   for (int rep = -1; rep < kReps; ++rep) {  // rep -1: warm, the checked result
     if (rep == 0 && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    mpk::DecodeMma<T, D, G, SWZ> st;
+    mpk::DecodeMma<T, D, G, KV_SWZ ? kBlock : 0> st;
     st.init(qs, qst);
     float a0, a1;
     if (MASK_AHEAD) adds(0, a0, a1);
@@ -90,7 +102,8 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
         adds(r, b0, b1);
       }
       const int j0 = r * kRoundRows + 8 * warp;  // the warp's 8 positions (past n: hidden, zero rows)
-      if (j0 < n) st.fold(mpk::smem_u32(ks + j0 * D), mpk::smem_u32(vs + j0 * D), b0, b1);
+      const int rb = KV_SWZ ? 64 : D;  // a row's elements in its first block
+      if (j0 < n) st.fold(mpk::smem_u32(ks + j0 * rb), mpk::smem_u32(vs + j0 * rb), b0, b1);
     }
     st.stash(part, warp);
     mpk::consumer_sync();
@@ -135,7 +148,7 @@ void run(int n, int sms) {
   CK(cudaMemcpy(dq, hq.data(), hq.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(dm, hm.data(), hm.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemset(dns, 0, 8));
-  const int smem = 2 * ((n + 7) / 8 * 8) * D * 2 + G * D * 4 + kWarps * G * (D + 2) * 4 + mpk::decode_mma_q_bytes(D);
+  const int smem = 2 * (KV_SWZ ? D / 64 * kBlock : (n + 7) / 8 * 8 * D * 2) + G * D * 4 + kWarps * G * (D + 2) * 4 + mpk::decode_mma_q_bytes(D);
   CK(cudaFuncSetAttribute(rounds<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   rounds<D, G><<<sms, MPK_THREADS, smem>>>(dk, dv, dq, dm, n, dout, dns);
   CK(cudaGetLastError());
@@ -173,7 +186,7 @@ void run(int n, int sms) {
       worst = fmax(worst, sqrt(num / den));
     }
   const double us = (double)ns / sms / kReps / 1e3, nr = (n + kRoundRows - 1) / kRoundRows;
-  printf("SWZ %d D %3d G %d positions %4d mask %s: %6.2f us a task, %5.2f a round of %d, rel. error %.2e %s\n", SWZ, D, G, n,
+  printf("KV_SWZ %d D %3d G %d positions %4d mask %s: %6.2f us a task, %5.2f a round of %d, rel. error %.2e %s\n", KV_SWZ, D, G, n,
          MASK_AHEAD ? "ahead" : "in   ", us, us / nr, kRoundRows, worst, worst < 1e-3 ? "ok" : "WRONG");
   CK(cudaFree(dk));
   CK(cudaFree(dv));
@@ -189,6 +202,7 @@ int main() {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   printf("attention rounds on the tensor cores (tasks/decode_mma.cuh), %d CTAs of %d warps, %d reps\n", sms, kWarps,
          kReps);
+  static_assert(kMaxRows >= 288 && kMaxRows % 8 == 0, "the probe's blocks hold its longest unit");
   run<64, 4>(288, sms);   // llama-3.2-1b at batch 8: 2 chunks of 288
   run<64, 4>(128, sms);   // one round
   run<64, 4>(100, sms);   // a round's last warps past the end, a partial 8

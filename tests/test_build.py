@@ -5,6 +5,7 @@ cache (with a fake nvcc), and the launcher against a fake module in plain C."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -112,6 +113,22 @@ def test_build_wide_x_parts(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsy
     assert any("mpk::NormPro, mpk::PairEpi<" in ln and ln.endswith(", 2>(op, lo, hi, s, c);") for ln in tiles), tiles
     assert all(ln.endswith(", 2>(op, lo, hi, s, c);") for ln in tiles), tiles
     assert "constexpr int kSizedRingPages = 8;" in src
+
+
+def test_build_kv_swizzle(core_lib, fresh_dynamo, tmp_path, monkeypatch, capsys):
+    """kv_swizzle builds for nvcc: a masked batch of small-llama (head dim 64)
+    whose kv_pages tasks take swizzled pages (the loader's boxes of the
+    caches' tensor maps, kv_batch_mma's swizzled ldmatrix addresses)."""
+    if build.find_nvcc() is None:
+        pytest.skip("no nvcc")
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
+    rc = build_cli.main(["--model", "small-llama", "--dtype", "bfloat16", "--cache-tokens", "300", "--batch", "4",
+                         "--mask", "--workers", "16", "--kv-swizzle", "--out", str(tmp_path / "out")])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 0 and last.endswith("nvcc ok"), last
+    src = (tmp_path / "out" / "module.cu").read_text()
+    assert "kKVLive, true, true, true>(op, lo, hi, s, c)" in src
+    assert re.search(r"\{\d+, 128, \d+, 16, \d+, 128, 16, 16, 128, 0\}", src), "no swizzled kv tensor map"
 
 
 # The micro-benchmarks in bench/ include the task library: a change to it that

@@ -84,6 +84,22 @@ def test_cuda_kv_pages_batch(core_lib, fresh_dynamo, model, batch, cache_tokens,
     assert "mpk::attention_kv_pages<" in res.compiled.sources["module.cu"]
 
 
+@pytest.mark.parametrize("model,batch,cache_tokens,capacity", [("small-llama", 4, 300, 0), ("small-llama", 8, 200, 1200),
+                                                               ("wide-llama", 8, 200, 0), ("wide-qwen3", 3, 300, 0)])
+def test_cuda_kv_swizzle(core_lib, fresh_dynamo, model, batch, cache_tokens, capacity):
+    """kv_swizzle (off by default) on the GPU: a masked decode batch's kv_pages
+    chunks land as boxes of the caches' tensor maps, 128-byte swizzled, and
+    the tensor-core rounds read them at the swizzled addresses: head dim 64
+    (small-llama: one 128-byte block a row) and 128 (wide-llama, wide-qwen3:
+    two blocks a page), a chunk's last page past its rows (the box lands
+    whole), a capacity past the mask's extent, two tasks a worker (16)."""
+    lines = []
+    res = check.run_check(model=model, target="cuda", batch=batch, cache_tokens=cache_tokens, capacity=capacity, steps=3,
+                          seed=0, workers=16, log=lines.append, mask=True, options={"kv_swizzle": True})
+    assert res.ok, "\n".join(lines)
+    assert "kKVLive, true, true, true>(op, lo, hi, s, c)" in res.compiled.sources["module.cu"], "no swizzled kv pages"
+
+
 @pytest.mark.parametrize("batch,workers,mask", [(4, None, False), (3, 16, True), (8, 16, False), (24, 16, False)])
 def test_cuda_batch_on_tensor_cores(core_lib, fresh_dynamo, batch, workers, mask):
     """Several rows of x stream each weight once through the tensor cores

@@ -46,7 +46,7 @@ def test_export_small_graph(fake_core):
                               "pair_linears": True, "pair_gemm": True, "balance_gemm_tail": True, "kv_pages": True, "weight_affinity": False,
                               "arena_reuse": True, "timed_schedule": True, "split_gemm_x": True, "gemm_batch": False,
                               "kv_pages_batch": True, "tile_x_parts": True, "pair_tiles": True,
-                              "wide_x_parts": False}
+                              "wide_x_parts": False, "kv_swizzle": False}
     g = req["graph"]
     kinds = [i["kind"] for i in g["inputs"]]
     assert kinds.count("param") == 1 and kinds.count("input") == 1 and kinds.count("buffer") == 1

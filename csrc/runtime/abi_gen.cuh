@@ -64,14 +64,14 @@ struct Stream {
   int64_t bytes;  // the task's weights; 0: the task streams nothing
   int32_t tile_rows;  // 0: pages of contiguous bytes; else tile pages of this many rows' segments
   int32_t row_span;  // tile pages: bytes of each row the task reads (K of them), row_bytes apart
-  int64_t row_bytes;  // tile pages: bytes from one weight row to the next; kv_j0 >= 0: a K (or V) row's bytes
+  int64_t row_bytes;  // tile pages: bytes from one weight row to the next; kv_j0 >= 0 or a kv chunk's tmap: a K (or V) row's bytes
   int32_t block_bytes;  // gemm pages: bytes of a row a column block holds (each block's row groups, block after block); 0: tile pages (each row group's blocks)
   int32_t pair_slot;  // a paired linear's second weight: its pointer slot; -1: none
   int64_t pair_offset;  // bytes from that slot's base to the task's first row (bytes of them, after the first weight's; gemm: a block's after its)
   int32_t kv_j0;  // a kv_pages chunk cut to the live length (runtime.cuh s_kv_extent): its first position; -1: whole
   int32_t kv_interleave;  // a kv_pages chunk whose task takes its pages round by round (mpk::KVPages STREAM): K and V pages alternate; 0: the K rows' pages, then the V rows'
-  int32_t tmap;  // tile pages: the tensor map (kTmaps, State.tmaps) one copy of whose box fills a page; -1: row copies
-  int32_t pair_tmap;  // the same for the paired linear's second weight
+  int32_t tmap;  // tile pages (or a kv chunk's K pages, 128-byte swizzled: codegen's kvStream.Swizzle): the tensor map (kTmaps, State.tmaps) one copy of whose box fills a page; -1: row copies
+  int32_t pair_tmap;  // the same for the paired linear's second weight (a kv chunk's V)
   int32_t tmap_row;  // the task's first row in its tensor maps
   int32_t x_parts;  // tile pages: the parts of K the task stages x in (mpk::linear_tiles XP): its pages part by part, each part's row groups in order; 1: x whole
 };

@@ -36,7 +36,14 @@ constexpr int kScratchOffset = mpk::ring_bars_bytes<kRingSlots>() + kRingPages *
 // start of shared memory, where every address is a constant (aligned at run
 // time, every decode step was 4-5% slower: bench/NOTES.md thirty-fourth
 // session).
-constexpr int kRingAlign = kWgmmaStreams ? 1024 : 1;
+// Swizzled kv pages (kKVSwizzle) take the pattern from the address as the
+// copy does (mpk::DecodeMma's BLOCK), so they keep the ring where it is;
+// MPK_KV_SWIZZLE_ALIGN=1 (an A/B knob, not yet run) aligns it anyway, in
+// case the copies want their pattern's 1,024 bytes (the budget has them).
+#ifndef MPK_KV_SWIZZLE_ALIGN
+#define MPK_KV_SWIZZLE_ALIGN 0
+#endif
+constexpr int kRingAlign = kWgmmaStreams || (kKVSwizzle && MPK_KV_SWIZZLE_ALIGN) ? 1024 : 1;
 constexpr int kDynamicSharedBytes = (kRingAlign > 1 ? kRingAlign : 0) + kScratchOffset + kSharedBytes;
 // Pages in flight per worker: enough for HBM, few enough that the other L2
 // traffic (activations, counters) does not queue behind them (bench/NOTES.md);
@@ -139,13 +146,21 @@ __device__ __noinline__ void load_weights(const Ring ring, const mpk::Slots<kNum
         bytes = min(bytes, max((int64_t)0, (int64_t)extent - sd.kv_j0) * sd.row_bytes);
       }
       // A kv chunk taken round by round (kv_interleave): a page of K rows,
-      // then the page of V of the same rows (mpk::KVPages' STREAM).
+      // then the page of V of the same rows (mpk::KVPages' STREAM); with
+      // tensor maps (codegen's kvStream.Swizzle), a page is one box of
+      // each (whole: rows past the chunk's land too, and are never read),
+      // 128-byte swizzled.
       if (sd.kv_interleave) {
         const char* vsrc = static_cast<const char*>(slots.p[sd.pair_slot]) + sd.pair_offset;
+        const char* maps = static_cast<const char*>(st.tmaps);
         for (int64_t off = 0; off < bytes; off += sd.page_bytes)
           for (int part = 0; part < 2; ++part, ++seq) {
             if (!acquire(queue[q])) return;
-            ring.fill(seq, (part ? vsrc : src) + off, (uint32_t)min((int64_t)sd.page_bytes, bytes - off), policy);
+            if (kKVSwizzle && sd.tmap >= 0)
+              ring.fill_box(seq, maps + 128 * (part ? sd.pair_tmap : sd.tmap), 0,
+                            sd.tmap_row + (int)(off / sd.row_bytes), (uint32_t)sd.page_bytes, policy, true);
+            else
+              ring.fill(seq, (part ? vsrc : src) + off, (uint32_t)min((int64_t)sd.page_bytes, bytes - off), policy);
           }
         continue;
       }

@@ -902,12 +902,19 @@ __host__ __device__ constexpr int kv_units() {
 // round's waited for), so a chunk longer than the ring streams through it
 // (codegen's kvStream.roundPairs) and one task a unit's chunk fills the
 // workers in one round.
-template <typename T, int D, int P, int UNITS, bool STREAM = false>
+// SWZ (codegen's kvStream.Swizzle; a STREAM task on the tensor cores): the
+// pages landed as a 128-byte swizzle lands them, each row's 64-column
+// blocks kBlock bytes apart and a block's rows 128 bytes apart
+// (DecodeMma's BLOCK): at() is then a row's first block, whose swizzled
+// chunks only DecodeMma reads.
+template <typename T, int D, int P, int UNITS, bool STREAM = false, bool SWZ = false>
 struct KVPages {
   static constexpr bool kOn = true;
   static constexpr bool kStream = STREAM;
   static constexpr int kUnits = UNITS;
   static constexpr int RPP = kPageBytes / (D * (int)sizeof(T));
+  static constexpr int kBlock = SWZ ? RPP * 128 : 0;  // bytes from one column block to the next (0: plain rows)
+  static_assert(!SWZ || (STREAM && sizeof(T) == 2 && D % 64 == 0), "swizzled kv pages: a batch's, whole 128-byte blocks");
   static_assert(RPP >= 1 && kPageBytes % (D * (int)sizeof(T)) == 0, "a page holds whole rows");
   Ring<P> ring;
   uint32_t seq;
@@ -929,6 +936,7 @@ struct KVPages {
   // the chunk (STREAM: outside the rows the warp may read) read the nearest.
   __device__ __forceinline__ uint32_t at(int j, int d, bool v) const {
     const int r = STREAM ? min(max(j - j0, r_lo), r_hi - 1) : min(max(j - j0, 0), rows - 1);
+    if constexpr (SWZ) return smem_u32(ring.page(seq + page_of(r, v))) + (r % RPP) * 128;
     return smem_u32(ring.page(seq + page_of(r, v))) + ((r % RPP) * D + d) * (int)sizeof(T);
   }
   // wait returns once every page has landed (each lane acquires it).
@@ -1380,9 +1388,10 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
   }
   consumer_sync();
   mark_staged_trace();  // trace builds: the extent and queries read
-  DecodeMma<T, D, G>::stage_q(qs, qst);
+  using DM = DecodeMma<T, D, G, KV::kBlock>;  // (kBlock: the pages swizzled)
+  DM::stage_q(qs, qst);
   if constexpr (kDecodeMmaQSmem) consumer_sync();
-  DecodeMma<T, D, G> st;
+  DM st;
   st.init(qs, qst);
   const int rows = kv.rows;
   for (int p = 8 * warp, round = -1; p < rows; p += STEP) {
@@ -1408,8 +1417,11 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
     }
     if (hidden) {
       for (int i = lane; i < 8 * D / 2; i += 32)
-        if (hidden >> (i / (D / 2)) & 1u)
-          asm volatile("st.shared.u32 [%0], %1;" ::"r"(vr + 4 * i), "r"(0u) : "memory");
+        if (hidden >> (i / (D / 2)) & 1u) {
+          // (swizzled: row i / (D / 2)'s 32 words a column block, whichever order its chunks are in)
+          const uint32_t at = KV::kBlock ? vr + i / (D / 2) * 128 + i % (D / 2) / 32 * KV::kBlock + i % 32 * 4 : vr + 4 * i;
+          asm volatile("st.shared.u32 [%0], %1;" ::"r"(at), "r"(0u) : "memory");
+        }
       __syncwarp();
     }
     st.fold(kr, vr, a0, a1);
@@ -1446,8 +1458,9 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
 // op's batch rows are more than one (kv_pages_batch), a task one row's,
 // whose pages stream round by round (KVPages' STREAM: the warps release
 // them as they go, so the chunk may outgrow the ring); MMA (codegen's
-// kvStream.mma): its rounds on the tensor cores (kv_batch_mma). Returns the
-// consumers' new place in the ring. LIVE (codegen's kvLiveExtent): the
+// kvStream.mma): its rounds on the tensor cores (kv_batch_mma); SWZ
+// (codegen's kvStream.Swizzle): its pages landed 128-byte swizzled
+// (KVPages). Returns the consumers' new place in the ring. LIVE (codegen's kvLiveExtent): the
 // loader streams the chunk's rows below the mask's extent only, which the
 // task reads (in[4]) and hands to it (s_kv_extent): on the fast path
 // attention_decode reads it with the queries (reading it first, one round
@@ -1455,7 +1468,7 @@ __device__ __noinline__ void kv_batch_mma(const Op& op, int lo1, int hi1, const 
 // 4,096 cached on the H100: bench/NOTES.md, thirty-sixth session), else
 // first.
 template <typename T, typename QT, typename MT, int D, int G, int R, bool ROWS, int UG, class SH, class FT, int P,
-          bool LIVE, bool BATCH, bool MMA, int N>
+          bool LIVE, bool BATCH, bool MMA, bool SWZ, int N>
 __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi, const Slots<N>& s, const Ctx c) {
   static_assert(!ROWS && !std::is_void<FT>::value && decode_fast_dims<T, D>() && R == SH::SPLITS,
                 "kv_pages: a fresh-row decode attention task of one batch row, one split a group, with vector loads");
@@ -1465,7 +1478,8 @@ __device__ __noinline__ uint32_t attention_kv_pages(const Op& op, int lo, int hi
   const int sp = lo % splits, b = BATCH ? lo / splits / units : 0, j0 = min(sp * chunk, S);
   const int h0 = (BATCH ? lo / splits % units : lo / splits) * UG;
   // BATCH: the pages stream round by round (KVPages' STREAM).
-  using KV = KVPages<T, D, P, UG, BATCH>;
+  using KV = KVPages<T, D, P, UG, BATCH, SWZ>;
+  static_assert(!SWZ || (BATCH && MMA && MPK_KV_BATCH_MMA), "swizzled kv pages: only kv_batch_mma reads them");
   KV kv{ring_at<P>(c.ring), c.seq, b, h0 / G, j0, min(chunk, S - j0), c.abort, LIVE};
   const int lo1 = (b * SH::H + h0) * splits + sp, hi1 = lo1 + UG * splits;
   const bool fast = decode_rows_ok<T, D>(op.in[1], op.in[2], base(s, op.in[1]), base(s, op.in[2]));

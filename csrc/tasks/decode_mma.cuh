@@ -64,10 +64,13 @@ __device__ __forceinline__ uint32_t ldsm_row(uint32_t rows) {
 // the queries as A fragments (hi and lo, a k16 step each of D / 16), and
 // each head's running max, sum and output row g = lane / 4 (the lane's
 // columns 8·n + 2t, + 1 of each n-tile; lanes of rows >= G hold zeros).
-// SWIZZLED: the K and V rows are stored swizzled, a row's 16-byte chunk c at
-// c ^ (row % 8), so the 8 rows an ldmatrix reads fall in distinct banks
-// (bench/attn_round_mma.cu -DSWZ=1; the ring's pages are not, yet).
-template <typename T, int D, int G, bool SWIZZLED = false>
+// BLOCK > 0: the K and V rows are stored as a 128-byte swizzle lands them
+// (kv_swizzle's pages, codegen's kvStream.Swizzle): each row's 64-element
+// column blocks BLOCK bytes apart, a block's rows 128 bytes apart, a row's
+// 16-byte chunk c at c ^ bits 7-9 of the row's address, so the 8 rows an
+// ldmatrix reads fall in distinct banks (plain rows: 8-way conflicts;
+// bench/attn_round_mma.cu -DKV_SWZ=1 times both).
+template <typename T, int D, int G, int BLOCK = 0>
 struct DecodeMma {
   static_assert(D % 32 == 0 && G >= 1 && G <= 8, "DecodeMma: D a multiple of 32, at most 8 heads");
   static constexpr int KS = D / 16, NT = D / 8, QP = D + 8;  // QP: a staged query row (MPK_DECODE_MMA_QSMEM)
@@ -112,15 +115,16 @@ struct DecodeMma {
   }
 
   // chunk_at is the address a lane gives ldmatrix for 16-byte chunk c of
-  // row lane % 8 of the 8 rows (D elements each) at `rows`.
+  // row lane % 8 of the 8 swizzled rows (BLOCK) whose first is at `rows`
+  // (in the first column block).
   static __device__ __forceinline__ uint32_t chunk_at(uint32_t rows, int c) {
-    const int r = threadIdx.x % 8;
-    return rows + r * D * 2 + (SWIZZLED ? c ^ r : c) * 16;
+    const uint32_t row = rows + (threadIdx.x % 8) * 128 + c / 8 * BLOCK;
+    return row + ((c % 8) ^ (row >> 7 & 7)) * 16;
   }
 
   // fold adds 8 positions: their K and V rows at kr and vr (shared-memory
   // addresses of the first of 8 rows, D elements each, row r at + r·D·2
-  // bytes) and the lane's two scores' additions add0, add1 (positions 2t
+  // bytes; BLOCK: + r·128 in each column block) and the lane's two scores' additions add0, add1 (positions 2t
   // and 2t + 1: the mask's, -inf hiding one).
   __device__ __forceinline__ void fold(uint32_t kr, uint32_t vr, float add0, float add1) {
     // S = q·Kᵀ: B fragments from K rows (n = position, k = column):
@@ -130,7 +134,7 @@ struct DecodeMma {
 #pragma unroll
     for (int ks = 0; ks < KS; ks += 2) {
       uint32_t b[4];
-      ldsm_x4(b, SWIZZLED ? chunk_at(kr, (threadIdx.x % 32) / 8 + 2 * ks) : krow + ks * 32);
+      ldsm_x4(b, BLOCK > 0 ? chunk_at(kr, (threadIdx.x % 32) / 8 + 2 * ks) : krow + ks * 32);
       if constexpr (kDecodeMmaQSmem) {
         // Matrix j of an x4 at k step ks: columns 8j.. of rows 0-7, so
         // a0 and a2 of step ks + j are matrices 2j and 2j + 1.
@@ -175,7 +179,7 @@ struct DecodeMma {
 #pragma unroll
     for (int n0 = 0; n0 < NT; n0 += 4) {
       uint32_t b[4];
-      ldsm_x4_t(b, SWIZZLED ? chunk_at(vr, (threadIdx.x % 32) / 8 + n0) : vrow + n0 * 16);
+      ldsm_x4_t(b, BLOCK > 0 ? chunk_at(vr, (threadIdx.x % 32) / 8 + n0) : vrow + n0 * 16);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         float d[4] = {o[n0 + j][0], o[n0 + j][1], 0.f, 0.f};  // rows g + 8: zeros, dropped

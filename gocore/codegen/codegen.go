@@ -141,6 +141,7 @@ type Options struct {
 	SplitGemmX bool // wgmma GEMM streams' x stored as bf16 hi and lo planes (splitX)
 	TileXParts bool // a tile stream's large plain x staged in parts of K (stream.TileXParts)
 	WideXParts bool // TileXParts for a normed x, a pair and any number of row groups too
+	KVSwizzle  bool // a batch's kv_pages chunks land 128-byte swizzled (kvStream.Swizzle)
 }
 
 // Generate emits module.cu for the task graph.
@@ -151,7 +152,8 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, opt Options) (*Module, error) {
 	}
 	gen := &generator{g: g, l: l, variants: map[string]int{}, plans: map[*ir.Op]stream.Plan{}, xkeys: map[string]int{},
 		kvs:     map[*ir.Op]kvStream{},
-		written: stream.Writers(g), tileXParts: opt.TileXParts, wideXParts: opt.WideXParts}
+		written: stream.Writers(g), tileXParts: opt.TileXParts, wideXParts: opt.WideXParts,
+		kvSwizzle: opt.KVSwizzle}
 	split := make([]int, len(g.Ops))
 	seen := make([]bool, len(g.Ops))
 	rows := make([]int64, len(g.Ops)) // the most weight rows one task of a Linear reads
@@ -209,7 +211,12 @@ func Generate(g *ir.Graph, tg *tgraph.Graph, opt Options) (*Module, error) {
 	for _, p := range gen.plans {
 		wgmma = wgmma || p.Wgmma
 	}
-	fmt.Fprintf(&src, "constexpr bool kWgmmaStreams = %v;  // a wgmma stream's pages are swizzled tensor-map boxes\n\n", wgmma)
+	fmt.Fprintf(&src, "constexpr bool kWgmmaStreams = %v;  // a wgmma stream's pages are swizzled tensor-map boxes\n", wgmma)
+	kvSwizzle := false
+	for _, ks := range gen.kvs {
+		kvSwizzle = kvSwizzle || ks.Swizzle
+	}
+	fmt.Fprintf(&src, "constexpr bool kKVSwizzle = %v;  // a kv chunk's pages may be swizzled tensor-map boxes (kvStream.Swizzle)\n\n", kvSwizzle)
 	src.WriteString(gen.exprs.String())
 	src.WriteString("// One device function per distinct task variant; each returns the consumers' new place in the weight ring.\n")
 	src.WriteString(gen.funcs.String())
@@ -446,6 +453,7 @@ type generator struct {
 	split      map[*ir.Buffer]bool // the temporaries stored as bf16 hi and lo planes (splitX)
 	tileXParts bool                // Options.TileXParts
 	wideXParts bool                // Options.WideXParts
+	kvSwizzle  bool                // Options.KVSwizzle
 	err        error               // the first error of a table writer
 }
 
@@ -635,6 +643,7 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			}
 			// (a kv_pages task is one batch row's unit: ROWS false)
 			ks, streamed := kvStreamOf(op)
+			ks.Swizzle = gen.kvSwizzle && ks.swizzles(op)
 			batch := op.In[0].Shape[0] > 1
 			args := fmt.Sprintf("%s, %s, %s, %d, %d, %d, %v, %d, mpk::DecodeShape<%d, %d, %d, %d>, %s", T, cType[op.In[0].DType()],
 				maskType(op), D, G, max(1, op.Attr.Interleave), batch && !streamed, op.HeadsPerUnit(), op.In[0].Shape[1],
@@ -643,8 +652,8 @@ func (gen *generator) op(op *ir.Op, split int) (string, error) {
 			if streamed {
 				// kv_pages: the task's K and V chunk comes through the ring.
 				gen.kvs[op] = ks
-				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots, kKVLive, %v, %v>(op, lo, hi, s, c)", args, batch,
-					ks.mma()), true
+				code, ret = fmt.Sprintf("mpk::attention_kv_pages<%s, kRingSlots, kKVLive, %v, %v, %v>(op, lo, hi, s, c)", args,
+					batch, ks.mma(), ks.Swizzle), true
 				if ks.mma() {
 					gen.smem = max(gen.smem, ks.mmaBytes())
 				}

@@ -20,11 +20,21 @@ import (
 // A batch's (Stream) alternates the K and V rows' pages and its task takes
 // them a round of RoundRows rows at a time (mpk::KVPages' STREAM), so its
 // chunk need not fit the ring.
+//
+// Swizzle (option kv_swizzle): a Stream task on the tensor cores takes its
+// pages as boxes of tensor maps over the caches (rows of D elements), each
+// 64-column block's rows 128-byte swizzled (a row's 16-byte chunk c at c ^
+// bits 7-9 of its address), so the 8 rows an ldmatrix reads fall in
+// distinct banks: with plain 128-byte rows they were 8-way conflicted, a
+// quarter of batch 8's excess shared-memory wavefronts, and a probe's
+// rounds took 29-36% less time swizzled (bench/NOTES.md, fifty-third
+// session).
 type kvStream struct {
 	D, S, H, G, UG, Splits int64
 	Chunk, RowsPerPage     int64
 	Stream                 bool
 	RoundRows              int64
+	Swizzle                bool
 }
 
 // kvPageDims says whether 2-byte K and V rows of head dim D suit a kv_pages
@@ -96,6 +106,30 @@ func (ks kvStream) mmaBytes() int {
 	return int(2*ks.UG*ks.D+Threads/32*ks.UG*(ks.D+2))*4 + int(2*8*(ks.D+8))*2
 }
 
+// kvSwizzleBlock is the bytes of a swizzled page's column block: 64
+// elements of each row, the span of a 128-byte swizzle (mpk::KVPages).
+const kvSwizzleBlock = 128
+
+// swizzles reports whether the Stream task on the tensor cores of op can
+// take swizzled pages (Swizzle): a head dim of whole 128-byte blocks, and K
+// and V viewed alike, each (row, KV head)'s rows starting a whole row of D
+// elements into its buffer, so one tensor-map row (kvRow) serves both.
+func (ks kvStream) swizzles(op *ir.Op) bool {
+	k, v := op.In[1], op.In[2]
+	return ks.Stream && ks.mma() && (ks.D*2)%kvSwizzleBlock == 0 && k.Offset == v.Offset &&
+		slices.Equal(k.Strides, v.Strides) && k.Offset%ks.D == 0 && k.Strides[0]%ks.D == 0 && k.Strides[1]%ks.D == 0 &&
+		k.Buf.Numel%ks.D == 0 && v.Buf.Numel == k.Buf.Numel
+}
+
+// kvMap is the tensor map of a swizzled chunk's K (or V) cache x: its
+// buffer as rows of D elements, a box a page (RowsPerPage rows, landing
+// block after block of 128 bytes, swizzled).
+func (gen *generator) kvMap(ks kvStream, x ir.View) tmapSpec {
+	return tmapSpec{Slot: gen.l.slot[x.Buf], Offset: gen.l.offset[x.Buf] * 2, Cols: ks.D * 2 / tmapUnit,
+		Rows: x.Buf.Numel / ks.D, RowBytes: ks.D * 2, BoxCols: ks.D * 2 / tmapUnit, BoxRows: ks.RowsPerPage,
+		BlockCols: kvSwizzleBlock / tmapUnit, Swizzle: kvSwizzleBlock}
+}
+
 // roundPairs is the (K, V) page pairs a Stream task's warp holds at once,
 // a round's.
 func (ks kvStream) roundPairs() int64 { return stream.KVRoundPairs(ks.D, ks.RoundRows) }
@@ -152,6 +186,10 @@ func (gen *generator) kvStreamOf(op *ir.Op, ks kvStream, t *tgraph.Task, split i
 	e.pairSlot, e.pairOffset, e.kvJ0 = int64(gen.l.slot[v.Buf]), at(v), liveJ0
 	if ks.Stream {
 		e.kvInterleave = 1
+	}
+	if ks.Swizzle { // the chunk's first row in the maps (swizzles: K's and V's alike), and a row's bytes
+		e.tmap, e.pairTmap = int64(gen.tmap(gen.kvMap(ks, k))), int64(gen.tmap(gen.kvMap(ks, v)))
+		e.tmapRow, e.rowBytes = (k.Offset+b*k.Strides[0]+kvh*k.Strides[1])/ks.D+j0, ks.D*2
 	}
 	return e
 }

@@ -147,3 +147,27 @@ func TestKVLiveExtent(t *testing.T) {
 		}
 	}
 }
+
+// TestKVSwizzles: a batch's kv stream on the tensor cores can take
+// swizzled pages (kv_swizzle) at head dims of whole 128-byte blocks (64,
+// 128), its K and V viewed alike from whole rows; not a single sequence's
+// (no Stream), or a V viewed from another offset.
+func TestKVSwizzles(t *testing.T) {
+	for _, c := range []struct {
+		D, B  int64
+		shift bool // V's view one row further into its buffer
+		want  bool
+	}{{64, 3, false, true}, {128, 3, false, true}, {64, 1, false, false}, {64, 3, true, false}} {
+		op := kvBatchOp(ir.BF16, c.D, c.B)
+		if c.shift {
+			op.In[2].Offset += c.D
+		}
+		ks, ok := kvStreamOf(op)
+		if !ok {
+			t.Fatalf("%+v streams nothing", c)
+		}
+		if got := ks.swizzles(op); got != c.want {
+			t.Errorf("%+v: swizzles %v, want %v", c, got, c.want)
+		}
+	}
+}

@@ -119,7 +119,8 @@ var passes = []pass{
 			return nil
 		}
 		m, err := codegen.Generate(c.Ops, c.Tasks, codegen.Options{Trace: c.Options.Trace, SplitGemmX: c.Options.SplitGemmX,
-			TileXParts: c.Options.TileXParts, WideXParts: c.Options.WideXParts})
+			TileXParts: c.Options.TileXParts, WideXParts: c.Options.WideXParts,
+			KVSwizzle: c.Options.KVSwizzle})
 		if err != nil {
 			return &wire.Error{Kind: "unsupported_op", Message: err.Error()}
 		}

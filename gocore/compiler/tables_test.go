@@ -1,6 +1,7 @@
 package compiler
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"sort"
@@ -361,9 +362,19 @@ func TestKVStreamTable(t *testing.T) {
 // streams that row's chunk with K and V pages alternating (kv_interleave)
 // and whole (no live cut: each row has its own extent). The CUDA task
 // (attention_kv_pages, BATCH) takes the pages round by round by the same
-// arithmetic, so a mismatch here would stall or corrupt a launch.
+// arithmetic, so a mismatch here would stall or corrupt a launch. With
+// kv_swizzle a page is one box of the K (then V) cache's tensor map, from
+// the chunk's first row in it, 128-byte swizzled.
 func TestKVStreamTableBatch(t *testing.T) {
-	comp, err := Compile(loadRequest(t, "small-llama-kvpages-batch4-decode.json.zst"))
+	for _, swizzle := range []bool{false, true} {
+		t.Run(fmt.Sprintf("swizzle=%v", swizzle), func(t *testing.T) { testKVStreamTableBatch(t, swizzle) })
+	}
+}
+
+func testKVStreamTableBatch(t *testing.T, swizzle bool) {
+	req := loadRequest(t, "small-llama-kvpages-batch4-decode.json.zst")
+	req.Options.KVSwizzle = swizzle
+	comp, err := Compile(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,6 +403,10 @@ func TestKVStreamTableBatch(t *testing.T) {
 		n := min(chunk, S-j0)
 		at := func(x ir.View) int { return int((x.Offset + b*x.Strides[0] + kvh*x.Strides[1] + j0*x.Strides[2]) * 2) }
 		want := []int{k.Buf.Index, 128 * int(D) * 2, at(k), int(n * D * 2), 0, 0, 0, 0, v.Buf.Index, at(v), -1, 1, -1, -1, 0, 1}
+		if swizzle { // a row's bytes, the maps of K and V, the chunk's first row in them
+			want[6], want[12], want[13] = int(D)*2, kvMapIndex(t, src, k, D), kvMapIndex(t, src, v, D)
+			want[14] = int((k.Offset+b*k.Strides[0]+kvh*k.Strides[1])/D + j0)
+		}
 		if !slices.Equal(r, want) {
 			t.Fatalf("task %d (%s, row %d, KV head %d, rows [%d, +%d)): stream row %v, want %v", i, comp.Tasks.Name(i), b, kvh,
 				j0, n, r, want)
@@ -404,10 +419,29 @@ func TestKVStreamTableBatch(t *testing.T) {
 	if !strings.Contains(src, "mpk::attention_kv_pages<") || !strings.Contains(src, "mpk::kv_round_pairs(") {
 		t.Error("no batch attention_kv_pages variant (with its round assert) in the module")
 	}
-	// Head dim 64: the rounds on the tensor cores (BATCH and MMA).
-	if !strings.Contains(src, "kKVLive, true, true>(op, lo, hi, s, c)") {
-		t.Error("the batch attention_kv_pages variants do not fold on the tensor cores at head dim 64")
+	// Head dim 64: the rounds on the tensor cores (BATCH and MMA), swizzled or not.
+	if !strings.Contains(src, fmt.Sprintf("kKVLive, true, true, %v>(op, lo, hi, s, c)", swizzle)) {
+		t.Errorf("the batch attention_kv_pages variants do not fold on the tensor cores at head dim 64 (swizzled %v)", swizzle)
 	}
+}
+
+// kvMapIndex is the index in the module's kTmaps of the swizzled kv map of
+// cache x (its slot, rows of D elements, a box a page of 128 rows in
+// 128-byte blocks, swizzled); it fails t when there is none.
+func kvMapIndex(t *testing.T, src string, x ir.View, D int64) int {
+	t.Helper()
+	maps := table(t, src, "mpk::TmapSpec kTmaps")
+	// {slot, box_rows, offset, cols, rows, row_bytes, box_cols, block_cols, swizzle, split_x}
+	want := []int{x.Buf.Index, 128, -1, int(D * 2 / 8), int(x.Buf.Numel / D), int(D * 2), int(D * 2 / 8), 16, 128, 0}
+	for i := 0; i+10 <= len(maps); i += 10 {
+		m := slices.Clone(maps[i : i+10])
+		m[2] = -1 // (the buffer's offset in its slot: 0 for a caller's cache)
+		if slices.Equal(m, want) {
+			return i / 10
+		}
+	}
+	t.Fatalf("no swizzled kv map %v in kTmaps", want)
+	return -1
 }
 
 func testKVStreamTable(t *testing.T, fixture string) {

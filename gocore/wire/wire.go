@@ -167,6 +167,11 @@ type Options struct {
 	// a chunk of one row's KV head, its K and V streamed through the ring
 	// (lower.Config).
 	KVPagesBatch bool `json:"kv_pages_batch"`
+	// KVSwizzle lands a batch's kv_pages chunks through tensor maps whose
+	// boxes are 128-byte swizzled, so the tensor-core rounds' ldmatrix
+	// reads of K and V rows are free of bank conflicts (codegen's
+	// kvStream.Swizzle).
+	KVSwizzle bool `json:"kv_swizzle"`
 	// WeightAffinity schedules the blocks of rows of a prompt chunk's Linear
 	// that read the same weight rows on one worker, one after another, so
 	// the rows come from HBM once (decompose.WeightAffinity).

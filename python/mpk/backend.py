@@ -22,7 +22,8 @@ _PASS_THROUGH = ("skip_validate", "drop_dependency", "check_ir", "trace", "round
                  "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "gemm_siblings", "long_attention_chunks",
                  "round_gemm_inputs", "coarse_events", "fresh_rows", "pair_linears", "pair_gemm", "balance_gemm_tail", "kv_pages",
                  "weight_affinity", "arena_reuse", "timed_schedule", "split_gemm_x", "gemm_batch",
-                 "kv_pages_batch", "tile_x_parts", "pair_tiles", "wide_x_parts")
+                 "kv_pages_batch", "tile_x_parts", "pair_tiles", "wide_x_parts",
+                 "kv_swizzle")
 _ON_BY_DEFAULT = ("split_rows", "prefill_rows", "split_k", "gemm", "wgmma", "gemm_row_blocks", "gemm_siblings",
                   "long_attention_chunks", "coarse_events", "fresh_rows", "pair_linears", "pair_gemm",
                   "balance_gemm_tail", "kv_pages", "arena_reuse", "timed_schedule", "split_gemm_x", "kv_pages_batch",

@@ -453,6 +453,10 @@ LOWERING_FLAGS = (
                             "in shared memory part by part), so no x shrinks the ring (batch 16's 4 pages, qwen3-8b "
                             "batch 8's 5; slower at llama-3.2-1b batch 16, 2.110 against 1.859 ms, and -1.8% "
                             "at qwen3-8b batch 8 on the H200)"),
+    ("kv_swizzle", False, "a decode batch's kv_pages chunks land through tensor maps, 128-byte swizzled, so the "
+                          "tensor-core attention rounds read K and V rows without bank conflicts (8-way with plain "
+                          "rows; the rounds alone 29-36% faster in bench/attn_round_mma.cu; off until timed in "
+                          "the megakernel)"),
 )
 
 
