@@ -65,15 +65,15 @@ __global__ void __launch_bounds__(MPK_THREADS, 1)
   for (int i = threadIdx.x; i < n8 * D; i += MPK_THREADS) {
     const bool in = i < n * D;
     // KV_SWZ: as a 128-byte swizzle lands a page (DecodeMma's BLOCK): 64-column
-    // blocks kBlock bytes apart, rows 128 bytes apart, chunk c of the row at
-    // address a at c ^ bits 7-9 of a
-    const int row = i / D, c = i % D / 8, blk = c / 8;
-    const int at = row * 128 + blk * kBlock, to = KV_SWZ ? (at + ((c % 8) ^ (((int)mpk::smem_u32(ks) + at) >> 7 & 7)) * 16) / 2 + i % 8
-                                                       : i;
-    ks[to] = in ? k[unit + i] : __float2bfloat16(0.f);
-    const int atv = row * 128 + blk * kBlock;
-    const int tov = KV_SWZ ? (atv + ((c % 8) ^ (((int)mpk::smem_u32(vs) + atv) >> 7 & 7)) * 16) / 2 + i % 8 : i;
-    vs[tov] = in ? v[unit + i] : __float2bfloat16(0.f);
+    // blocks kBlock bytes apart, rows 128 bytes apart, each row's chunks
+    // swizzled (mpk::swizzle128)
+    const int c = i % D / 8, row = i / D * 128 + c / 8 * kBlock;  // (row: bytes into the rows' region)
+    auto to = [&](const T* rows) {  // element i's index in rows
+      const uint32_t r0 = mpk::smem_u32(rows);
+      return KV_SWZ ? (int)(mpk::swizzle128(r0 + row, c % 8) - r0) / 2 + i % 8 : i;
+    };
+    ks[to(ks)] = in ? k[unit + i] : __float2bfloat16(0.f);
+    vs[to(vs)] = in ? v[unit + i] : __float2bfloat16(0.f);
   }
   for (int i = threadIdx.x; i < G * D; i += MPK_THREADS) qs[i] = q[(size_t)blockIdx.x * G * D + i];
   __syncthreads();

@@ -60,6 +60,12 @@ __device__ __forceinline__ uint32_t ldsm_row(uint32_t rows) {
   return rows + (lane % 8) * D * 2 + (lane / 8) * 16;
 }
 
+// swizzle128 is the address of 16-byte chunk c (of its 8) of the 128-byte
+// row at shared-memory address row as a 128-byte swizzle lands it: at c ^
+// bits 7-9 of the address (the tensor map's copy takes the pattern from the
+// address; DecodeMma's BLOCK, bench/attn_round_mma.cu -DKV_SWZ=1).
+__device__ __forceinline__ uint32_t swizzle128(uint32_t row, int c) { return row + ((c ^ (row >> 7)) & 7) * 16; }
+
 // DecodeMma is one warp's state for the G (at most 8) heads of its unit:
 // the queries as A fragments (hi and lo, a k16 step each of D / 16), and
 // each head's running max, sum and output row g = lane / 4 (the lane's
@@ -118,8 +124,7 @@ struct DecodeMma {
   // row lane % 8 of the 8 swizzled rows (BLOCK) whose first is at `rows`
   // (in the first column block).
   static __device__ __forceinline__ uint32_t chunk_at(uint32_t rows, int c) {
-    const uint32_t row = rows + (threadIdx.x % 8) * 128 + c / 8 * BLOCK;
-    return row + ((c % 8) ^ (row >> 7 & 7)) * 16;
+    return swizzle128(rows + (threadIdx.x % 8) * 128 + c / 8 * BLOCK, c % 8);
   }
 
   // fold adds 8 positions: their K and V rows at kr and vr (shared-memory
